@@ -1,0 +1,454 @@
+//! A region of slow memory mapped into the process.
+//!
+//! | kind                  | how it is mapped                         | durable after           |
+//! |-----------------------|------------------------------------------|-------------------------|
+//! | [`RegionKind::File`]  | `MAP_SHARED` over the page cache         | flush + fence survives a process crash; [`Region::sync`] (msync) for power loss |
+//! | [`RegionKind::Dax`]   | `MAP_SHARED_VALIDATE \| MAP_SYNC`        | flush + fence           |
+//! | [`RegionKind::DevDax`]| `MAP_SHARED` of `/dev/daxX.Y`            | flush + fence           |
+//!
+//! The embedded default is a regular file in the working directory: real memory-mapped
+//! storage on machines without persistent memory.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+use crate::error::MediaError;
+use crate::kernels::CopyMode;
+use crate::persist::Persist;
+
+/// The smallest region Switchyard maps: one 2 MiB huge page, enough for any format's headers.
+pub const MIN_REGION: u64 = 2 << 20;
+
+/// Page alignment of file regions.
+const FILE_ALIGN: u64 = 4096;
+/// Mapping alignment device DAX requires (its default 2 MiB page size).
+const DEVDAX_ALIGN: u64 = 2 << 20;
+
+/// What backs a region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegionKind {
+    /// A regular file mapped through the page cache.
+    File,
+    /// A file on a DAX file system, mapped with `MAP_SYNC`.
+    Dax,
+    /// A device-DAX character device.
+    DevDax,
+}
+
+impl RegionKind {
+    /// Lowercase name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            RegionKind::File => "file",
+            RegionKind::Dax => "dax",
+            RegionKind::DevDax => "devdax",
+        }
+    }
+}
+
+/// A mapped region of slow memory.
+///
+/// The region hands out raw pointers: callers that write through [`Region::as_mut_ptr`] must
+/// keep concurrent writers on disjoint ranges. The safe accessors ([`Region::write`],
+/// [`Region::read`]) check bounds and go through the [`Persist`] kernels.
+pub struct Region {
+    ptr: NonNull<u8>,
+    len: usize,
+    kind: RegionKind,
+    path: PathBuf,
+    file: File,
+    persist: Persist,
+}
+
+// SAFETY: (1) the mapping stays valid until Drop, which needs exclusive ownership; (2) the
+// region only exposes raw pointers and `&mut self` writers, so data races are the callers'
+// explicit `unsafe` responsibility.
+unsafe impl Send for Region {}
+// SAFETY: as above; `&Region` only allows reads and raw-pointer access.
+unsafe impl Sync for Region {}
+
+impl Region {
+    /// Creates (or grows) the file at `path` to `size` bytes and maps it. An existing larger
+    /// file keeps its size and contents. Files on a DAX file system are mapped `MAP_SYNC`.
+    pub fn create(
+        path: impl AsRef<Path>,
+        size: u64,
+        persist: Persist,
+    ) -> Result<Region, MediaError> {
+        let path = path.as_ref().to_path_buf();
+        check_size(&path, size, FILE_ALIGN, "a file region")?;
+        let io = |op| io_err(&path, op);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io("open"))?;
+        let current = file.metadata().map_err(io("stat"))?.len();
+        if current < size {
+            file.set_len(size).map_err(io("grow"))?;
+        }
+        Region::map_file(path, file, persist)
+    }
+
+    /// Opens an existing region: a regular file (mapped `MAP_SYNC` when on DAX) or a device-DAX
+    /// path. Fails with [`MediaError::TooSmall`] when it holds fewer than `min_size` bytes.
+    pub fn open(
+        path: impl AsRef<Path>,
+        min_size: u64,
+        persist: Persist,
+    ) -> Result<Region, MediaError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |op| io_err(&path, op);
+        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(MediaError::NotFound { path })
+            }
+            Err(e) => return Err(io("open")(e)),
+        };
+        let meta = file.metadata().map_err(io("stat"))?;
+        let needed = min_size.max(MIN_REGION);
+        if meta.file_type().is_char_device() {
+            let size = devdax_size(&path, &meta)?;
+            check_size(&path, size, DEVDAX_ALIGN, "device DAX")?;
+            if size < needed {
+                return Err(MediaError::TooSmall {
+                    path,
+                    actual: size,
+                    needed,
+                });
+            }
+            let ptr = map(&file, size as usize, libc::MAP_SHARED).map_err(io("mmap"))?;
+            return Ok(Region {
+                ptr,
+                len: size as usize,
+                kind: RegionKind::DevDax,
+                path,
+                file,
+                persist,
+            });
+        }
+        if meta.len() < needed {
+            return Err(MediaError::TooSmall {
+                path,
+                actual: meta.len(),
+                needed,
+            });
+        }
+        check_size(&path, meta.len(), FILE_ALIGN, "a file region")?;
+        Region::map_file(path, file, persist)
+    }
+
+    fn map_file(path: PathBuf, file: File, persist: Persist) -> Result<Region, MediaError> {
+        let len = file.metadata().map_err(io_err(&path, "stat"))?.len() as usize;
+        match map(&file, len, libc::MAP_SHARED_VALIDATE | libc::MAP_SYNC) {
+            Ok(ptr) => Ok(Region {
+                ptr,
+                len,
+                kind: RegionKind::Dax,
+                path,
+                file,
+                persist,
+            }),
+            Err(e)
+                if e.raw_os_error() == Some(libc::EOPNOTSUPP)
+                    || e.raw_os_error() == Some(libc::EINVAL) =>
+            {
+                let ptr = map(&file, len, libc::MAP_SHARED).map_err(io_err(&path, "mmap"))?;
+                Ok(Region {
+                    ptr,
+                    len,
+                    kind: RegionKind::File,
+                    path,
+                    file,
+                    persist,
+                })
+            }
+            Err(source) => Err(MediaError::Io {
+                path,
+                op: "mmap",
+                source,
+            }),
+        }
+    }
+
+    /// Opens `path`, requiring a DAX file system: fails with [`MediaError::NotDax`] otherwise.
+    pub fn open_dax(
+        path: impl AsRef<Path>,
+        min_size: u64,
+        persist: Persist,
+    ) -> Result<Region, MediaError> {
+        let region = Region::open(path, min_size, persist)?;
+        if region.kind == RegionKind::File {
+            let e = std::io::Error::from_raw_os_error(libc::EOPNOTSUPP);
+            return Err(MediaError::NotDax {
+                path: region.path.clone(),
+                source: e,
+            });
+        }
+        Ok(region)
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: regions are at least [`MIN_REGION`] bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// What backs the region.
+    pub fn kind(&self) -> RegionKind {
+        self.kind
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The persistence primitives used for this region.
+    pub fn persist(&self) -> Persist {
+        self.persist
+    }
+
+    /// First byte of the mapping, for reads.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// First byte of the mapping, for writes. Writers sharing a region must use disjoint
+    /// ranges and make their writes durable through [`Persist`].
+    pub fn as_mut_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<usize, MediaError> {
+        let end = offset.checked_add(len as u64);
+        match end {
+            Some(e) if e <= self.len as u64 => Ok(offset as usize),
+            _ => Err(MediaError::OutOfBounds {
+                offset,
+                len: len as u64,
+                size: self.len as u64,
+            }),
+        }
+    }
+
+    /// Copies `data` to `offset` in the given mode (use [`CopyMode::Durable`] for data that
+    /// must survive a crash).
+    pub fn write(&mut self, offset: u64, data: &[u8], mode: CopyMode) -> Result<(), MediaError> {
+        let off = self.check(offset, data.len())?;
+        // SAFETY: (1) off + len <= self.len was checked; (2) `&mut self` excludes other
+        // writers through this handle; (3) `data` cannot alias the mapping mutably.
+        unsafe {
+            self.persist
+                .copy(self.as_mut_ptr().add(off), data.as_ptr(), data.len(), mode)
+        };
+        Ok(())
+    }
+
+    /// Copies `buf.len()` bytes at `offset` into `buf`.
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), MediaError> {
+        let off = self.check(offset, buf.len())?;
+        // SAFETY: bounds checked above; `buf` is a distinct exclusive buffer.
+        unsafe {
+            self.persist.copy(
+                buf.as_mut_ptr(),
+                self.as_ptr().add(off),
+                buf.len(),
+                CopyMode::Temporal,
+            )
+        };
+        Ok(())
+    }
+
+    /// Writes dirty page-cache pages back to the file (`msync`). Needed for power-loss
+    /// durability of [`RegionKind::File`] regions only; a no-op for DAX kinds.
+    pub fn sync(&self) -> Result<(), MediaError> {
+        if self.kind != RegionKind::File {
+            return Ok(());
+        }
+        // SAFETY: ptr/len describe our own live mapping.
+        let rc = unsafe { libc::msync(self.ptr.as_ptr().cast(), self.len, libc::MS_SYNC) };
+        if rc != 0 {
+            let source = std::io::Error::last_os_error();
+            return Err(MediaError::Io {
+                path: self.path.clone(),
+                op: "msync",
+                source,
+            });
+        }
+        Ok(())
+    }
+
+    /// The open file behind the mapping.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are exactly what mmap returned and nothing borrows the mapping any
+        // more (Drop has exclusive access).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("path", &self.path)
+            .field("len", &self.len)
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+fn io_err(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> MediaError {
+    let path = path.to_path_buf();
+    move |source| MediaError::Io { path, op, source }
+}
+
+fn check_size(path: &Path, size: u64, align: u64, kind: &'static str) -> Result<(), MediaError> {
+    if size < MIN_REGION {
+        return Err(MediaError::TooSmall {
+            path: path.to_path_buf(),
+            actual: size,
+            needed: MIN_REGION,
+        });
+    }
+    if !size.is_multiple_of(align) {
+        return Err(MediaError::Misaligned {
+            path: path.to_path_buf(),
+            size,
+            align,
+            kind,
+        });
+    }
+    Ok(())
+}
+
+fn map(file: &File, len: usize, flags: libc::c_int) -> std::io::Result<NonNull<u8>> {
+    // SAFETY: a fresh shared mapping of a file we hold open; the kernel picks the address, so
+    // no existing memory is replaced.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            flags,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    NonNull::new(p.cast()).ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOMEM))
+}
+
+fn devdax_size(path: &Path, meta: &std::fs::Metadata) -> Result<u64, MediaError> {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = meta.rdev();
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    let sys = format!("/sys/dev/char/{major}:{minor}/size");
+    let text = std::fs::read_to_string(&sys).map_err(|source| MediaError::Io {
+        path: path.to_path_buf(),
+        op: "read device-DAX size from sysfs",
+        source,
+    })?;
+    text.trim().parse().map_err(|_| MediaError::Io {
+        path: path.to_path_buf(),
+        op: "parse device-DAX size",
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{sys}: {text:?}")),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_write_read_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.region");
+        let mut r = Region::create(&path, MIN_REGION, Persist::detect()).unwrap();
+        assert_eq!(r.len() as u64, MIN_REGION);
+        r.write(100, b"hello slow memory", CopyMode::Durable)
+            .unwrap();
+        r.sync().unwrap();
+        drop(r);
+        let r = Region::open(&path, 0, Persist::detect()).unwrap();
+        let mut buf = [0u8; 17];
+        r.read(100, &mut buf).unwrap();
+        assert_eq!(&buf, b"hello slow memory");
+    }
+
+    #[test]
+    fn bad_sizes_and_paths_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = Persist::detect();
+        let path = dir.path().join("r");
+        assert!(matches!(
+            Region::create(&path, 4096, p),
+            Err(MediaError::TooSmall { .. })
+        ));
+        assert!(matches!(
+            Region::create(&path, MIN_REGION + 1, p),
+            Err(MediaError::Misaligned { .. })
+        ));
+        assert!(matches!(
+            Region::open(dir.path().join("missing"), 0, p),
+            Err(MediaError::NotFound { .. })
+        ));
+        std::fs::write(&path, [0u8; 8192]).unwrap();
+        assert!(matches!(
+            Region::open(&path, 0, p),
+            Err(MediaError::TooSmall { .. })
+        ));
+        let r = Region::create(&path, MIN_REGION, p).unwrap();
+        assert!(matches!(
+            Region::open(&path, 2 * MIN_REGION, p),
+            Err(MediaError::TooSmall { .. })
+        ));
+        drop(r);
+    }
+
+    #[test]
+    fn out_of_bounds_access_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = Region::create(dir.path().join("r"), MIN_REGION, Persist::detect()).unwrap();
+        let end = r.len() as u64;
+        assert!(matches!(
+            r.write(end - 1, b"ab", CopyMode::Durable),
+            Err(MediaError::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            r.read(u64::MAX, &mut [0u8; 1]),
+            Err(MediaError::OutOfBounds { .. })
+        ));
+        r.write(end - 2, b"ab", CopyMode::Durable).unwrap();
+    }
+
+    #[test]
+    fn dax_is_refused_on_a_page_cache_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r");
+        let r = Region::create(&path, MIN_REGION, Persist::detect()).unwrap();
+        if r.kind() == RegionKind::File {
+            assert!(matches!(
+                Region::open_dax(&path, 0, Persist::detect()),
+                Err(MediaError::NotDax { .. })
+            ));
+        }
+    }
+}
