@@ -1,1 +1,118 @@
+//! # switchyard-engine — copy engines behind one contract
+//!
+//! The contract is modelled on Intel DSA, the most capable on-chip DMA interface, so that
+//! hardware engines can plug in later with exactly the same semantics:
+//!
+//! - [`Descriptor`]s (copy, fill, compare, flush; flags durable, cache-control, fence) grouped
+//!   in a [`Batch`] that one channel executes in order;
+//! - per-channel **bounded submission queues** with back-pressure ([`SubmitError::Full`]);
+//! - a per-batch completion the submitter owns ([`Ticket`]), and a per-channel
+//!   [`CompletionRecord`]: a monotonic 64-bit sequence number with the status and
+//!   `bytes_completed` of the latest batch. A partial completion ([`Status::Partial`]) is
+//!   normal: the submitter finishes the rest;
+//! - channels can be suspended and resumed; queue depth can be queried.
+//!
+//! The [`threads`] engine (worker threads as channels) implements it and is the default
+//! everywhere. Hardware engines (DSA, I/OAT) will implement [`Engine`] behind detection; none
+//! is compiled in until it can be tested on hardware.
+//!
+//! The protocols shared between threads — the ring, the completion records, the wake word —
+//! are model-checked with loom (`RUSTFLAGS="--cfg loom" cargo test -p switchyard-engine
+//! --release --test loom`).
 
+#![warn(missing_docs)]
+
+pub mod clock;
+mod completion;
+mod descriptor;
+pub mod fault;
+mod ring;
+mod sync;
+#[cfg(not(loom))]
+pub mod threads;
+mod wake;
+
+pub use completion::{CompletionRecord, Outcome, RecordSnapshot, Status, Ticket};
+pub use descriptor::{Batch, Descriptor, Flags, Op};
+pub use fault::FaultPlan;
+#[cfg(not(loom))]
+pub use threads::{ThreadsConfig, ThreadsEngine};
+
+/// What an engine is and can do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// Short name for reports ("threads", "dsa", …).
+    pub name: &'static str,
+    /// Number of channels.
+    pub channels: usize,
+    /// Capacity of each channel's submission queue, in batches.
+    pub queue_depth: usize,
+    /// Largest descriptor the mover should build (page size for engines that need
+    /// page-bounded descriptors).
+    pub descriptor_bytes: usize,
+    /// Whether the engine's channels run on the same CPU cores as the application (helper
+    /// threads), so offloading competes with the caller for cores.
+    pub uses_cpu_cores: bool,
+}
+
+/// Why a batch was not accepted. The batch is handed back.
+pub enum SubmitError {
+    /// The channel's queue is full: retry later or copy on the CPU.
+    Full(Batch),
+    /// The channel is suspended.
+    Suspended(Batch),
+    /// No such channel.
+    NoSuchChannel(Batch),
+}
+
+impl SubmitError {
+    /// The batch that was not accepted.
+    pub fn into_batch(self) -> Batch {
+        match self {
+            SubmitError::Full(b) | SubmitError::Suspended(b) | SubmitError::NoSuchChannel(b) => b,
+        }
+    }
+}
+
+impl std::fmt::Debug for SubmitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SubmitError::Full(_) => "Full",
+            SubmitError::Suspended(_) => "Suspended",
+            SubmitError::NoSuchChannel(_) => "NoSuchChannel",
+        })
+    }
+}
+
+/// A copy engine.
+pub trait Engine: Send + Sync {
+    /// What it is.
+    fn info(&self) -> EngineInfo;
+
+    /// Queues `batch` on `channel` without blocking; returns its position (sequence number) in
+    /// the channel's order.
+    ///
+    /// # Safety
+    /// Every buffer named by the batch's descriptors must stay valid for the described length,
+    /// and destinations must not be read or written by anyone else, until the batch's ticket
+    /// reports an outcome (done or cancelled).
+    unsafe fn try_submit(&self, channel: usize, batch: Batch) -> Result<u64, SubmitError>;
+
+    /// Batches submitted to `channel` and not yet finished.
+    fn queue_depth(&self, channel: usize) -> usize;
+
+    /// A consistent reading of `channel`'s completion record.
+    fn record(&self, channel: usize) -> RecordSnapshot;
+
+    /// Stops `channel` from starting queued batches and refuses new ones until resumed.
+    fn suspend(&self, channel: usize);
+
+    /// Lets a suspended channel run again.
+    fn resume(&self, channel: usize);
+
+    /// Whether `channel` is suspended.
+    fn is_suspended(&self, channel: usize) -> bool;
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests;

@@ -1,0 +1,309 @@
+//! Completion: how a submitter learns what happened to its batch.
+//!
+//! Two records, as on DSA:
+//!
+//! - a **per-batch [`Completion`]**, which the submitter owns through its [`Ticket`] (DSA's
+//!   completion-record address in the descriptor): state, status, `bytes_completed`, and
+//!   when the worker started and finished;
+//! - a **per-channel [`CompletionRecord`]**: the channel's sequence number (count of batches
+//!   finished, in queue order), with the status and bytes of the latest one. Readers get a
+//!   consistent triple through a seqlock.
+//!
+//! ## Per-batch state (numbered rules)
+//!
+//! `state` holds bits `RUNNING | DONE | CANCELLED | WAITER`.
+//! 1. Only the worker sets `RUNNING` (CAS from "no RUNNING/DONE/CANCELLED") and `DONE`.
+//! 2. Only the ticket sets `CANCELLED` (CAS from the same start); afterwards the worker never
+//!    touches the batch's buffers, so the submitter owns them again at once.
+//! 3. The worker writes status, bytes and times *before* setting `DONE` with Release; the
+//!    ticket reads them after observing `DONE` with Acquire.
+//! 4. The ticket stores its thread in `waiter` *before* setting `WAITER` with Release; the
+//!    worker reads `waiter` only if its `DONE` RMW observed `WAITER` (AcqRel), then unparks.
+//!    The ticket writes `waiter` at most once, so the two never race.
+//! 5. The worker advances the channel's [`CompletionRecord`] *before* it sets `DONE`, so a
+//!    ticket that observes its batch done also observes the channel's seq past it.
+
+use crate::sync::{park, Arc, AtomicU32, AtomicU64, Ordering, Thread, UnsafeCell};
+
+const RUNNING: u32 = 1;
+const DONE: u32 = 2;
+const CANCELLED: u32 = 4;
+const WAITER: u32 = 8;
+
+/// How a batch ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Status {
+    /// Every descriptor completed.
+    Success = 1,
+    /// Execution stopped early (as on a DSA page fault); the first `bytes_completed` bytes are
+    /// done and the rest is the submitter's. Normal, not an error.
+    Partial = 2,
+    /// The engine failed; the first `bytes_completed` bytes are done.
+    Error = 3,
+    /// The submitter cancelled the batch before it started; nothing was done.
+    Cancelled = 4,
+    /// A compare descriptor found a difference at `bytes_completed`.
+    Mismatch = 5,
+}
+
+impl Status {
+    fn from_u32(v: u32) -> Status {
+        match v {
+            1 => Status::Success,
+            2 => Status::Partial,
+            3 => Status::Error,
+            4 => Status::Cancelled,
+            _ => Status::Mismatch,
+        }
+    }
+}
+
+/// The outcome of a finished batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// How it ended.
+    pub status: Status,
+    /// Bytes done, as a prefix of the batch in descriptor order.
+    pub bytes_completed: u64,
+    /// When the worker started it, in [`crate::clock`] nanoseconds.
+    pub started_ns: u64,
+    /// When the worker finished it, in [`crate::clock`] nanoseconds.
+    pub finished_ns: u64,
+}
+
+/// The per-batch completion record (see the module docs for its rules).
+pub struct Completion {
+    state: AtomicU32,
+    status: AtomicU32,
+    bytes: AtomicU64,
+    started_ns: AtomicU64,
+    finished_ns: AtomicU64,
+    waiter: UnsafeCell<Option<Thread>>,
+}
+
+// SAFETY: `waiter` is written by the ticket only before it publishes WAITER (rule 4) and read by
+// the worker only after observing WAITER; all other fields are atomics.
+unsafe impl Sync for Completion {}
+// SAFETY: as above; `Thread` is Send.
+unsafe impl Send for Completion {}
+
+impl Completion {
+    pub(crate) fn new() -> Completion {
+        Completion {
+            state: AtomicU32::new(0),
+            status: AtomicU32::new(0),
+            bytes: AtomicU64::new(0),
+            started_ns: AtomicU64::new(0),
+            finished_ns: AtomicU64::new(0),
+            waiter: UnsafeCell::new(None),
+        }
+    }
+
+    /// Worker: claims the batch (rule 1). False if it was cancelled.
+    pub(crate) fn begin(&self, now_ns: u64) -> bool {
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            if s & CANCELLED != 0 {
+                return false;
+            }
+            match self
+                .state
+                .compare_exchange(s, s | RUNNING, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => {
+                    self.started_ns.store(now_ns, Ordering::Relaxed);
+                    return true;
+                }
+                Err(cur) => s = cur,
+            }
+        }
+    }
+
+    /// Worker: publishes the outcome (rule 3) and wakes a parked ticket (rule 4).
+    pub(crate) fn finish(&self, status: Status, bytes: u64, now_ns: u64) {
+        self.status.store(status as u32, Ordering::Relaxed);
+        self.bytes.store(bytes, Ordering::Relaxed);
+        self.finished_ns.store(now_ns, Ordering::Relaxed);
+        let prev = self.state.fetch_or(DONE, Ordering::AcqRel);
+        if prev & WAITER != 0 {
+            // SAFETY: rule 4 — WAITER was observed, so the ticket's write of `waiter`
+            // happened-before this read and the ticket will not write it again.
+            let t = self.waiter.with(|w| unsafe { (*w).clone() });
+            if let Some(t) = t {
+                t.unpark();
+            }
+        }
+    }
+}
+
+/// The submitter's handle on a batch's completion. Not `Clone`: one owner waits.
+pub struct Ticket {
+    completion: Arc<Completion>,
+    registered: bool,
+}
+
+impl Ticket {
+    pub(crate) fn new(completion: Arc<Completion>) -> Ticket {
+        Ticket {
+            completion,
+            registered: false,
+        }
+    }
+
+    /// The outcome if the batch is finished (done or cancelled), without blocking.
+    pub fn poll(&self) -> Option<Outcome> {
+        let s = self.completion.state.load(Ordering::Acquire);
+        if s & CANCELLED != 0 {
+            return Some(Outcome {
+                status: Status::Cancelled,
+                bytes_completed: 0,
+                started_ns: 0,
+                finished_ns: 0,
+            });
+        }
+        if s & DONE == 0 {
+            return None;
+        }
+        let c = &self.completion;
+        Some(Outcome {
+            status: Status::from_u32(c.status.load(Ordering::Relaxed)),
+            bytes_completed: c.bytes.load(Ordering::Relaxed),
+            started_ns: c.started_ns.load(Ordering::Relaxed),
+            finished_ns: c.finished_ns.load(Ordering::Relaxed),
+        })
+    }
+
+    /// Whether a worker has claimed the batch (it can no longer be cancelled).
+    pub fn started(&self) -> bool {
+        self.completion.state.load(Ordering::Acquire) & (RUNNING | DONE) != 0
+    }
+
+    /// Cancels the batch if no worker has started it (rule 2). On `true` the engine will not
+    /// touch the batch's buffers and the ticket reports [`Status::Cancelled`].
+    pub fn try_cancel(&self) -> bool {
+        let st = &self.completion.state;
+        let mut s = st.load(Ordering::Acquire);
+        loop {
+            if s & (RUNNING | DONE | CANCELLED) != 0 {
+                return s & CANCELLED != 0;
+            }
+            match st.compare_exchange(s, s | CANCELLED, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return true,
+                Err(cur) => s = cur,
+            }
+        }
+    }
+
+    /// Blocks until the batch is finished: spins for up to `spin_iters` checks, then parks.
+    pub fn wait(&mut self, spin_iters: u32) -> Outcome {
+        for _ in 0..spin_iters {
+            if let Some(o) = self.poll() {
+                return o;
+            }
+            crate::sync::spin_hint();
+        }
+        if !self.registered {
+            self.registered = true;
+            let me = crate::sync::thread_current();
+            // SAFETY: rule 4 — WAITER is not yet set (we set it just below, once), so the
+            // worker does not read `waiter` now.
+            self.completion
+                .waiter
+                .with_mut(|w| unsafe { *w = Some(me) });
+            self.completion.state.fetch_or(WAITER, Ordering::AcqRel);
+        }
+        loop {
+            if let Some(o) = self.poll() {
+                return o;
+            }
+            park();
+        }
+    }
+}
+
+/// The per-channel completion record: a seqlock over (sequence number, status, bytes).
+///
+/// ```text
+///  offset  field            meaning
+///  0       version (u64)    2 × seq, +1 while the worker updates the record
+///  8       status (u32)     Status of the latest finished batch (0 before the first)
+///  12      reserved (u32)
+///  16      bytes (u64)      its bytes_completed
+///  24      reserved (u64)
+/// ```
+/// `seq` is the number of batches finished on the channel; batches finish in queue order, so
+/// the batch at position `p` is finished iff `seq > p`.
+#[repr(C, align(32))]
+pub struct CompletionRecord {
+    version: AtomicU64,
+    status: AtomicU32,
+    _reserved: u32,
+    bytes: AtomicU64,
+    _reserved2: u64,
+}
+
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<CompletionRecord>() == 32);
+
+/// A consistent reading of a [`CompletionRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordSnapshot {
+    /// Batches finished on the channel.
+    pub seq: u64,
+    /// Status of the latest one (`None` before the first).
+    pub status: Option<Status>,
+    /// Its bytes_completed.
+    pub bytes_completed: u64,
+}
+
+impl Default for CompletionRecord {
+    fn default() -> Self {
+        CompletionRecord {
+            version: AtomicU64::new(0),
+            status: AtomicU32::new(0),
+            _reserved: 0,
+            bytes: AtomicU64::new(0),
+            _reserved2: 0,
+        }
+    }
+}
+
+impl CompletionRecord {
+    /// Worker (the only writer): records one more finished batch.
+    pub(crate) fn advance(&self, status: Status, bytes: u64) {
+        let v = self.version.load(Ordering::Relaxed);
+        self.version.store(v + 1, Ordering::Relaxed);
+        crate::sync::fence(Ordering::Release);
+        self.status.store(status as u32, Ordering::Relaxed);
+        self.bytes.store(bytes, Ordering::Relaxed);
+        self.version.store(v + 2, Ordering::Release);
+    }
+
+    /// A consistent snapshot (retries while the worker is mid-update).
+    pub fn snapshot(&self) -> RecordSnapshot {
+        loop {
+            let v1 = self.version.load(Ordering::Acquire);
+            if v1 % 2 == 1 {
+                crate::sync::spin_hint();
+                continue;
+            }
+            let status = self.status.load(Ordering::Relaxed);
+            let bytes = self.bytes.load(Ordering::Relaxed);
+            crate::sync::fence(Ordering::Acquire);
+            if self.version.load(Ordering::Relaxed) == v1 {
+                let status = (status != 0).then(|| Status::from_u32(status));
+                return RecordSnapshot {
+                    seq: v1 / 2,
+                    status,
+                    bytes_completed: bytes,
+                };
+            }
+        }
+    }
+
+    /// Batches finished so far.
+    pub fn seq(&self) -> u64 {
+        self.version.load(Ordering::Acquire) / 2
+    }
+}

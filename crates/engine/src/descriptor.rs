@@ -1,0 +1,122 @@
+//! Work descriptors, modelled on Intel DSA's: an operation, a length and flags. A [`Batch`]
+//! is an ordered list of descriptors executed by one channel, with one completion.
+
+use crate::completion::{Completion, Ticket};
+use crate::sync::Arc;
+
+/// What a descriptor does. Pointers are raw because engines run outside the borrow checker's
+/// view; see [`crate::Engine::try_submit`] for the validity contract.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Copy `len` bytes from `src` to `dst` (the ranges must not overlap).
+    Copy {
+        /// Destination.
+        dst: *mut u8,
+        /// Source.
+        src: *const u8,
+    },
+    /// Fill `len` bytes at `dst` with the little-endian 8-byte `pattern`, repeated.
+    Fill {
+        /// Destination.
+        dst: *mut u8,
+        /// The pattern.
+        pattern: u64,
+    },
+    /// Compare `len` bytes at `a` and `b`; a difference ends the batch with
+    /// [`crate::Status::Mismatch`] and `bytes_completed` at the first differing byte.
+    Compare {
+        /// First operand.
+        a: *const u8,
+        /// Second operand.
+        b: *const u8,
+    },
+    /// Write back every cache line of `[addr, addr + len)`.
+    Flush {
+        /// First byte.
+        addr: *const u8,
+    },
+}
+
+/// Descriptor flags (bit set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub struct Flags(u8);
+
+impl Flags {
+    /// The destination is durable (streamed or flushed, then fenced) before completion.
+    pub const DURABLE: Flags = Flags(1);
+    /// Write the destination into the CPU cache (DSA's cache-control bit); without it,
+    /// non-durable writes bypass the cache.
+    pub const CACHE_CONTROL: Flags = Flags(2);
+    /// Order this descriptor after every earlier descriptor of the batch (a store fence before
+    /// it starts).
+    pub const FENCE: Flags = Flags(4);
+    /// No flags.
+    pub const NONE: Flags = Flags(0);
+
+    /// Whether every flag of `other` is set.
+    pub fn contains(self, other: Flags) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Flags {
+    type Output = Flags;
+    fn bitor(self, o: Flags) -> Flags {
+        Flags(self.0 | o.0)
+    }
+}
+
+/// One unit of engine work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Descriptor {
+    /// The operation.
+    pub op: Op,
+    /// Bytes it covers.
+    pub len: usize,
+    /// Flags.
+    pub flags: Flags,
+}
+
+/// An ordered list of descriptors, executed in order by one channel.
+///
+/// Completion is a *prefix*: `bytes_completed` counts bytes of the descriptors in order, so a
+/// partial completion names exactly where the submitter must resume.
+pub struct Batch {
+    pub(crate) descriptors: Vec<Descriptor>,
+    pub(crate) completion: Arc<Completion>,
+}
+
+// SAFETY: the raw pointers in the descriptors are only dereferenced by the engine under the
+// contract of `Engine::try_submit`: the submitter keeps every buffer valid and unaliased until
+// the batch's ticket reports done or cancelled.
+unsafe impl Send for Batch {}
+
+impl Batch {
+    /// A batch over `descriptors`, and the ticket its submitter keeps to learn the outcome.
+    pub fn new(descriptors: Vec<Descriptor>) -> (Batch, Ticket) {
+        let completion = Arc::new(Completion::new());
+        let ticket = Ticket::new(completion.clone());
+        (
+            Batch {
+                descriptors,
+                completion,
+            },
+            ticket,
+        )
+    }
+
+    /// Total bytes of all descriptors.
+    pub fn len(&self) -> usize {
+        self.descriptors.iter().map(|d| d.len).sum()
+    }
+
+    /// Whether the batch covers no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The descriptors in execution order.
+    pub fn descriptors(&self) -> &[Descriptor] {
+        &self.descriptors
+    }
+}

@@ -1,0 +1,319 @@
+//! The `threads` engine: each channel is a worker thread that executes batches with the
+//! media copy kernels. The default engine everywhere, and the reference for the contract's
+//! semantics that hardware engines must match.
+//!
+//! A worker drains its ring, then spins for [`ThreadsConfig::spin`] watching for more work
+//! (so back-to-back requests do not pay a wake-up), then parks: an idle engine costs no CPU.
+
+use std::sync::OnceLock;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use switchyard_media::{CopyMode, Persist};
+
+use crate::completion::{CompletionRecord, RecordSnapshot, Status};
+use crate::descriptor::{Batch, Flags, Op};
+use crate::fault::{Fault, FaultPlan};
+use crate::ring::Ring;
+use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
+use crate::wake::Wake;
+use crate::{clock, Engine, EngineInfo, SubmitError};
+
+/// Configuration of a [`ThreadsEngine`].
+#[derive(Debug, Clone)]
+pub struct ThreadsConfig {
+    /// Number of channels (worker threads).
+    pub channels: usize,
+    /// Capacity of each channel's submission queue, in batches.
+    pub queue_depth: usize,
+    /// How long an idle worker spins before it parks.
+    pub spin: Duration,
+    /// Pin worker `i` to CPU `n - 1 - (i mod n)` where the OS allows.
+    pub pin: bool,
+    /// Largest descriptor the mover should build, in bytes (the granule at which a batch can
+    /// stop early).
+    pub descriptor_bytes: usize,
+    /// Kernels the workers use.
+    pub persist: Persist,
+    /// Injected faults (tests).
+    pub faults: FaultPlan,
+}
+
+impl Default for ThreadsConfig {
+    fn default() -> Self {
+        ThreadsConfig {
+            channels: 1,
+            queue_depth: 64,
+            spin: Duration::from_micros(50),
+            pin: true,
+            descriptor_bytes: 64 << 10,
+            persist: Persist::detect(),
+            faults: FaultPlan::default(),
+        }
+    }
+}
+
+struct Channel {
+    ring: Ring<Batch>,
+    record: CompletionRecord,
+    wake: Wake,
+    suspended: AtomicBool,
+    shutdown: AtomicBool,
+    busy_ns: AtomicU64,
+    worker: OnceLock<std::thread::Thread>,
+}
+
+impl Channel {
+    fn kick(&self) {
+        if self.wake.notify() {
+            if let Some(t) = self.worker.get() {
+                t.unpark();
+            }
+        }
+    }
+}
+
+/// Worker threads as DMA channels.
+pub struct ThreadsEngine {
+    channels: Vec<Arc<Channel>>,
+    workers: Vec<JoinHandle<()>>,
+    config: ThreadsConfig,
+}
+
+impl ThreadsEngine {
+    /// Starts one worker per channel.
+    pub fn start(config: ThreadsConfig) -> std::io::Result<ThreadsEngine> {
+        if config.channels == 0 || config.queue_depth == 0 || config.descriptor_bytes == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "threads engine: channels, queue_depth and descriptor_bytes must be at least 1",
+            ));
+        }
+        let mut channels = Vec::new();
+        let mut workers = Vec::new();
+        for i in 0..config.channels {
+            let ch = Arc::new(Channel {
+                ring: Ring::new(config.queue_depth),
+                record: CompletionRecord::default(),
+                wake: Wake::new(),
+                suspended: AtomicBool::new(false),
+                shutdown: AtomicBool::new(false),
+                busy_ns: AtomicU64::new(0),
+                worker: OnceLock::new(),
+            });
+            let (c, cfg) = (ch.clone(), config.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("switchyard-ch{i}"))
+                .spawn(move || {
+                    if cfg.pin {
+                        pin_to(i);
+                    }
+                    run(&c, &cfg);
+                })?;
+            let _ = ch.worker.set(handle.thread().clone());
+            channels.push(ch);
+            workers.push(handle);
+        }
+        Ok(ThreadsEngine {
+            channels,
+            workers,
+            config,
+        })
+    }
+
+    /// Nanoseconds channel `ch`'s worker has spent executing batches.
+    pub fn busy_ns(&self, ch: usize) -> u64 {
+        self.channels[ch].busy_ns.load(Ordering::Relaxed)
+    }
+}
+
+impl Engine for ThreadsEngine {
+    fn info(&self) -> EngineInfo {
+        EngineInfo {
+            name: "threads",
+            channels: self.channels.len(),
+            queue_depth: self.config.queue_depth,
+            descriptor_bytes: self.config.descriptor_bytes,
+            uses_cpu_cores: true,
+        }
+    }
+
+    unsafe fn try_submit(&self, channel: usize, batch: Batch) -> Result<u64, SubmitError> {
+        let Some(ch) = self.channels.get(channel) else {
+            return Err(SubmitError::NoSuchChannel(batch));
+        };
+        if ch.suspended.load(Ordering::Acquire) {
+            return Err(SubmitError::Suspended(batch));
+        }
+        match ch.ring.push(batch) {
+            Ok(pos) => {
+                ch.kick();
+                Ok(pos)
+            }
+            Err(b) => Err(SubmitError::Full(b)),
+        }
+    }
+
+    fn queue_depth(&self, channel: usize) -> usize {
+        // Submitted (queued or executing) and not yet finished: positions pushed minus the
+        // channel's sequence number. The seq is read first so the difference never underflows.
+        let ch = &self.channels[channel];
+        let finished = ch.record.seq();
+        ch.ring.pushed().saturating_sub(finished) as usize
+    }
+
+    fn record(&self, channel: usize) -> RecordSnapshot {
+        self.channels[channel].record.snapshot()
+    }
+
+    fn suspend(&self, channel: usize) {
+        self.channels[channel]
+            .suspended
+            .store(true, Ordering::Release);
+    }
+
+    fn resume(&self, channel: usize) {
+        let ch = &self.channels[channel];
+        ch.suspended.store(false, Ordering::Release);
+        ch.kick();
+    }
+
+    fn is_suspended(&self, channel: usize) -> bool {
+        self.channels[channel].suspended.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for ThreadsEngine {
+    fn drop(&mut self) {
+        for ch in &self.channels {
+            ch.shutdown.store(true, Ordering::Release);
+            ch.suspended.store(false, Ordering::Release);
+            ch.kick();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+fn run(ch: &Channel, cfg: &ThreadsConfig) {
+    let mut executed = 0u64;
+    loop {
+        ch.wake.awake();
+        while !ch.suspended.load(Ordering::Acquire) {
+            let Some((_, batch)) = ch.ring.pop() else {
+                break;
+            };
+            executed += 1;
+            process(ch, cfg, batch, executed);
+        }
+        if ch.shutdown.load(Ordering::Acquire) && ch.ring.is_empty() {
+            return;
+        }
+        let deadline = Instant::now() + cfg.spin;
+        let mut found = false;
+        while Instant::now() < deadline {
+            if (!ch.ring.is_empty() && !ch.suspended.load(Ordering::Relaxed))
+                || ch.shutdown.load(Ordering::Relaxed)
+            {
+                found = true;
+                break;
+            }
+            for _ in 0..32 {
+                std::hint::spin_loop();
+            }
+        }
+        if !found && ch.wake.sleep() {
+            std::thread::park();
+        }
+    }
+}
+
+fn process(ch: &Channel, cfg: &ThreadsConfig, batch: Batch, n: u64) {
+    let total = batch.len() as u64;
+    if !batch.completion.begin(clock::now_ns()) {
+        ch.record.advance(Status::Cancelled, 0);
+        return;
+    }
+    if !cfg.faults.delay.is_zero() {
+        std::thread::sleep(cfg.faults.delay);
+    }
+    let started = Instant::now();
+    let (status, bytes) = match cfg.faults.fault_for(n, total) {
+        Fault::None => execute(&cfg.persist, &batch, None),
+        Fault::Partial(cut) => execute(&cfg.persist, &batch, Some((cut, Status::Partial))),
+        Fault::Error(cut) => execute(&cfg.persist, &batch, Some((cut, Status::Error))),
+    };
+    ch.busy_ns
+        .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    // Channel record first: a submitter that sees its batch done may rely on the channel's seq
+    // already covering it (completion rule 5).
+    ch.record.advance(status, bytes);
+    batch.completion.finish(status, bytes, clock::now_ns());
+}
+
+fn mode(flags: Flags) -> CopyMode {
+    if flags.contains(Flags::DURABLE) {
+        CopyMode::Durable
+    } else if flags.contains(Flags::CACHE_CONTROL) {
+        CopyMode::Temporal
+    } else {
+        CopyMode::NonTemporal
+    }
+}
+
+/// Runs the batch's descriptors in order, stopping at `stop` (byte count, status) if given.
+fn execute(p: &Persist, batch: &Batch, stop: Option<(u64, Status)>) -> (Status, u64) {
+    let mut done = 0u64;
+    for d in &batch.descriptors {
+        let mut len = d.len;
+        if let Some((cut, status)) = stop {
+            if done >= cut {
+                return (status, done);
+            }
+            len = len.min((cut - done) as usize);
+        }
+        if d.flags.contains(Flags::FENCE) {
+            p.fence();
+        }
+        // SAFETY: the submitter of the batch guaranteed (Engine::try_submit's contract) that
+        // every descriptor's buffers are valid for `d.len >= len` bytes, non-overlapping and
+        // not accessed by others until the completion is published.
+        unsafe {
+            match d.op {
+                Op::Copy { dst, src } => p.copy(dst, src, len, mode(d.flags)),
+                Op::Fill { dst, pattern } => p.fill(dst, pattern, len, mode(d.flags)),
+                Op::Compare { a, b } => {
+                    if let Some(off) = p.compare(a, b, len) {
+                        return (Status::Mismatch, done + off as u64);
+                    }
+                }
+                Op::Flush { addr } => {
+                    p.flush(addr, len);
+                    if d.flags.contains(Flags::DURABLE) {
+                        p.fence();
+                    }
+                }
+            }
+        }
+        done += len as u64;
+    }
+    match stop {
+        Some((cut, status)) if done >= cut && cut < batch.len() as u64 => (status, done),
+        _ => (Status::Success, done),
+    }
+}
+
+fn pin_to(index: usize) {
+    let n = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let cpu = n - 1 - (index % n);
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity(0) affects
+    // only the calling thread. A failure (e.g. a restricted cpuset) leaves the thread unpinned.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}

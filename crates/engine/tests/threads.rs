@@ -1,0 +1,238 @@
+//! Behaviour of the threads engine against the contract.
+
+use std::time::Duration;
+use switchyard_engine::{
+    Batch, Descriptor, Engine, FaultPlan, Flags, Op, Status, SubmitError, ThreadsConfig,
+    ThreadsEngine,
+};
+use switchyard_media::trace::Recorder;
+
+fn engine(f: impl FnOnce(&mut ThreadsConfig)) -> ThreadsEngine {
+    let mut cfg = ThreadsConfig {
+        pin: false,
+        ..ThreadsConfig::default()
+    };
+    f(&mut cfg);
+    ThreadsEngine::start(cfg).unwrap()
+}
+
+fn copies(dst: &mut [u8], src: &[u8], piece: usize, flags: Flags) -> Vec<Descriptor> {
+    (0..src.len())
+        .step_by(piece)
+        .map(|o| {
+            let len = piece.min(src.len() - o);
+            // SAFETY: o + len <= len of both slices.
+            let (d, s) = unsafe { (dst.as_mut_ptr().add(o), src.as_ptr().add(o)) };
+            Descriptor {
+                op: Op::Copy { dst: d, src: s },
+                len,
+                flags,
+            }
+        })
+        .collect()
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn a_batch_of_copies_completes_byte_exact_and_advances_the_record() {
+    let e = engine(|_| {});
+    for round in 0..3u64 {
+        let src = pattern(300_000, round as u8);
+        let mut dst = vec![0u8; src.len()];
+        let (b, mut t) = Batch::new(copies(&mut dst, &src, 65536, Flags::NONE));
+        // SAFETY: src/dst outlive the wait below and nothing else touches them.
+        let pos = unsafe { e.try_submit(0, b) }.unwrap();
+        assert_eq!(pos, round);
+        let o = t.wait(1000);
+        assert_eq!((o.status, o.bytes_completed), (Status::Success, 300_000));
+        assert!(o.finished_ns >= o.started_ns);
+        assert_eq!(dst, src);
+        let rec = e.record(0);
+        assert_eq!(
+            (rec.seq, rec.status, rec.bytes_completed),
+            (round + 1, Some(Status::Success), 300_000)
+        );
+    }
+    assert_eq!(e.queue_depth(0), 0);
+}
+
+#[test]
+fn durable_copies_are_flushed_and_fenced_before_completion() {
+    let rec = Recorder::install();
+    let e = engine(|_| {});
+    let src = pattern(70_001, 3);
+    let mut dst = vec![0u8; 70_100];
+    let d = &mut dst[7..];
+    let (b, mut t) = Batch::new(copies(d, &src, 4096, Flags::DURABLE));
+    // SAFETY: buffers outlive the wait.
+    unsafe { e.try_submit(0, b) }.unwrap();
+    assert_eq!(t.wait(1000).status, Status::Success);
+    assert_eq!(rec.first_non_durable(d.as_ptr() as usize, src.len()), None);
+}
+
+#[test]
+fn fill_compare_and_flush_descriptors() {
+    let e = engine(|_| {});
+    let mut a = vec![0u8; 10_000];
+    let mut b = vec![0u8; 10_000];
+    let descs = vec![
+        Descriptor {
+            op: Op::Fill {
+                dst: a.as_mut_ptr(),
+                pattern: 0x0102_0304_0506_0708,
+            },
+            len: a.len(),
+            flags: Flags::CACHE_CONTROL,
+        },
+        Descriptor {
+            op: Op::Fill {
+                dst: b.as_mut_ptr(),
+                pattern: 0x0102_0304_0506_0708,
+            },
+            len: b.len(),
+            flags: Flags::DURABLE,
+        },
+        Descriptor {
+            op: Op::Compare {
+                a: a.as_ptr(),
+                b: b.as_ptr(),
+            },
+            len: a.len(),
+            flags: Flags::FENCE,
+        },
+        Descriptor {
+            op: Op::Flush { addr: a.as_ptr() },
+            len: a.len(),
+            flags: Flags::DURABLE,
+        },
+    ];
+    let (batch, mut t) = Batch::new(descs);
+    // SAFETY: buffers outlive the wait.
+    unsafe { e.try_submit(0, batch) }.unwrap();
+    assert_eq!(t.wait(1000).status, Status::Success);
+    assert_eq!(a[..8], [8, 7, 6, 5, 4, 3, 2, 1]);
+    b[5000] ^= 1;
+    let (batch, mut t) = Batch::new(vec![Descriptor {
+        op: Op::Compare {
+            a: a.as_ptr(),
+            b: b.as_ptr(),
+        },
+        len: a.len(),
+        flags: Flags::NONE,
+    }]);
+    // SAFETY: buffers outlive the wait.
+    unsafe { e.try_submit(0, batch) }.unwrap();
+    let o = t.wait(1000);
+    assert_eq!((o.status, o.bytes_completed), (Status::Mismatch, 5000));
+}
+
+#[test]
+fn injected_partial_and_error_completions_report_an_exact_prefix() {
+    let e = engine(|c| {
+        c.faults = FaultPlan {
+            partial_every: 2,
+            error_every: 3,
+            ..FaultPlan::default()
+        }
+    });
+    let mut seen = (0, 0);
+    for n in 1..=6u64 {
+        let src = pattern(200_000, n as u8);
+        let mut dst = vec![0u8; src.len()];
+        let (b, mut t) = Batch::new(copies(&mut dst, &src, 8192, Flags::NONE));
+        // SAFETY: buffers outlive the wait.
+        unsafe { e.try_submit(0, b) }.unwrap();
+        let o = t.wait(1000);
+        let k = o.bytes_completed as usize;
+        match o.status {
+            Status::Success => assert_eq!(k, src.len()),
+            Status::Partial => seen.0 += 1,
+            Status::Error => seen.1 += 1,
+            s => panic!("unexpected {s:?}"),
+        }
+        assert_eq!(dst[..k], src[..k], "the completed prefix is really done");
+        assert!(
+            dst[k..].iter().all(|&x| x == 0),
+            "nothing beyond the prefix was written"
+        );
+    }
+    assert_eq!(seen, (2, 2), "batches 2,4 partial; 3,6 error");
+}
+
+#[test]
+fn suspended_channels_refuse_and_hold_work_until_resumed() {
+    let e = engine(|_| {});
+    let src = pattern(4096, 1);
+    let mut dst = vec![0u8; 4096];
+    let (b, mut t) = Batch::new(copies(&mut dst, &src, 4096, Flags::NONE));
+    e.suspend(0);
+    assert!(e.is_suspended(0));
+    // SAFETY: buffers outlive the wait.
+    let b = match unsafe { e.try_submit(0, b) } {
+        Err(SubmitError::Suspended(b)) => b,
+        other => panic!("expected Suspended, got {other:?}"),
+    };
+    e.resume(0);
+    // SAFETY: buffers outlive the wait.
+    unsafe { e.try_submit(0, b) }.unwrap();
+    assert_eq!(t.wait(1000).status, Status::Success);
+    assert_eq!(dst, src);
+}
+
+#[test]
+fn a_full_queue_pushes_back_and_cancelled_batches_are_never_run() {
+    let e = engine(|c| {
+        c.queue_depth = 2;
+        c.faults.delay = Duration::from_millis(30);
+    });
+    let src = pattern(4096, 9);
+    let mut dsts = vec![vec![0u8; 4096]; 4];
+    let mut tickets = Vec::new();
+    let mut full = false;
+    for d in dsts.iter_mut() {
+        let (b, t) = Batch::new(copies(d, &src, 4096, Flags::NONE));
+        // SAFETY: buffers outlive the waits below.
+        match unsafe { e.try_submit(0, b) } {
+            Ok(_) => tickets.push(t),
+            Err(SubmitError::Full(_)) => full = true,
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    assert!(full, "a queue of 2 behind a 30 ms batch must fill");
+    assert!(e.queue_depth(0) >= 2);
+    let last = tickets.last().unwrap();
+    assert!(!last.started());
+    assert!(last.try_cancel());
+    let outcomes: Vec<_> = tickets.iter_mut().map(|t| t.wait(0).status).collect();
+    assert_eq!(outcomes.last(), Some(&Status::Cancelled));
+    let cancelled_ix = outcomes.len() - 1;
+    assert!(dsts[cancelled_ix].iter().all(|&x| x == 0));
+    assert_eq!(dsts[0], src);
+    // The channel record still counts the cancelled batch, in order.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while e.record(0).seq < outcomes.len() as u64 {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::yield_now();
+    }
+    assert_eq!(e.record(0).status, Some(Status::Cancelled));
+}
+
+#[test]
+fn dropping_the_engine_finishes_queued_work() {
+    let src = pattern(65536, 4);
+    let mut dst = vec![0u8; 65536];
+    let mut t = {
+        let e = engine(|c| c.faults.delay = Duration::from_millis(5));
+        let (b, t) = Batch::new(copies(&mut dst, &src, 4096, Flags::NONE));
+        // SAFETY: buffers outlive the engine, which finishes all work on drop.
+        unsafe { e.try_submit(0, b) }.unwrap();
+        t
+    };
+    assert_eq!(t.wait(0).status, Status::Success);
+    assert_eq!(dst, src);
+}

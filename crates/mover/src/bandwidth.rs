@@ -1,0 +1,122 @@
+//! Live bandwidth estimates B_C (CPU) and B_D (engine), and the engine's start-up delay t0,
+//! per direction and size bin: exponentially weighted moving averages, always maintained.
+//!
+//! Fastmove's published code only updated its split ratio with a debug flag on; here every
+//! engine completion and every bulk CPU copy feeds a sample. Updates are a relaxed load and a
+//! relaxed store of an `f64`'s bits: two threads updating at once may lose one sample, which an
+//! average tolerates, and no update ever blocks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::hints::Direction;
+
+/// Smallest request size that is sampled (smaller ones are never split or offloaded by default).
+pub const MIN_SAMPLED: usize = 16 << 10;
+/// Number of size bins: 16 KiB, 32 KiB, … , ≥ 2 MiB.
+pub const BINS: usize = 8;
+const ALPHA: f64 = 0.125;
+
+/// One EWMA.
+#[derive(Debug)]
+pub struct Ewma(AtomicU64);
+
+impl Ewma {
+    fn new(v: f64) -> Ewma {
+        Ewma(AtomicU64::new(v.to_bits()))
+    }
+
+    /// Current value.
+    pub fn get(&self) -> f64 {
+        f64::from_bits(self.0.load(Ordering::Relaxed))
+    }
+
+    /// Folds in a sample.
+    pub fn update(&self, sample: f64) {
+        if sample.is_finite() && sample > 0.0 {
+            let old = self.get();
+            self.0.store((old + ALPHA * (sample - old)).to_bits(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Estimates for one direction.
+#[derive(Debug)]
+pub struct DirectionEstimates {
+    /// CPU bandwidth per size bin, bytes/ns (= GB/s).
+    pub cpu: [Ewma; BINS],
+    /// Engine bandwidth per size bin while executing, bytes/ns.
+    pub engine: [Ewma; BINS],
+    /// Delay from submission to the engine starting, ns.
+    pub startup_ns: Ewma,
+}
+
+/// All estimates.
+#[derive(Debug)]
+pub struct Bandwidth {
+    dirs: [DirectionEstimates; 3],
+}
+
+/// Size bin of a request.
+pub fn bin(len: usize) -> usize {
+    let log = usize::BITS - 1 - len.max(1).leading_zeros();
+    (log.saturating_sub(MIN_SAMPLED.trailing_zeros()) as usize).min(BINS - 1)
+}
+
+impl Default for Bandwidth {
+    fn default() -> Self {
+        // Neutral priors (equal paths, 5 µs start-up) until the first samples arrive.
+        let d = || DirectionEstimates {
+            cpu: std::array::from_fn(|_| Ewma::new(8.0)),
+            engine: std::array::from_fn(|_| Ewma::new(8.0)),
+            startup_ns: Ewma::new(5_000.0),
+        };
+        Bandwidth { dirs: [d(), d(), d()] }
+    }
+}
+
+impl Bandwidth {
+    /// The estimates of one direction.
+    pub fn of(&self, dir: Direction) -> &DirectionEstimates {
+        &self.dirs[dir.index()]
+    }
+
+    /// Bytes the engine should take of a `len`-byte split so both sides finish together:
+    /// `L_D / B_D + t0 = L_C / B_C` with `L_C + L_D = L`, rounded down to `round`.
+    pub fn engine_share(&self, dir: Direction, len: usize, round: usize) -> usize {
+        let e = self.of(dir);
+        let b = bin(len);
+        let (bc, bd, t0) = (e.cpu[b].get(), e.engine[b].get(), e.startup_ns.get());
+        let share = (len as f64 - bc * t0).max(0.0) * bd / (bc + bd);
+        (share as usize).min(len) / round * round
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bins_are_log2_from_16k() {
+        assert_eq!(bin(1), 0);
+        assert_eq!(bin(16 << 10), 0);
+        assert_eq!(bin(32 << 10), 1);
+        assert_eq!(bin((64 << 10) - 1), 1);
+        assert_eq!(bin(1 << 20), 6);
+        assert_eq!(bin(1 << 30), BINS - 1);
+    }
+
+    #[test]
+    fn the_split_follows_the_estimates() {
+        let bw = Bandwidth::default();
+        let l = 1 << 20;
+        let even = bw.engine_share(Direction::FromSlow, l, 4096);
+        assert!(even < l / 2, "start-up delay shifts work to the CPU");
+        for _ in 0..200 {
+            bw.of(Direction::FromSlow).engine[bin(l)].update(24.0);
+            bw.of(Direction::FromSlow).startup_ns.update(1.0);
+        }
+        let fast_engine = bw.engine_share(Direction::FromSlow, l, 4096);
+        assert!(fast_engine > l * 2 / 3, "{fast_engine}");
+        assert_eq!(fast_engine % 4096, 0);
+    }
+}

@@ -1,0 +1,287 @@
+//! Every knob of the data-movement stack, with its default, in one type. Loaded from TOML.
+//!
+//! ```toml
+//! [engine]
+//! kind = "threads"           # the only engine without DSA/I/OAT hardware
+//! channels = 1               # worker threads; 0 = one per core beyond the first (at least 1)
+//! queue_depth = 64           # batches per channel queue
+//! spin_us = 50               # idle worker spins this long, then parks
+//! pin = true                 # pin workers to the last cores
+//! descriptor_bytes = 65536   # descriptor granule (DRAM-side boundaries, Fastmove §5.1)
+//!
+//! [media]
+//! flush = "auto"             # auto | clwb | clflushopt | clflush | none (eADR)
+//! nt_threshold = 1024        # durable copies below this use temporal stores + flush
+//!
+//! [mover]
+//! policy = "auto"            # auto (schedule) | cpu (CPU only) | engine (engine only)
+//! concurrency_limit = 0      # M: engine requests in flight; 0 = number of channels
+//! split = true               # split bulk from-slow copies between engine and CPU (§5.3)
+//! split_min_bytes = 262144   # smallest request that is split
+//! cpu_writers = 0            # cap on concurrent CPU writers into slow memory; 0 = none
+//! align_writes = true        # §5.2: writes with unequal 64 B offsets stay on the CPU
+//! wait_spin = 2000           # polls of a completion before parking
+//!
+//! [mover.thresholds]         # bytes at or above which a request uses the engine
+//! to_slow   = { local_aligned = 65536,  local_unaligned = 131072, remote_aligned = 32768,  remote_unaligned = 65536 }
+//! from_slow = { local_aligned = 262144, local_unaligned = 262144, remote_aligned = 131072, remote_unaligned = 131072 }
+//! dram      = { local_aligned = 262144, local_unaligned = 262144, remote_aligned = 131072, remote_unaligned = 131072 }
+//! ```
+//!
+//! The threshold defaults were measured on a 2-core machine with the threads engine and a
+//! DRAM-backed region (`switchyard bench copy`); `switchyard tune` will derive them per machine.
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use switchyard_media::{FlushKind, Persist};
+
+/// The whole configuration.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// The copy engine.
+    pub engine: EngineConfig,
+    /// Persistence primitives.
+    pub media: MediaConfig,
+    /// The scheduler.
+    pub mover: MoverConfig,
+}
+
+/// `[engine]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineConfig {
+    /// Engine kind: `threads`.
+    pub kind: String,
+    /// Channels; 0 = one per core beyond the first, at least 1.
+    pub channels: usize,
+    /// Batches per channel queue.
+    pub queue_depth: usize,
+    /// Idle spin before parking, µs.
+    pub spin_us: u64,
+    /// Pin workers to cores.
+    pub pin: bool,
+    /// Descriptor granule, bytes.
+    pub descriptor_bytes: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { kind: "threads".into(), channels: 0, queue_depth: 64, spin_us: 50, pin: true, descriptor_bytes: 64 << 10 }
+    }
+}
+
+impl EngineConfig {
+    /// Channels to start: the configured number, or one per core beyond the first.
+    pub fn effective_channels(&self) -> usize {
+        if self.channels > 0 {
+            return self.channels;
+        }
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        cores.saturating_sub(1).max(1)
+    }
+}
+
+/// `[media]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MediaConfig {
+    /// Flush instruction: `auto` or a [`FlushKind`] name.
+    pub flush: String,
+    /// Durable-copy non-temporal threshold, bytes.
+    pub nt_threshold: usize,
+}
+
+impl Default for MediaConfig {
+    fn default() -> Self {
+        MediaConfig { flush: "auto".into(), nt_threshold: switchyard_media::persist::DEFAULT_NT_THRESHOLD }
+    }
+}
+
+/// Which paths the mover may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Schedule each request (Fastmove).
+    #[default]
+    Auto,
+    /// Always the calling CPU.
+    Cpu,
+    /// Always the engine (waiting for queue space rather than falling back).
+    Engine,
+}
+
+/// Thresholds for one direction, by locality and alignment.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Locality {
+    /// Local memory, source and destination 64 B aligned.
+    pub local_aligned: usize,
+    /// Local memory, unaligned.
+    pub local_unaligned: usize,
+    /// Remote (other socket) memory, aligned.
+    pub remote_aligned: usize,
+    /// Remote memory, unaligned.
+    pub remote_unaligned: usize,
+}
+
+impl Locality {
+    const fn uniform(local: usize, remote: usize) -> Locality {
+        Locality { local_aligned: local, local_unaligned: local, remote_aligned: remote, remote_unaligned: remote }
+    }
+}
+
+/// `[mover.thresholds]`: engine thresholds per direction.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Thresholds {
+    /// DRAM → slow memory (writes).
+    pub to_slow: Locality,
+    /// Slow memory → DRAM (reads).
+    pub from_slow: Locality,
+    /// DRAM → DRAM.
+    pub dram: Locality,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds {
+            to_slow: Locality { local_aligned: 64 << 10, local_unaligned: 128 << 10, remote_aligned: 32 << 10, remote_unaligned: 64 << 10 },
+            from_slow: Locality::uniform(256 << 10, 128 << 10),
+            dram: Locality::uniform(256 << 10, 128 << 10),
+        }
+    }
+}
+
+/// `[mover]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MoverConfig {
+    /// Path policy.
+    pub policy: Policy,
+    /// M; 0 = number of channels.
+    pub concurrency_limit: usize,
+    /// Split bulk from-slow copies.
+    pub split: bool,
+    /// Smallest split request, bytes.
+    pub split_min_bytes: usize,
+    /// Cap on concurrent CPU writers into slow memory; 0 = no cap.
+    pub cpu_writers: usize,
+    /// Keep writes with unequal 64 B offsets on the CPU.
+    pub align_writes: bool,
+    /// Completion polls before parking.
+    pub wait_spin: u32,
+    /// Engine thresholds.
+    pub thresholds: Thresholds,
+}
+
+impl Default for MoverConfig {
+    fn default() -> Self {
+        MoverConfig {
+            policy: Policy::Auto,
+            concurrency_limit: 0,
+            split: true,
+            split_min_bytes: 256 << 10,
+            cpu_writers: 0,
+            align_writes: true,
+            wait_spin: 2000,
+            thresholds: Thresholds::default(),
+        }
+    }
+}
+
+/// A configuration that could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config {path}: {source}")]
+    Read {
+        /// The path.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or names an unknown key.
+    #[error("config {path}: {message}")]
+    Parse {
+        /// The path.
+        path: String,
+        /// What the parser said, with the line.
+        message: String,
+    },
+    /// A value is out of range.
+    #[error("config: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads and validates a TOML file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: p.clone(), source })?;
+        let cfg: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse { path: p, message: e.to_string() })?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks ranges and names.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |m: String| Err(ConfigError::Invalid(m));
+        if self.engine.kind != "threads" {
+            return bad(format!("engine.kind = {:?}: no such engine on this build (available: \"threads\")", self.engine.kind));
+        }
+        if self.engine.queue_depth == 0 || self.engine.queue_depth > 1 << 16 {
+            return bad(format!("engine.queue_depth = {}: must be 1..=65536", self.engine.queue_depth));
+        }
+        if self.engine.descriptor_bytes < 4096 || !self.engine.descriptor_bytes.is_power_of_two() {
+            return bad(format!("engine.descriptor_bytes = {}: must be a power of two >= 4096", self.engine.descriptor_bytes));
+        }
+        if self.media.flush != "auto" {
+            match FlushKind::from_name(&self.media.flush) {
+                None => return bad(format!("media.flush = {:?}: expected auto, clwb, clflushopt, clflush or none", self.media.flush)),
+                Some(k) if !k.supported() => return bad(format!("media.flush = {:?}: this CPU lacks the instruction", self.media.flush)),
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The persistence primitives this configuration selects.
+    pub fn persist(&self) -> Persist {
+        let mut p = Persist::detect();
+        if let Some(k) = FlushKind::from_name(&self.media.flush) {
+            p.flush = k;
+        }
+        p.nt_threshold = self.media.nt_threshold;
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_is_the_default() {
+        let doc = include_str!("config.rs");
+        let toml_text: String = doc
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| l.trim_start_matches("//!").trim_start().to_string() + "\n")
+            .collect();
+        let parsed: Config = toml::from_str(&toml_text).unwrap();
+        assert_eq!(parsed, Config::default());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_clear_errors() {
+        let e = toml::from_str::<Config>("[mover]\nthreshold = 3\n").unwrap_err().to_string();
+        assert!(e.contains("threshold"), "{e}");
+        let c: Config = toml::from_str("[media]\nflush = \"wbinvd\"\n").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("wbinvd"));
+        let c: Config = toml::from_str("[engine]\nkind = \"dsa\"\n").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("no such engine"));
+    }
+}
