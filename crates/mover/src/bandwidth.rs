@@ -34,7 +34,8 @@ impl Ewma {
     pub fn update(&self, sample: f64) {
         if sample.is_finite() && sample > 0.0 {
             let old = self.get();
-            self.0.store((old + ALPHA * (sample - old)).to_bits(), Ordering::Relaxed);
+            self.0
+                .store((old + ALPHA * (sample - old)).to_bits(), Ordering::Relaxed);
         }
     }
 }
@@ -70,7 +71,9 @@ impl Default for Bandwidth {
             engine: std::array::from_fn(|_| Ewma::new(8.0)),
             startup_ns: Ewma::new(5_000.0),
         };
-        Bandwidth { dirs: [d(), d(), d()] }
+        Bandwidth {
+            dirs: [d(), d(), d()],
+        }
     }
 }
 

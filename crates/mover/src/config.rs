@@ -3,7 +3,7 @@
 //! ```toml
 //! [engine]
 //! kind = "threads"           # the only engine without DSA/I/OAT hardware
-//! channels = 1               # worker threads; 0 = one per core beyond the first (at least 1)
+//! channels = 0               # worker threads; 0 = one per core beyond the first (at least 1)
 //! queue_depth = 64           # batches per channel queue
 //! spin_us = 50               # idle worker spins this long, then parks
 //! pin = true                 # pin workers to the last cores
@@ -67,7 +67,14 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { kind: "threads".into(), channels: 0, queue_depth: 64, spin_us: 50, pin: true, descriptor_bytes: 64 << 10 }
+        EngineConfig {
+            kind: "threads".into(),
+            channels: 0,
+            queue_depth: 64,
+            spin_us: 50,
+            pin: true,
+            descriptor_bytes: 64 << 10,
+        }
     }
 }
 
@@ -77,7 +84,9 @@ impl EngineConfig {
         if self.channels > 0 {
             return self.channels;
         }
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
         cores.saturating_sub(1).max(1)
     }
 }
@@ -94,7 +103,10 @@ pub struct MediaConfig {
 
 impl Default for MediaConfig {
     fn default() -> Self {
-        MediaConfig { flush: "auto".into(), nt_threshold: switchyard_media::persist::DEFAULT_NT_THRESHOLD }
+        MediaConfig {
+            flush: "auto".into(),
+            nt_threshold: switchyard_media::persist::DEFAULT_NT_THRESHOLD,
+        }
     }
 }
 
@@ -127,7 +139,12 @@ pub struct Locality {
 
 impl Locality {
     const fn uniform(local: usize, remote: usize) -> Locality {
-        Locality { local_aligned: local, local_unaligned: local, remote_aligned: remote, remote_unaligned: remote }
+        Locality {
+            local_aligned: local,
+            local_unaligned: local,
+            remote_aligned: remote,
+            remote_unaligned: remote,
+        }
     }
 }
 
@@ -146,7 +163,12 @@ pub struct Thresholds {
 impl Default for Thresholds {
     fn default() -> Self {
         Thresholds {
-            to_slow: Locality { local_aligned: 64 << 10, local_unaligned: 128 << 10, remote_aligned: 32 << 10, remote_unaligned: 64 << 10 },
+            to_slow: Locality {
+                local_aligned: 64 << 10,
+                local_unaligned: 128 << 10,
+                remote_aligned: 32 << 10,
+                remote_unaligned: 64 << 10,
+            },
             from_slow: Locality::uniform(256 << 10, 128 << 10),
             dram: Locality::uniform(256 << 10, 128 << 10),
         }
@@ -218,8 +240,14 @@ impl Config {
     /// Reads and validates a TOML file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: p.clone(), source })?;
-        let cfg: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse { path: p, message: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        let cfg: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: p,
+            message: e.to_string(),
+        })?;
         cfg.validate()?;
         Ok(cfg)
     }
@@ -228,18 +256,37 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |m: String| Err(ConfigError::Invalid(m));
         if self.engine.kind != "threads" {
-            return bad(format!("engine.kind = {:?}: no such engine on this build (available: \"threads\")", self.engine.kind));
+            return bad(format!(
+                "engine.kind = {:?}: no such engine on this build (available: \"threads\")",
+                self.engine.kind
+            ));
         }
         if self.engine.queue_depth == 0 || self.engine.queue_depth > 1 << 16 {
-            return bad(format!("engine.queue_depth = {}: must be 1..=65536", self.engine.queue_depth));
+            return bad(format!(
+                "engine.queue_depth = {}: must be 1..=65536",
+                self.engine.queue_depth
+            ));
         }
         if self.engine.descriptor_bytes < 4096 || !self.engine.descriptor_bytes.is_power_of_two() {
-            return bad(format!("engine.descriptor_bytes = {}: must be a power of two >= 4096", self.engine.descriptor_bytes));
+            return bad(format!(
+                "engine.descriptor_bytes = {}: must be a power of two >= 4096",
+                self.engine.descriptor_bytes
+            ));
         }
         if self.media.flush != "auto" {
             match FlushKind::from_name(&self.media.flush) {
-                None => return bad(format!("media.flush = {:?}: expected auto, clwb, clflushopt, clflush or none", self.media.flush)),
-                Some(k) if !k.supported() => return bad(format!("media.flush = {:?}: this CPU lacks the instruction", self.media.flush)),
+                None => {
+                    return bad(format!(
+                        "media.flush = {:?}: expected auto, clwb, clflushopt, clflush or none",
+                        self.media.flush
+                    ))
+                }
+                Some(k) if !k.supported() => {
+                    return bad(format!(
+                        "media.flush = {:?}: this CPU lacks the instruction",
+                        self.media.flush
+                    ))
+                }
                 Some(_) => {}
             }
         }
@@ -277,11 +324,17 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_bad_values_are_clear_errors() {
-        let e = toml::from_str::<Config>("[mover]\nthreshold = 3\n").unwrap_err().to_string();
+        let e = toml::from_str::<Config>("[mover]\nthreshold = 3\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("threshold"), "{e}");
         let c: Config = toml::from_str("[media]\nflush = \"wbinvd\"\n").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("wbinvd"));
         let c: Config = toml::from_str("[engine]\nkind = \"dsa\"\n").unwrap();
-        assert!(c.validate().unwrap_err().to_string().contains("no such engine"));
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("no such engine"));
     }
 }

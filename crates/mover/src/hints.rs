@@ -1,7 +1,9 @@
 //! What the caller tells the mover about a request.
 
 /// Which way the data moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Direction {
     /// DRAM → slow memory (a write).
@@ -50,11 +52,18 @@ pub struct Hints {
 impl Hints {
     /// A durable write into slow memory.
     pub fn write() -> Hints {
-        Hints { direction: Direction::ToSlow, durable: true, ..Hints::default() }
+        Hints {
+            direction: Direction::ToSlow,
+            durable: true,
+            ..Hints::default()
+        }
     }
 
     /// A read from slow memory.
     pub fn read() -> Hints {
-        Hints { direction: Direction::FromSlow, ..Hints::default() }
+        Hints {
+            direction: Direction::FromSlow,
+            ..Hints::default()
+        }
     }
 }

@@ -1,1 +1,156 @@
+//! # switchyard-mover — the Fastmove scheduler
+//!
+//! One call moves data between DRAM and slow memory with the cheapest engine available:
+//! [`Mover::copy`] (synchronous) or [`Mover::submit`] (asynchronous, a [`Transfer`] to poll or
+//! wait). Per request, [`Mover::decide`] picks the calling CPU, the engine, or a split of the
+//! two (Fastmove, ACM ToS, §5), from the request's size, direction, alignment and locality and
+//! the engine's live load; [`Mover::stats`] returns the counters that explain its choices.
+//!
+//! Decisions run at the caller, with atomics only (no central thread). Durable requests end
+//! flushed and fenced on whichever path ran. Partial engine completions are finished on the CPU
+//! and counted.
 
+#![warn(missing_docs)]
+
+pub mod bandwidth;
+pub mod config;
+pub mod counters;
+mod decide;
+pub mod hints;
+pub mod plan;
+mod transfer;
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+use switchyard_engine::{Engine, ThreadsConfig, ThreadsEngine};
+use switchyard_media::Persist;
+
+pub use bandwidth::Bandwidth;
+pub use config::{Config, ConfigError, Policy};
+pub use counters::Stats;
+pub use decide::{Decision, Path};
+pub use hints::{Direction, Hints};
+pub use transfer::{Report, Transfer};
+
+/// A request the mover cannot carry out.
+#[derive(Debug, thiserror::Error)]
+pub enum MoveError {
+    /// Source and destination lengths differ.
+    #[error("copy: destination is {dst} bytes but source is {src} bytes")]
+    LengthMismatch {
+        /// Destination length.
+        dst: usize,
+        /// Source length.
+        src: usize,
+    },
+}
+
+/// The data mover: scheduler state, the engine, and counters. Share it (`&Mover` is `Sync`).
+pub struct Mover {
+    pub(crate) policy: Policy,
+    /// [direction][remote][unaligned] → engine threshold in bytes.
+    pub(crate) thresholds: [[[usize; 2]; 2]; 3],
+    pub(crate) engine_channels: usize,
+    pub(crate) concurrency_limit: usize,
+    pub(crate) split: bool,
+    pub(crate) split_min_bytes: usize,
+    pub(crate) align_writes: bool,
+    pub(crate) wait_spin: u32,
+    pub(crate) cpu_writers: usize,
+    pub(crate) granule: usize,
+    pub(crate) persist: Persist,
+    pub(crate) engine: Arc<dyn Engine>,
+    /// C: engine requests in flight.
+    pub(crate) inflight: CachePadded<AtomicUsize>,
+    /// S: next channel.
+    pub(crate) rr: CachePadded<AtomicUsize>,
+    pub(crate) writers: CachePadded<AtomicUsize>,
+    pub(crate) bandwidth: Bandwidth,
+    pub(crate) counters: counters::Counters,
+}
+
+impl Mover {
+    /// Validates `config`, starts its engine and returns the mover.
+    pub fn start(config: &Config) -> Result<Mover, ConfigError> {
+        config.validate()?;
+        let persist = config.persist();
+        let e = &config.engine;
+        let engine = ThreadsEngine::start(ThreadsConfig {
+            channels: e.effective_channels(),
+            queue_depth: e.queue_depth,
+            spin: Duration::from_micros(e.spin_us),
+            pin: e.pin,
+            descriptor_bytes: e.descriptor_bytes,
+            persist,
+            faults: Default::default(),
+        })
+        .map_err(|err| {
+            ConfigError::Invalid(format!("engine: cannot start worker threads: {err}"))
+        })?;
+        Ok(Mover::with_engine(config, Arc::new(engine), persist))
+    }
+
+    /// A mover over an engine the caller built (tests use fault-injecting engines).
+    pub fn with_engine(config: &Config, engine: Arc<dyn Engine>, persist: Persist) -> Mover {
+        let m = &config.mover;
+        let t = &m.thresholds;
+        let row = |l: &config::Locality| {
+            [
+                [l.local_aligned, l.local_unaligned],
+                [l.remote_aligned, l.remote_unaligned],
+            ]
+        };
+        let info = engine.info();
+        Mover {
+            policy: m.policy,
+            thresholds: [row(&t.to_slow), row(&t.from_slow), row(&t.dram)],
+            engine_channels: info.channels,
+            concurrency_limit: if m.concurrency_limit == 0 {
+                info.channels
+            } else {
+                m.concurrency_limit
+            },
+            split: m.split,
+            split_min_bytes: m.split_min_bytes,
+            align_writes: m.align_writes,
+            wait_spin: m.wait_spin,
+            cpu_writers: m.cpu_writers,
+            granule: info.descriptor_bytes,
+            persist,
+            engine,
+            inflight: CachePadded::new(AtomicUsize::new(0)),
+            rr: CachePadded::new(AtomicUsize::new(0)),
+            writers: CachePadded::new(AtomicUsize::new(0)),
+            bandwidth: Bandwidth::default(),
+            counters: Default::default(),
+        }
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> Stats {
+        self.counters.snapshot()
+    }
+
+    /// The live bandwidth estimates.
+    pub fn bandwidth(&self) -> &Bandwidth {
+        &self.bandwidth
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &dyn Engine {
+        &*self.engine
+    }
+
+    /// The persistence primitives in use.
+    pub fn persist(&self) -> Persist {
+        self.persist
+    }
+
+    /// The path policy.
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+}

@@ -13,14 +13,32 @@ use crate::hints::Direction;
 
 /// Descriptors copying `len` bytes from `src` to `dst`, cut at `granule` boundaries of the DRAM
 /// side (`src` for writes into slow memory, `dst` otherwise).
-pub fn pair(dst: *mut u8, src: *const u8, len: usize, dir: Direction, granule: usize, flags: Flags) -> Vec<Descriptor> {
-    let dram = if dir == Direction::ToSlow { src as usize } else { dst as usize };
+pub fn pair(
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    dir: Direction,
+    granule: usize,
+    flags: Flags,
+) -> Vec<Descriptor> {
+    let dram = if dir == Direction::ToSlow {
+        src as usize
+    } else {
+        dst as usize
+    };
     let mut out = Vec::with_capacity(len / granule + 2);
     let mut off = 0;
     while off < len {
         let to_boundary = granule - (dram + off) % granule;
         let n = to_boundary.min(len - off);
-        out.push(Descriptor { op: Op::Copy { dst: dst.wrapping_add(off), src: src.wrapping_add(off) }, len: n, flags });
+        out.push(Descriptor {
+            op: Op::Copy {
+                dst: dst.wrapping_add(off),
+                src: src.wrapping_add(off),
+            },
+            len: n,
+            flags,
+        });
         off += n;
     }
     out

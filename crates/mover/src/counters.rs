@@ -1,0 +1,99 @@
+//! Counters that explain the scheduler's choices, cheap enough for every request.
+//!
+//! Each thread adds to its own cache-padded stripe (one uncontended atomic add per counter);
+//! a snapshot sums the stripes.
+
+use crossbeam_utils::CachePadded;
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+macro_rules! counters {
+    ($($name:ident: $doc:literal,)*) => {
+        /// One counter.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[allow(non_camel_case_types)]
+        pub enum Counter { $(#[doc = $doc] $name,)* }
+        const N: usize = [$(stringify!($name)),*].len();
+
+        /// Summed counter values.
+        #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+        pub struct Stats { $(#[doc = $doc] pub $name: u64,)* }
+
+        impl Stats {
+            fn from_array(a: [u64; N]) -> Stats {
+                let mut i = 0;
+                $(let $name = a[i]; i += 1;)*
+                let _ = i;
+                Stats { $($name,)* }
+            }
+
+            /// (name, value) pairs in declaration order.
+            pub fn rows(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($name), self.$name)),*]
+            }
+        }
+    };
+}
+
+counters! {
+    cpu_requests: "Requests copied entirely by the calling CPU.",
+    cpu_bytes: "Bytes copied on the CPU path.",
+    engine_requests: "Requests executed entirely by the engine (bar partial-completion repair).",
+    engine_bytes: "Bytes the engine copied (all paths).",
+    split_requests: "Requests split between engine and CPU.",
+    split_cpu_bytes: "Bytes of split requests copied by the CPU.",
+    split_engine_bytes: "Bytes of split requests planned for the engine.",
+    below_threshold: "Requests kept on the CPU because they were below the size threshold.",
+    misaligned_writes: "Writes kept on the CPU because source and destination differ in 64 B offset (§5.2).",
+    aligned_heads: "Writes whose unaligned head the CPU copied before offloading the rest (§5.2).",
+    fallback_saturated: "Bulk requests sent to the CPU because M engine requests were in flight.",
+    fallback_queue_full: "Bulk requests sent to the CPU because the channel queue was full or suspended.",
+    fallback_latency: "Latency-critical requests kept off a busy channel.",
+    reclaimed: "Split engine shares the CPU took back because the engine had not started them.",
+    partial_completions: "Engine completions that were partial (the mover finished the rest).",
+    engine_errors: "Engine completions with an error (the mover redid the rest on the CPU).",
+    repaired_bytes: "Bytes the CPU copied after a partial or failed engine completion.",
+    writer_waits: "CPU writes that waited for the slow-memory writer cap.",
+}
+
+const STRIPES: usize = 16;
+
+/// Striped counters.
+pub struct Counters {
+    stripes: Box<[CachePadded<[AtomicU64; N]>]>,
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            stripes: (0..STRIPES)
+                .map(|_| CachePadded::new(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
+        }
+    }
+}
+
+fn stripe() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES);
+    MINE.with(|s| *s)
+}
+
+impl Counters {
+    /// Adds `n` to `c`.
+    #[inline]
+    pub fn add(&self, c: Counter, n: u64) {
+        self.stripes[stripe()][c as usize].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Sums all stripes.
+    pub fn snapshot(&self) -> Stats {
+        let mut a = [0u64; N];
+        for s in self.stripes.iter() {
+            for (i, v) in s.iter().enumerate() {
+                a[i] += v.load(Ordering::Relaxed);
+            }
+        }
+        Stats::from_array(a)
+    }
+}

@@ -1,0 +1,149 @@
+//! The scheduler's decision (Fastmove §5.4), in one function: [`Mover::decide`].
+
+use std::sync::atomic::Ordering;
+
+use crate::config::Policy;
+use crate::counters::Counter;
+use crate::hints::{Direction, Hints};
+use crate::Mover;
+
+/// Which path a request takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// The calling CPU copies everything.
+    Cpu,
+    /// The engine copies everything, on `channel`.
+    Engine {
+        /// Channel chosen round-robin.
+        channel: usize,
+    },
+    /// The engine copies the first `engine_bytes` on `channel` while the CPU copies the rest.
+    Split {
+        /// Channel chosen round-robin.
+        channel: usize,
+        /// Bytes for the engine.
+        engine_bytes: usize,
+    },
+}
+
+/// A decision. Engine and split decisions hold one of the M in-flight slots until
+/// [`Mover::release`] (the execution paths release it when the engine part completes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// The path.
+    pub path: Path,
+    /// CPU-copied head bytes before the engine part (§5.2: equal 64 B offsets).
+    pub head: usize,
+}
+
+impl Decision {
+    const CPU: Decision = Decision {
+        path: Path::Cpu,
+        head: 0,
+    };
+}
+
+impl Mover {
+    /// Chooses CPU, engine or split for a `len`-byte copy from `src` to `dst`.
+    ///
+    /// Order of checks (each cheap; the common small request returns after the first two):
+    /// 1. policy `cpu` → CPU; policy `engine` → engine on the next channel;
+    /// 2. below the threshold for (direction, locality, alignment) → CPU;
+    /// 3. writes whose source and destination differ in 64 B offset → CPU; equal non-zero
+    ///    offsets → the CPU takes the head up to the line boundary (§5.2);
+    /// 4. M engine requests already in flight (atomics at the caller, no central thread) → CPU;
+    /// 5. latency-critical and the round-robin channel has queued work → CPU;
+    /// 6. bulk reads from slow memory at or above `split_min_bytes`, synchronous → split in
+    ///    proportion to the live bandwidths (§5.3); otherwise → engine.
+    #[inline]
+    pub fn decide(
+        &self,
+        dst: *const u8,
+        src: *const u8,
+        len: usize,
+        hints: &Hints,
+        sync: bool,
+    ) -> Decision {
+        match self.policy {
+            Policy::Cpu => return Decision::CPU,
+            Policy::Engine => {
+                self.inflight.fetch_add(1, Ordering::Relaxed);
+                return Decision {
+                    path: Path::Engine {
+                        channel: self.next_channel(),
+                    },
+                    head: 0,
+                };
+            }
+            Policy::Auto => {}
+        }
+        let (d, s) = (dst as usize, src as usize);
+        let aligned = (d | s) % 64 == 0;
+        let threshold = self.thresholds[hints.direction.index()][usize::from(hints.remote)]
+            [usize::from(!aligned)];
+        if len < threshold || self.engine_channels == 0 {
+            self.counters.add(Counter::below_threshold, 1);
+            return Decision::CPU;
+        }
+        let mut head = 0;
+        if hints.direction == Direction::ToSlow && !aligned && self.align_writes {
+            if d % 64 != s % 64 {
+                self.counters.add(Counter::misaligned_writes, 1);
+                return Decision::CPU;
+            }
+            head = 64 - d % 64;
+        }
+        if self.inflight.fetch_add(1, Ordering::AcqRel) >= self.concurrency_limit {
+            self.inflight.fetch_sub(1, Ordering::Release);
+            self.counters.add(Counter::fallback_saturated, 1);
+            return Decision::CPU;
+        }
+        let channel = self.next_channel();
+        if hints.latency_critical && self.engine.queue_depth(channel) > 0 {
+            self.inflight.fetch_sub(1, Ordering::Release);
+            self.counters.add(Counter::fallback_latency, 1);
+            return Decision::CPU;
+        }
+        let body = len - head;
+        if sync
+            && self.split
+            && hints.direction == Direction::FromSlow
+            && body >= self.split_min_bytes
+        {
+            let engine_bytes = self.bandwidth.engine_share(hints.direction, body, 4096);
+            if engine_bytes < 4096 {
+                self.inflight.fetch_sub(1, Ordering::Release);
+                return Decision::CPU;
+            }
+            return Decision {
+                path: Path::Split {
+                    channel,
+                    engine_bytes,
+                },
+                head,
+            };
+        }
+        Decision {
+            path: Path::Engine { channel },
+            head,
+        }
+    }
+
+    /// Gives back the in-flight slot an engine or split decision took.
+    #[inline]
+    pub fn release(&self, d: &Decision) {
+        if d.path != Path::Cpu {
+            self.inflight.fetch_sub(1, Ordering::Release);
+        }
+    }
+
+    fn next_channel(&self) -> usize {
+        let n = self.engine_channels;
+        let start = self.rr.fetch_add(1, Ordering::Relaxed);
+        // Skip suspended channels; if all are suspended the submit reports it.
+        (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&c| !self.engine.is_suspended(c))
+            .unwrap_or(start % n)
+    }
+}

@@ -1,0 +1,381 @@
+//! Executing a decision: the CPU path, the engine path with partial-completion repair, the
+//! split, and the asynchronous [`Transfer`] handle.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use switchyard_engine::{clock, Batch, Flags, Outcome, Status, SubmitError, Ticket};
+use switchyard_media::CopyMode;
+
+use crate::bandwidth::{bin, MIN_SAMPLED};
+use crate::config::Policy;
+use crate::counters::Counter;
+use crate::decide::{Decision, Path};
+use crate::hints::{Direction, Hints};
+use crate::{plan, Mover};
+
+/// What a finished request did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Report {
+    /// The path the scheduler chose.
+    pub path: Path,
+    /// Bytes the engine copied.
+    pub engine_bytes: usize,
+    /// Bytes the CPU copied (head, its split share, fallbacks and repairs).
+    pub cpu_bytes: usize,
+}
+
+/// An engine part in flight. Owns the right to the buffers until its ticket reports.
+struct InFlight {
+    ticket: Ticket,
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    hints: Hints,
+    submitted_ns: u64,
+    decision: Decision,
+}
+
+impl Mover {
+    /// Copies `src` into `dst` (equal lengths), choosing the path per request, and returns when
+    /// the copy is complete (and durable, if `hints.durable`).
+    pub fn copy(
+        &self,
+        dst: &mut [u8],
+        src: &[u8],
+        hints: Hints,
+    ) -> Result<Report, crate::MoveError> {
+        if dst.len() != src.len() {
+            return Err(crate::MoveError::LengthMismatch {
+                dst: dst.len(),
+                src: src.len(),
+            });
+        }
+        // SAFETY: the slices are valid, non-overlapping (`&mut` vs `&`), and borrowed for the
+        // whole call, which returns only after every engine part completed.
+        Ok(unsafe { self.copy_raw(dst.as_mut_ptr(), src.as_ptr(), src.len(), hints) })
+    }
+
+    /// [`Mover::copy`] on raw pointers, for memory the borrow checker cannot see (a region).
+    ///
+    /// # Safety
+    /// `src` valid for reads and `dst` for writes of `len` bytes, not overlapping, and `dst` not
+    /// accessed by anyone else until this returns.
+    pub unsafe fn copy_raw(
+        &self,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+        hints: Hints,
+    ) -> Report {
+        let decision = self.decide(dst, src, len, &hints, true);
+        let head = decision.head;
+        let mut report = Report {
+            path: decision.path,
+            engine_bytes: 0,
+            cpu_bytes: head,
+        };
+        if head > 0 {
+            self.counters.add(Counter::aligned_heads, 1);
+            // SAFETY: head < 64 <= len, inside the caller's ranges.
+            unsafe { self.cpu_copy(dst, src, head, &hints) };
+        }
+        // SAFETY: head <= len, so the body pointers stay inside the caller's ranges.
+        let (d, s, body) = unsafe { (dst.add(head), src.add(head), len - head) };
+        match decision.path {
+            Path::Cpu => {
+                self.counters.add(Counter::cpu_requests, 1);
+                // SAFETY: forwarded from this function's contract.
+                unsafe { self.cpu_copy(d, s, body, &hints) };
+                report.cpu_bytes += body;
+            }
+            Path::Engine { channel } => {
+                self.counters.add(Counter::engine_requests, 1);
+                // SAFETY: forwarded; we wait for the engine part below.
+                match unsafe { self.start_engine(channel, d, s, body, hints, decision) } {
+                    Some(f) => self.finish(f, &mut report),
+                    None => {
+                        // SAFETY: the engine never received the buffers.
+                        unsafe { self.cpu_copy(d, s, body, &hints) };
+                        report.cpu_bytes += body;
+                    }
+                }
+            }
+            Path::Split {
+                channel,
+                engine_bytes,
+            } => {
+                self.counters.add(Counter::split_requests, 1);
+                self.counters
+                    .add(Counter::split_engine_bytes, engine_bytes as u64);
+                // SAFETY: engine part [0, engine_bytes) and CPU part [engine_bytes, body) are
+                // disjoint pieces of the caller's ranges; we wait for the engine part below.
+                let started =
+                    unsafe { self.start_engine(channel, d, s, engine_bytes, hints, decision) };
+                let cpu_from = if started.is_some() { engine_bytes } else { 0 };
+                let t = Instant::now();
+                // SAFETY: disjoint from the engine part, inside the caller's ranges.
+                unsafe { self.cpu_copy(d.add(cpu_from), s.add(cpu_from), body - cpu_from, &hints) };
+                self.sample_cpu(hints.direction, body - engine_bytes, t);
+                report.cpu_bytes += body - cpu_from;
+                self.counters
+                    .add(Counter::split_cpu_bytes, (body - engine_bytes) as u64);
+                if let Some(f) = started {
+                    if f.ticket.try_cancel() {
+                        // The engine had not started its share: do it here rather than wait.
+                        self.counters.add(Counter::reclaimed, 1);
+                        self.release(&f.decision);
+                        // SAFETY: the cancelled batch will never touch the buffers (completion
+                        // rule 2), so the engine part is ours again.
+                        unsafe { self.cpu_copy(d, s, engine_bytes, &hints) };
+                        report.cpu_bytes += engine_bytes;
+                    } else {
+                        self.finish(f, &mut report);
+                    }
+                }
+            }
+        }
+        report
+    }
+
+    /// Starts a copy and returns at once: small requests are copied inline (the handle is
+    /// already complete), bulk ones go to the engine. Asynchronous requests are never split —
+    /// the caller wants its core back.
+    ///
+    /// # Safety
+    /// As [`Mover::copy_raw`], until the returned [`Transfer`] is waited for or dropped (drop
+    /// waits). Leaking the `Transfer` (e.g. `mem::forget`) while it is pending leaves the engine
+    /// writing into `dst`.
+    pub unsafe fn submit(
+        &self,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+        hints: Hints,
+    ) -> Transfer<'_> {
+        let decision = self.decide(dst, src, len, &hints, false);
+        let mut report = Report {
+            path: decision.path,
+            engine_bytes: 0,
+            cpu_bytes: decision.head,
+        };
+        // SAFETY: head < len, inside the caller's ranges.
+        unsafe { self.cpu_copy(dst, src, decision.head, &hints) };
+        // SAFETY: as above.
+        let (d, s, body) = unsafe {
+            (
+                dst.add(decision.head),
+                src.add(decision.head),
+                len - decision.head,
+            )
+        };
+        let inflight = match decision.path {
+            Path::Engine { channel } | Path::Split { channel, .. } => {
+                self.counters.add(Counter::engine_requests, 1);
+                // SAFETY: forwarded; the Transfer waits before releasing the buffers.
+                unsafe { self.start_engine(channel, d, s, body, hints, decision) }
+            }
+            Path::Cpu => None,
+        };
+        if inflight.is_none() {
+            if decision.path == Path::Cpu {
+                self.counters.add(Counter::cpu_requests, 1);
+            }
+            // SAFETY: the engine holds none of the buffers.
+            unsafe { self.cpu_copy(d, s, body, &hints) };
+            report.cpu_bytes += body;
+        }
+        Transfer {
+            mover: self,
+            inflight,
+            report,
+        }
+    }
+
+    /// The CPU path: the media kernels, under the slow-memory writer cap.
+    ///
+    /// # Safety
+    /// As [`Mover::copy_raw`].
+    pub(crate) unsafe fn cpu_copy(&self, dst: *mut u8, src: *const u8, len: usize, hints: &Hints) {
+        if len == 0 {
+            return;
+        }
+        let mode = match (hints.durable, hints.direction) {
+            (true, _) => CopyMode::Durable,
+            (false, Direction::ToSlow) if len >= self.persist.nt_threshold => CopyMode::NonTemporal,
+            _ => CopyMode::Temporal,
+        };
+        let capped = self.cpu_writers > 0 && hints.direction == Direction::ToSlow;
+        if capped {
+            self.acquire_writer();
+        }
+        let sample = len >= MIN_SAMPLED && self.policy == Policy::Auto;
+        let t = sample.then(Instant::now);
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.persist.copy(dst, src, len, mode) };
+        if let Some(t) = t {
+            self.sample_cpu(hints.direction, len, t);
+        }
+        if capped {
+            self.writers.fetch_sub(1, Ordering::Release);
+        }
+        self.counters.add(Counter::cpu_bytes, len as u64);
+    }
+
+    fn acquire_writer(&self) {
+        let mut waited = false;
+        loop {
+            let n = self.writers.load(Ordering::Relaxed);
+            if n < self.cpu_writers
+                && self
+                    .writers
+                    .compare_exchange_weak(n, n + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                break;
+            }
+            if !waited {
+                waited = true;
+                self.counters.add(Counter::writer_waits, 1);
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    fn sample_cpu(&self, dir: Direction, len: usize, since: Instant) {
+        if len >= MIN_SAMPLED {
+            let ns = since.elapsed().as_nanos() as f64;
+            self.bandwidth.of(dir).cpu[bin(len)].update(len as f64 / ns);
+        }
+    }
+
+    /// Builds the batch and submits it. `None` (slot released, counted) if the channel refused
+    /// it; with policy `engine` a full queue is waited out instead.
+    ///
+    /// # Safety
+    /// As [`Mover::copy_raw`], until the returned [`InFlight`] is finished.
+    unsafe fn start_engine(
+        &self,
+        channel: usize,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+        hints: Hints,
+        decision: Decision,
+    ) -> Option<InFlight> {
+        let flags = match (hints.durable, hints.direction) {
+            (true, _) => Flags::DURABLE,
+            (false, Direction::ToSlow) => Flags::NONE,
+            _ => Flags::CACHE_CONTROL,
+        };
+        let (mut batch, ticket) = Batch::new(plan::pair(
+            dst,
+            src,
+            len,
+            hints.direction,
+            self.granule,
+            flags,
+        ));
+        let submitted_ns = clock::now_ns();
+        loop {
+            // SAFETY: forwarded from this function's contract: the buffers stay valid until
+            // the InFlight is finished, which waits for the ticket.
+            match unsafe { self.engine.try_submit(channel, batch) } {
+                Ok(_) => {
+                    return Some(InFlight {
+                        ticket,
+                        dst,
+                        src,
+                        len,
+                        hints,
+                        submitted_ns,
+                        decision,
+                    })
+                }
+                Err(SubmitError::Full(b)) if self.policy == Policy::Engine => {
+                    batch = b;
+                    std::thread::yield_now();
+                }
+                Err(_) => {
+                    self.release(&decision);
+                    self.counters.add(Counter::fallback_queue_full, 1);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// Waits for an engine part, updates the estimates, and repairs a partial or failed
+    /// completion on the CPU.
+    fn finish(&self, mut f: InFlight, report: &mut Report) {
+        let o = f.ticket.wait(self.wait_spin);
+        self.complete(&f, o, report);
+    }
+
+    fn complete(&self, f: &InFlight, o: Outcome, report: &mut Report) {
+        self.release(&f.decision);
+        let done = (o.bytes_completed as usize).min(f.len);
+        self.counters.add(Counter::engine_bytes, done as u64);
+        report.engine_bytes += done;
+        if o.status == Status::Success && f.len >= MIN_SAMPLED {
+            let est = self.bandwidth.of(f.hints.direction);
+            est.engine[bin(f.len)]
+                .update(f.len as f64 / o.finished_ns.saturating_sub(o.started_ns).max(1) as f64);
+            est.startup_ns
+                .update(o.started_ns.saturating_sub(f.submitted_ns).max(1) as f64);
+        }
+        match o.status {
+            Status::Success => return,
+            Status::Partial => self.counters.add(Counter::partial_completions, 1),
+            Status::Error | Status::Mismatch | Status::Cancelled => {
+                self.counters.add(Counter::engine_errors, 1)
+            }
+        }
+        let rest = f.len - done;
+        self.counters.add(Counter::repaired_bytes, rest as u64);
+        // SAFETY: the engine has finished with the batch (its outcome is published), so the
+        // remaining range belongs to us again; it lies inside the caller's ranges.
+        unsafe { self.cpu_copy(f.dst.add(done), f.src.add(done), rest, &f.hints) };
+        report.cpu_bytes += rest;
+    }
+}
+
+/// An asynchronous copy. Poll it, wait for it, or drop it (dropping waits).
+pub struct Transfer<'m> {
+    mover: &'m Mover,
+    inflight: Option<InFlight>,
+    report: Report,
+}
+
+impl Transfer<'_> {
+    /// Whether the copy is complete; completes the bookkeeping (and any repair) when it is.
+    pub fn poll(&mut self) -> bool {
+        let Some(f) = &self.inflight else { return true };
+        match f.ticket.poll() {
+            Some(o) => {
+                let f = self.inflight.take().expect("checked above");
+                self.mover.complete(&f, o, &mut self.report);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Blocks until the copy is complete.
+    pub fn wait(mut self) -> Report {
+        self.finish_now();
+        self.report
+    }
+
+    fn finish_now(&mut self) {
+        if let Some(f) = self.inflight.take() {
+            self.mover.finish(f, &mut self.report);
+        }
+    }
+}
+
+impl Drop for Transfer<'_> {
+    fn drop(&mut self) {
+        self.finish_now();
+    }
+}

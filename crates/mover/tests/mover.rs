@@ -1,0 +1,234 @@
+//! The mover end to end: data, durability, decisions, fault repair.
+
+use proptest::prelude::*;
+use std::sync::Arc;
+use switchyard_engine::{FaultPlan, ThreadsConfig, ThreadsEngine};
+use switchyard_media::{trace::Recorder, Persist};
+use switchyard_mover::{Config, Direction, Hints, Mover, Path, Policy};
+
+fn mover(policy: Policy, faults: FaultPlan, tweak: impl FnOnce(&mut Config)) -> Mover {
+    let mut cfg = Config::default();
+    cfg.mover.policy = policy;
+    cfg.mover.thresholds.to_slow.local_aligned = 16 << 10;
+    cfg.mover.thresholds.from_slow.local_aligned = 32 << 10;
+    cfg.mover.thresholds.from_slow.local_unaligned = 32 << 10;
+    cfg.mover.split_min_bytes = 64 << 10;
+    tweak(&mut cfg);
+    let persist = Persist::detect();
+    let engine = ThreadsEngine::start(ThreadsConfig {
+        pin: false,
+        descriptor_bytes: 16 << 10,
+        persist,
+        faults,
+        ..ThreadsConfig::default()
+    })
+    .unwrap();
+    Mover::with_engine(&cfg, Arc::new(engine), persist)
+}
+
+fn data(n: usize, seed: u64) -> Vec<u8> {
+    (0..n as u64)
+        .map(|i| (i.wrapping_mul(0x9E37_79B9).wrapping_add(seed) >> 7) as u8)
+        .collect()
+}
+
+/// A zeroed buffer of `n` bytes starting on a 64-byte boundary (returned with its backing).
+fn aligned(n: usize) -> (Vec<u8>, usize) {
+    let v = vec![0u8; n + 64];
+    let off = v.as_ptr().align_offset(64);
+    (v, off)
+}
+
+fn policies() -> impl Strategy<Value = Policy> {
+    prop_oneof![Just(Policy::Auto), Just(Policy::Cpu), Just(Policy::Engine)]
+}
+
+fn directions() -> impl Strategy<Value = Direction> {
+    prop_oneof![
+        Just(Direction::ToSlow),
+        Just(Direction::FromSlow),
+        Just(Direction::Dram)
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Any size, alignment, direction and policy: the destination equals the source, nothing
+    /// around it changes, and durable requests end flushed and fenced on whichever path ran.
+    #[test]
+    fn copies_are_byte_exact_and_durable_when_asked(
+        len in 0usize..400_000, so in 0usize..128, d_off in 0usize..128,
+        dir in directions(), durable: bool, policy in policies(), same_offset: bool)
+    {
+        let rec = Recorder::install();
+        let m = mover(policy, FaultPlan::default(), |_| {});
+        let d_off = if same_offset { so } else { d_off };
+        let src = data(len + so, len as u64);
+        let mut dst = vec![0x5Au8; len + d_off + 64];
+        let hints = Hints { direction: dir, durable, ..Hints::default() };
+        let r = m.copy(&mut dst[d_off..d_off + len], &src[so..], hints).unwrap();
+        prop_assert_eq!(&dst[d_off..d_off + len], &src[so..]);
+        prop_assert!(dst[..d_off].iter().chain(&dst[d_off + len..]).all(|&b| b == 0x5A));
+        prop_assert_eq!(r.cpu_bytes + r.engine_bytes, len);
+        if durable {
+            prop_assert_eq!(rec.first_non_durable(dst[d_off..].as_ptr() as usize, len), None, "{:?}", r);
+        }
+    }
+}
+
+#[test]
+fn partial_and_failed_engine_completions_are_finished_and_counted() {
+    let m = mover(
+        Policy::Engine,
+        FaultPlan {
+            partial_every: 2,
+            error_every: 5,
+            ..FaultPlan::default()
+        },
+        |_| {},
+    );
+    for n in 0..10u64 {
+        let src = data(300_000, n);
+        let mut dst = vec![0u8; src.len()];
+        let r = m.copy(&mut dst, &src, Hints::write()).unwrap();
+        assert_eq!(dst, src, "request {n}");
+        assert_eq!(r.cpu_bytes + r.engine_bytes, src.len());
+    }
+    let s = m.stats();
+    assert_eq!(s.partial_completions, 4, "batches 2,4,6,8 partial: {s:?}");
+    assert_eq!(s.engine_errors, 2, "batches 5,10 failed: {s:?}");
+    assert!(s.repaired_bytes > 0);
+    assert_eq!(s.engine_requests, 10);
+}
+
+#[test]
+fn async_transfers_complete_and_repair_too() {
+    let m = mover(
+        Policy::Engine,
+        FaultPlan {
+            partial_every: 1,
+            ..FaultPlan::default()
+        },
+        |_| {},
+    );
+    let src = data(1 << 20, 3);
+    let mut dst = vec![0u8; src.len()];
+    // SAFETY: both buffers outlive the transfer, which is waited for below.
+    let mut t = unsafe { m.submit(dst.as_mut_ptr(), src.as_ptr(), src.len(), Hints::read()) };
+    while !t.poll() {
+        std::hint::spin_loop();
+    }
+    let r = t.wait();
+    assert_eq!(dst, src);
+    assert_eq!(r.cpu_bytes + r.engine_bytes, src.len());
+    assert_eq!(m.stats().partial_completions, 1);
+}
+
+#[test]
+fn decisions_follow_the_rules() {
+    let m = mover(Policy::Auto, FaultPlan::default(), |c| {
+        c.mover.concurrency_limit = 1
+    });
+    let (buf, base) = aligned(8 << 20);
+    let p = buf[base..].as_ptr();
+    let at = |o: usize| p.wrapping_add(o);
+    let w = Hints::write();
+    let r = Hints::read();
+    // Below threshold → CPU.
+    assert_eq!(m.decide(at(0), at(4 << 20), 4096, &w, true).path, Path::Cpu);
+    // Unequal 64 B offsets on a write → CPU (§5.2).
+    assert_eq!(
+        m.decide(at(3), at((4 << 20) + 5), 1 << 20, &w, true).path,
+        Path::Cpu
+    );
+    // Equal offsets → engine with a CPU head up to the line boundary.
+    let d = m.decide(at(3), at((4 << 20) + 3), 1 << 20, &w, true);
+    assert!(
+        matches!(d.path, Path::Engine { .. }) && d.head == 61,
+        "{d:?}"
+    );
+    // M = 1 is taken now: the next bulk request falls back to the CPU.
+    assert_eq!(
+        m.decide(at(0), at(4 << 20), 1 << 20, &w, true).path,
+        Path::Cpu
+    );
+    m.release(&d);
+    // Bulk synchronous read → split; asynchronous → engine.
+    let s = m.decide(at(0), at(4 << 20), 1 << 20, &r, true);
+    assert!(
+        matches!(s.path, Path::Split { engine_bytes, .. } if engine_bytes > 0 && engine_bytes < 1 << 20),
+        "{s:?}"
+    );
+    m.release(&s);
+    let a = m.decide(at(0), at(4 << 20), 1 << 20, &r, false);
+    assert!(matches!(a.path, Path::Engine { .. }));
+    m.release(&a);
+    let st = m.stats();
+    assert_eq!(
+        (
+            st.below_threshold,
+            st.misaligned_writes,
+            st.fallback_saturated
+        ),
+        (1, 1, 1)
+    );
+}
+
+#[test]
+fn latency_critical_requests_avoid_a_busy_channel_and_suspended_channels_fall_back() {
+    let m = mover(
+        Policy::Auto,
+        FaultPlan {
+            delay: std::time::Duration::from_millis(50),
+            ..FaultPlan::default()
+        },
+        |c| c.mover.concurrency_limit = 4,
+    );
+    let n = 1 << 20;
+    let (mut s, so) = aligned(n);
+    s[so..so + n].copy_from_slice(&data(n, 1));
+    let src = &s[so..so + n];
+    let (mut d1, o1) = aligned(n);
+    // Occupy the channel with a slow async transfer.
+    // SAFETY: buffers outlive the transfer, waited for below.
+    let busy = unsafe { m.submit(d1[o1..].as_mut_ptr(), src.as_ptr(), n, Hints::write()) };
+    let (mut d2, o2) = aligned(n);
+    let lc = Hints {
+        latency_critical: true,
+        ..Hints::write()
+    };
+    assert_eq!(
+        m.copy(&mut d2[o2..o2 + n], src, lc).unwrap().path,
+        Path::Cpu
+    );
+    busy.wait();
+    assert_eq!(m.stats().fallback_latency, 1);
+    m.engine().suspend(0);
+    let (mut d3, o3) = aligned(n);
+    let r = m.copy(&mut d3[o3..o3 + n], src, Hints::write()).unwrap();
+    assert_eq!((&d3[o3..o3 + n] == src, r.engine_bytes), (true, 0));
+    assert_eq!(m.stats().fallback_queue_full, 1);
+}
+
+#[test]
+fn the_writer_cap_is_respected_under_contention() {
+    let m = Arc::new(mover(Policy::Cpu, FaultPlan::default(), |c| {
+        c.mover.cpu_writers = 1
+    }));
+    let hs: Vec<_> = (0..4)
+        .map(|i| {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                let src = data(256 << 10, i);
+                let mut dst = vec![0u8; src.len()];
+                for _ in 0..20 {
+                    m.copy(&mut dst, &src, Hints::write()).unwrap();
+                }
+                assert_eq!(dst, src);
+            })
+        })
+        .collect();
+    hs.into_iter().for_each(|h| h.join().unwrap());
+    assert_eq!(m.stats().cpu_requests, 80);
+}
