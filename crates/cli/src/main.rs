@@ -1,1 +1,105 @@
-fn main() {}
+//! `switchyard`: the command-line front end.
+
+mod copy_bench;
+mod cpu_time;
+mod decide_bench;
+mod idle_bench;
+mod pmdk;
+mod size;
+mod stat;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use switchyard_mover::Config;
+
+/// Switchyard: a userspace storage stack for slow memory that moves data with the cheapest
+/// engine available (CPU, DMA engine or helper threads), chosen per request.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure the data-movement paths.
+    #[command(subcommand)]
+    Bench(Bench),
+    /// Show the detected media primitives, the configuration in effect and the counters of the
+    /// last run.
+    Stat(stat::StatArgs),
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Copy throughput, latency and CPU cost of glibc memcpy, PMDK, and Switchyard's cpu-only,
+    /// engine-only and scheduled paths, over sizes, threads and both directions.
+    Copy(copy_bench::CopyArgs),
+    /// Cost of one scheduling decision (median over batches).
+    Decide(decide_bench::DecideArgs),
+    /// CPU used by an idle engine after a burst of work.
+    Idle(idle_bench::IdleArgs),
+}
+
+/// Options shared by commands that open a region and start the mover.
+#[derive(Args, Clone)]
+pub struct Common {
+    /// Region file (created if missing). The embedded default lives in the working directory.
+    #[arg(long, default_value = "switchyard.region")]
+    pub region: PathBuf,
+    /// Configuration file (TOML; every knob is documented in `switchyard-mover`'s config).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+impl Common {
+    /// The configuration: the file if given, else the defaults.
+    pub fn load_config(&self) -> anyhow::Result<Config> {
+        match &self.config {
+            Some(p) => Ok(Config::load(p)?),
+            None => Ok(Config::default()),
+        }
+    }
+
+    /// Where the counters of the last run are kept.
+    pub fn stats_path(&self) -> PathBuf {
+        let mut p = self.region.clone().into_os_string();
+        p.push(".stats.json");
+        PathBuf::from(p)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Bench(Bench::Copy(a)) => copy_bench::run(&a),
+        Command::Bench(Bench::Decide(a)) => decide_bench::run(&a),
+        Command::Bench(Bench::Idle(a)) => idle_bench::run(&a),
+        Command::Stat(a) => stat::run(&a),
+    };
+    match r.context("switchyard") {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {:#}", e.root_cause_chain());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+trait Chain {
+    fn root_cause_chain(&self) -> String;
+}
+
+impl Chain for anyhow::Error {
+    fn root_cause_chain(&self) -> String {
+        self.chain()
+            .skip(1)
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(": ")
+    }
+}

@@ -31,4 +31,4 @@ pub mod trace;
 pub use error::MediaError;
 pub use kernels::{CopyMode, Simd};
 pub use persist::{FlushKind, Persist, CACHE_LINE};
-pub use region::{Region, RegionKind};
+pub use region::{Region, RegionKind, MIN_REGION};

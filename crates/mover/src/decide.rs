@@ -51,10 +51,14 @@ impl Mover {
     /// 2. below the threshold for (direction, locality, alignment) → CPU;
     /// 3. writes whose source and destination differ in 64 B offset → CPU; equal non-zero
     ///    offsets → the CPU takes the head up to the line boundary (§5.2);
-    /// 4. M engine requests already in flight (atomics at the caller, no central thread) → CPU;
-    /// 5. latency-critical and the round-robin channel has queued work → CPU;
-    /// 6. bulk reads from slow memory at or above `split_min_bytes`, synchronous → split in
-    ///    proportion to the live bandwidths (§5.3); otherwise → engine.
+    /// 4. the engine runs on the application's cores (helper threads) and bulk callers already
+    ///    occupy every core the engine does not use → CPU (offloading would only add a thread
+    ///    competing for the same cores);
+    /// 5. M engine requests already in flight (atomics at the caller, no central thread) → CPU;
+    /// 6. latency-critical and the round-robin channel has queued work → CPU;
+    /// 7. synchronous reads from slow memory at or above `split_min_bytes` → split in
+    ///    proportion to the live bandwidths (§5.3). Writes are not split: measured with the
+    ///    threads engine, one core already saturates durable write bandwidth. Otherwise → engine.
     #[inline]
     pub fn decide(
         &self,
@@ -92,6 +96,10 @@ impl Mover {
                 return Decision::CPU;
             }
             head = 64 - d % 64;
+        }
+        if self.cores_shared && self.active_bulk.load(Ordering::Relaxed) > self.spare_cores {
+            self.counters.add(Counter::fallback_busy_cores, 1);
+            return Decision::CPU;
         }
         if self.inflight.fetch_add(1, Ordering::AcqRel) >= self.concurrency_limit {
             self.inflight.fetch_sub(1, Ordering::Release);

@@ -48,11 +48,30 @@ pub enum MoveError {
     },
 }
 
+/// Validates `config` and starts the engine it names (several movers may share it).
+pub fn start_engine(config: &Config) -> Result<Arc<dyn Engine>, ConfigError> {
+    config.validate()?;
+    let e = &config.engine;
+    let engine = ThreadsEngine::start(ThreadsConfig {
+        channels: e.effective_channels(),
+        queue_depth: e.queue_depth,
+        spin: Duration::from_micros(e.spin_us),
+        pin: e.pin,
+        descriptor_bytes: e.descriptor_bytes,
+        persist: config.persist(),
+        faults: Default::default(),
+    })
+    .map_err(|err| ConfigError::Invalid(format!("engine: cannot start worker threads: {err}")))?;
+    Ok(Arc::new(engine))
+}
+
 /// The data mover: scheduler state, the engine, and counters. Share it (`&Mover` is `Sync`).
 pub struct Mover {
     pub(crate) policy: Policy,
     /// [direction][remote][unaligned] → engine threshold in bytes.
     pub(crate) thresholds: [[[usize; 2]; 2]; 3],
+    /// The smallest threshold: requests below it never touch shared scheduler state.
+    pub(crate) min_threshold: usize,
     pub(crate) engine_channels: usize,
     pub(crate) concurrency_limit: usize,
     pub(crate) split: bool,
@@ -68,6 +87,13 @@ pub struct Mover {
     /// S: next channel.
     pub(crate) rr: CachePadded<AtomicUsize>,
     pub(crate) writers: CachePadded<AtomicUsize>,
+    /// Whether the engine's channels are threads on the application's cores.
+    pub(crate) cores_shared: bool,
+    /// Cores left for callers when every engine channel has one (at least 1).
+    pub(crate) spare_cores: usize,
+    /// Synchronous bulk (at or above the smallest threshold) copies in progress, the deciding
+    /// caller included.
+    pub(crate) active_bulk: CachePadded<AtomicUsize>,
     pub(crate) bandwidth: Bandwidth,
     pub(crate) counters: counters::Counters,
 }
@@ -104,9 +130,17 @@ impl Mover {
             ]
         };
         let info = engine.info();
+        let thresholds = [row(&t.to_slow), row(&t.from_slow), row(&t.dram)];
         Mover {
             policy: m.policy,
-            thresholds: [row(&t.to_slow), row(&t.from_slow), row(&t.dram)],
+            min_threshold: thresholds
+                .iter()
+                .flatten()
+                .flatten()
+                .copied()
+                .min()
+                .unwrap_or(0),
+            thresholds,
             engine_channels: info.channels,
             concurrency_limit: if m.concurrency_limit == 0 {
                 info.channels
@@ -124,6 +158,13 @@ impl Mover {
             inflight: CachePadded::new(AtomicUsize::new(0)),
             rr: CachePadded::new(AtomicUsize::new(0)),
             writers: CachePadded::new(AtomicUsize::new(0)),
+            cores_shared: info.uses_cpu_cores,
+            spare_cores: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+                .saturating_sub(info.channels)
+                .max(1),
+            active_bulk: CachePadded::new(AtomicUsize::new(0)),
             bandwidth: Bandwidth::default(),
             counters: Default::default(),
         }

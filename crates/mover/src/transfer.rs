@@ -68,6 +68,11 @@ impl Mover {
         len: usize,
         hints: Hints,
     ) -> Report {
+        // Bulk callers are counted while they copy, so others see how busy the cores are.
+        let bulk = self.cores_shared && self.policy == Policy::Auto && len >= self.min_threshold;
+        if bulk {
+            self.active_bulk.fetch_add(1, Ordering::Relaxed);
+        }
         let decision = self.decide(dst, src, len, &hints, true);
         let head = decision.head;
         let mut report = Report {
@@ -134,6 +139,9 @@ impl Mover {
                     }
                 }
             }
+        }
+        if bulk {
+            self.active_bulk.fetch_sub(1, Ordering::Relaxed);
         }
         report
     }

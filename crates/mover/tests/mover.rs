@@ -10,6 +10,7 @@ fn mover(policy: Policy, faults: FaultPlan, tweak: impl FnOnce(&mut Config)) -> 
     let mut cfg = Config::default();
     cfg.mover.policy = policy;
     cfg.mover.thresholds.to_slow.local_aligned = 16 << 10;
+    cfg.mover.thresholds.to_slow.local_unaligned = 16 << 10;
     cfg.mover.thresholds.from_slow.local_aligned = 32 << 10;
     cfg.mover.thresholds.from_slow.local_unaligned = 32 << 10;
     cfg.mover.split_min_bytes = 64 << 10;

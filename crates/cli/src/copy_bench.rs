@@ -1,0 +1,516 @@
+//! `switchyard bench copy`: the data-movement paths side by side, in one run.
+//!
+//! For every (direction, size, threads) point the paths run in interleaved rounds (so drift on
+//! a noisy machine hits them alike) over buffers far larger than the last-level cache; the
+//! point's GiB/s is the median over rounds, latencies are pooled for p50/p99, and CPU cost is
+//! process CPU time (all threads, engine workers included) per GiB moved.
+//!
+//! Paths: `glibc` (memcpy; for durable writes followed by the same flush + fence Switchyard
+//! uses, since that is what a program must add to make memcpy durable), `pmdk`
+//! (`pmem_memcpy_persist`, writes only — PMDK has no read path), and Switchyard's `cpu`,
+//! `engine` and `scheduled` policies over one shared engine.
+
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use serde::Serialize;
+use switchyard_media::{Region, MIN_REGION};
+use switchyard_mover::{Config, Direction, Hints, Mover, Policy};
+
+use crate::{cpu_time, pmdk::Pmdk, size, Common};
+
+/// `bench copy` options.
+#[derive(Args)]
+pub struct CopyArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Finish within 60 s: 6 sizes from 4K to 4M, 3 short rounds per path.
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON record per point (and a summary record) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Size of the region file and of the DRAM buffer (K/M/G suffixes); keep it far above the
+    /// last-level cache. Default 256M with --quick, else 1G.
+    #[arg(long, value_parser = size::parse)]
+    region_size: Option<u64>,
+    /// Largest number of application threads (default: the number of cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Comma-separated request sizes (default: powers of two 4K..4M; with --quick 4K,16K,64K,256K,1M,4M).
+    #[arg(long, value_delimiter = ',', value_parser = size::parse)]
+    sizes: Vec<u64>,
+    /// Rounds per point (median reported); default 3 with --quick, else 5.
+    #[arg(long)]
+    rounds: Option<usize>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PathKind {
+    Glibc,
+    Pmdk,
+    Cpu,
+    Engine,
+    Scheduled,
+}
+
+impl PathKind {
+    const ALL: [PathKind; 5] = [
+        PathKind::Glibc,
+        PathKind::Pmdk,
+        PathKind::Cpu,
+        PathKind::Engine,
+        PathKind::Scheduled,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            PathKind::Glibc => "glibc",
+            PathKind::Pmdk => "pmdk",
+            PathKind::Cpu => "cpu",
+            PathKind::Engine => "engine",
+            PathKind::Scheduled => "scheduled",
+        }
+    }
+}
+
+/// One measured point of one path.
+#[derive(Debug, Clone, Serialize)]
+pub struct Record {
+    path: &'static str,
+    direction: &'static str,
+    size: u64,
+    threads: usize,
+    durable: bool,
+    p50_us: f64,
+    p99_us: f64,
+    gib_per_s: f64,
+    cpu_s_per_gib: f64,
+    engine: String,
+    media: String,
+}
+
+struct Bench {
+    region: Region,
+    dram: Vec<u8>,
+    dram_off: usize,
+    span: usize,
+    movers: [Mover; 3],
+    pmdk: Option<Pmdk>,
+}
+
+struct Slice {
+    bytes: u64,
+    wall: Duration,
+    cpu: Duration,
+    lat_ns: Vec<u32>,
+}
+
+impl Bench {
+    fn ptrs(&self, dir: Direction, off: usize) -> (*mut u8, *const u8) {
+        // SAFETY: off + size <= span <= both buffers' lengths (checked by the caller's layout).
+        unsafe {
+            let r = self.region.as_mut_ptr().add(off);
+            let d = self.dram.as_ptr().add(self.dram_off + off) as *mut u8;
+            match dir {
+                Direction::FromSlow => (d, r),
+                _ => (r, d),
+            }
+        }
+    }
+
+    fn one(&self, path: PathKind, dir: Direction, dst: *mut u8, src: *const u8, n: usize) {
+        let durable = dir == Direction::ToSlow;
+        let hints = Hints {
+            direction: dir,
+            durable,
+            ..Hints::default()
+        };
+        let p = self.region.persist();
+        // SAFETY: for all arms, each thread copies within its own disjoint slice of the region and
+        // of the DRAM buffer, so ranges are valid, non-overlapping and unshared.
+        unsafe {
+            match path {
+                PathKind::Glibc => {
+                    libc::memcpy(dst.cast(), src.cast(), n);
+                    if durable {
+                        p.persist(dst, n);
+                    }
+                }
+                PathKind::Pmdk => self
+                    .pmdk
+                    .as_ref()
+                    .expect("pmdk path only runs when loaded")
+                    .memcpy_persist(dst, src, n),
+                PathKind::Cpu => {
+                    self.movers[0].copy_raw(dst, src, n, hints);
+                }
+                PathKind::Engine => {
+                    self.movers[1].copy_raw(dst, src, n, hints);
+                }
+                PathKind::Scheduled => {
+                    self.movers[2].copy_raw(dst, src, n, hints);
+                }
+            }
+        }
+    }
+
+    fn slice(
+        &self,
+        path: PathKind,
+        dir: Direction,
+        size: usize,
+        threads: usize,
+        dur: Duration,
+    ) -> Slice {
+        let per = self.span / threads / size * size;
+        let barrier = Barrier::new(threads + 1);
+        let cpu0 = cpu_time::process();
+        let mut start = Instant::now();
+        let results: Vec<(u64, Vec<u32>)> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads)
+                .map(|t| {
+                    let barrier = &barrier;
+                    s.spawn(move || {
+                        barrier.wait();
+                        let begin = Instant::now();
+                        let (mut bytes, mut lat, mut k) = (0u64, Vec::with_capacity(4096), 0usize);
+                        while begin.elapsed() < dur {
+                            let off = t * per + (k * size) % per;
+                            let (d, s) = self.ptrs(dir, off);
+                            let t0 = Instant::now();
+                            self.one(path, dir, d, s, size);
+                            lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32);
+                            bytes += size as u64;
+                            k += 1;
+                        }
+                        (bytes, lat)
+                    })
+                })
+                .collect();
+            barrier.wait();
+            start = Instant::now();
+            hs.into_iter()
+                .map(|h| h.join().expect("bench thread"))
+                .collect()
+        });
+        let wall = start.elapsed();
+        let cpu = cpu_time::process() - cpu0;
+        let bytes = results.iter().map(|r| r.0).sum();
+        let lat_ns = results.into_iter().flat_map(|r| r.1).collect();
+        Slice {
+            bytes,
+            wall,
+            cpu,
+            lat_ns,
+        }
+    }
+}
+
+fn percentile(sorted: &[u32], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Runs the benchmark.
+pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
+    let cfg = a.common.load_config()?;
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let max_threads = a.threads.unwrap_or(cores).max(1);
+    let sizes: Vec<u64> = if !a.sizes.is_empty() {
+        a.sizes.clone()
+    } else if a.quick {
+        vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20]
+    } else {
+        (12..=22).map(|s| 1u64 << s).collect()
+    };
+    let region_size = a
+        .region_size
+        .unwrap_or(if a.quick { 256 << 20 } else { 1 << 30 });
+    let biggest = *sizes.iter().max().context("no sizes")?;
+    if biggest * max_threads as u64 * 4 > region_size {
+        bail!(
+            "region size {} too small: need at least {} (4 requests of {} per thread)",
+            size::show(region_size),
+            size::show(biggest * max_threads as u64 * 4),
+            size::show(biggest)
+        );
+    }
+    if region_size < MIN_REGION {
+        bail!(
+            "region size {} too small: need at least {}",
+            size::show(region_size),
+            size::show(MIN_REGION)
+        );
+    }
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 }).max(1);
+    let slice = Duration::from_millis(if a.quick { 20 } else { 40 });
+
+    let pmdk = match Pmdk::load() {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("note: PMDK baseline unavailable: {e}");
+            None
+        }
+    };
+    let persist = cfg.persist();
+    let region = Region::create(&a.common.region, region_size, persist)?;
+    let region_len = region.len().min(region_size as usize);
+    let mut dram = vec![0u8; region_len + 4096];
+    let dram_off = dram.as_ptr().align_offset(4096);
+    // Fault every page in before measuring.
+    // SAFETY: the whole region is mapped and no one else uses it yet.
+    unsafe { std::ptr::write_bytes(region.as_mut_ptr(), 1, region_len) };
+    dram.iter_mut().for_each(|b| *b = 2);
+    let engine = switchyard_mover::start_engine(&cfg)?;
+    let mover = |p: Policy| {
+        let mut c: Config = cfg.clone();
+        c.mover.policy = p;
+        Mover::with_engine(&c, engine.clone(), persist)
+    };
+    let b = Arc::new(Bench {
+        region,
+        dram,
+        dram_off,
+        span: region_len,
+        movers: [
+            mover(Policy::Cpu),
+            mover(Policy::Engine),
+            mover(Policy::Auto),
+        ],
+        pmdk,
+    });
+    let info = b.movers[2].engine().info();
+    let engine_name = format!(
+        "{} ({} channel{})",
+        info.name,
+        info.channels,
+        if info.channels == 1 { "" } else { "s" }
+    );
+    let media_name = format!(
+        "{} region, flush {}, {}",
+        b.region.kind().name(),
+        persist.flush.name(),
+        persist.simd.name()
+    );
+
+    let dirs = [Direction::ToSlow, Direction::FromSlow];
+    let points: Vec<(Direction, u64, usize)> = dirs
+        .iter()
+        .flat_map(|&d| {
+            sizes
+                .iter()
+                .flat_map(move |&s| (1..=max_threads).map(move |t| (d, s, t)))
+        })
+        .collect();
+    let bar = indicatif::ProgressBar::new(points.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} bench copy [{bar:30}] {pos}/{len} points {msg} ({eta} left)",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    if !a.json {
+        eprintln!("engine: {engine_name}; media: {media_name}; region {} ({}); {} rounds × {} ms per path and point", a.common.region.display(), size::show(region_len as u64), rounds, slice.as_millis());
+    }
+    let mut records = Vec::new();
+    for &(dir, sz, threads) in &points {
+        bar.set_message(format!("{} {} ×{}", dir.name(), size::show(sz), threads));
+        let paths: Vec<PathKind> = PathKind::ALL
+            .into_iter()
+            .filter(|p| *p != PathKind::Pmdk || (b.pmdk.is_some() && dir == Direction::ToSlow))
+            .collect();
+        let mut acc: Vec<(Vec<f64>, Vec<u32>, Duration, u64)> =
+            vec![(Vec::new(), Vec::new(), Duration::ZERO, 0); paths.len()];
+        for _ in 0..rounds {
+            for (i, &p) in paths.iter().enumerate() {
+                let s = b.slice(p, dir, sz as usize, threads, slice);
+                acc[i]
+                    .0
+                    .push(s.bytes as f64 / s.wall.as_secs_f64() / (1u64 << 30) as f64);
+                acc[i].1.extend(s.lat_ns);
+                acc[i].2 += s.cpu;
+                acc[i].3 += s.bytes;
+            }
+        }
+        for (i, &p) in paths.iter().enumerate() {
+            let (gibs, mut lat, cpu, bytes) = std::mem::take(&mut acc[i]);
+            lat.sort_unstable();
+            records.push(Record {
+                path: p.name(),
+                direction: dir.name(),
+                size: sz,
+                threads,
+                durable: dir == Direction::ToSlow,
+                p50_us: percentile(&lat, 0.5),
+                p99_us: percentile(&lat, 0.99),
+                gib_per_s: median(gibs),
+                cpu_s_per_gib: cpu.as_secs_f64() / (bytes as f64 / (1u64 << 30) as f64),
+                engine: engine_name.clone(),
+                media: media_name.clone(),
+            });
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let summary = Summary::of(&records);
+    if a.json {
+        for r in &records {
+            println!("{}", serde_json::to_string(r)?);
+        }
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        print_table(&records);
+        summary.print();
+    }
+    crate::stat::save(&a.common, "bench copy", &b.movers[2])?;
+    Ok(())
+}
+
+fn find<'a>(
+    rs: &'a [Record],
+    path: &str,
+    dir: &str,
+    size: u64,
+    threads: usize,
+) -> Option<&'a Record> {
+    rs.iter()
+        .find(|r| r.path == path && r.direction == dir && r.size == size && r.threads == threads)
+}
+
+fn print_table(rs: &[Record]) {
+    println!(
+        "{:<9} {:>5} {:>3} | {:>16} {:>16} {:>16} {:>16} {:>16} | {:>7}",
+        "direction", "size", "thr", "glibc", "pmdk", "cpu", "engine", "scheduled", "sch/best"
+    );
+    println!(
+        "{:<9} {:>5} {:>3} | {:>16} {:>16} {:>16} {:>16} {:>16} |",
+        "", "", "", "GiB/s p50µs", "GiB/s p50µs", "GiB/s p50µs", "GiB/s p50µs", "GiB/s p50µs"
+    );
+    let mut keys: Vec<(&str, u64, usize)> = rs
+        .iter()
+        .map(|r| (r.direction, r.size, r.threads))
+        .collect();
+    keys.dedup();
+    for (dir, sz, t) in keys {
+        let cell = |p: &str| {
+            find(rs, p, dir, sz, t).map_or(format!("{:>16}", "n/a"), |r| {
+                format!("{:>7.2} {:>8.1}", r.gib_per_s, r.p50_us)
+            })
+        };
+        let ratio = sched_vs_best(rs, dir, sz, t).map_or("".into(), |x| format!("{x:.3}"));
+        println!(
+            "{:<9} {:>5} {:>3} | {} {} {} {} {} | {:>7}",
+            dir,
+            size::show(sz),
+            t,
+            cell("glibc"),
+            cell("pmdk"),
+            cell("cpu"),
+            cell("engine"),
+            cell("scheduled"),
+            ratio
+        );
+    }
+}
+
+fn sched_vs_best(rs: &[Record], dir: &str, sz: u64, t: usize) -> Option<f64> {
+    let s = find(rs, "scheduled", dir, sz, t)?.gib_per_s;
+    let best = find(rs, "cpu", dir, sz, t)?
+        .gib_per_s
+        .max(find(rs, "engine", dir, sz, t)?.gib_per_s);
+    Some(s / best)
+}
+
+/// The ratios the data-movement issue asks for, from this run.
+#[derive(Debug, Serialize)]
+struct Summary {
+    record: &'static str,
+    /// min over 64K–4M (one thread, durable writes) of cpu GiB/s ÷ pmdk GiB/s.
+    cpu_vs_pmdk_min: Option<f64>,
+    /// min over ≥ 256K (one thread, durable writes) of cpu GiB/s ÷ glibc (memcpy + flush) GiB/s.
+    cpu_vs_glibc_min: Option<f64>,
+    /// one thread, 1M reads from slow memory: scheduled ÷ cpu.
+    split_read_1m_vs_cpu: Option<f64>,
+    /// min over all points of scheduled ÷ max(cpu, engine), and where.
+    scheduled_vs_best_min: Option<f64>,
+    scheduled_vs_best_worst_point: Option<String>,
+}
+
+impl Summary {
+    fn of(rs: &[Record]) -> Summary {
+        let ratio = |a: &str, b: &str, dir: &str, sz: u64, t: usize| {
+            Some(find(rs, a, dir, sz, t)?.gib_per_s / find(rs, b, dir, sz, t)?.gib_per_s)
+        };
+        let min = |v: Vec<f64>| v.into_iter().min_by(|a, b| a.total_cmp(b));
+        let sizes: Vec<u64> = {
+            let mut s: Vec<u64> = rs.iter().map(|r| r.size).collect();
+            s.sort_unstable();
+            s.dedup();
+            s
+        };
+        let cpu_vs_pmdk_min = min(sizes
+            .iter()
+            .filter(|&&s| (64 << 10..=4 << 20).contains(&s))
+            .filter_map(|&s| ratio("cpu", "pmdk", "to_slow", s, 1))
+            .collect());
+        let cpu_vs_glibc_min = min(sizes
+            .iter()
+            .filter(|&&s| s >= 256 << 10)
+            .filter_map(|&s| ratio("cpu", "glibc", "to_slow", s, 1))
+            .collect());
+        let split_read_1m_vs_cpu = ratio("scheduled", "cpu", "from_slow", 1 << 20, 1);
+        let mut worst: Option<(f64, String)> = None;
+        for r in rs.iter().filter(|r| r.path == "scheduled") {
+            if let Some(x) = sched_vs_best(rs, r.direction, r.size, r.threads) {
+                if worst.as_ref().is_none_or(|w| x < w.0) {
+                    worst = Some((
+                        x,
+                        format!("{} {} ×{}", r.direction, size::show(r.size), r.threads),
+                    ));
+                }
+            }
+        }
+        Summary {
+            record: "summary",
+            cpu_vs_pmdk_min,
+            cpu_vs_glibc_min,
+            split_read_1m_vs_cpu,
+            scheduled_vs_best_min: worst.as_ref().map(|w| w.0),
+            scheduled_vs_best_worst_point: worst.map(|w| w.1),
+        }
+    }
+
+    fn print(&self) {
+        let f = |x: Option<f64>| x.map_or("n/a".to_string(), |v| format!("{v:.3}"));
+        println!();
+        println!(
+            "durable cpu ÷ pmdk, 64K–4M, 1 thread (min):          {}",
+            f(self.cpu_vs_pmdk_min)
+        );
+        println!(
+            "durable cpu ÷ glibc memcpy+flush, ≥256K, 1 thread:   {}",
+            f(self.cpu_vs_glibc_min)
+        );
+        println!(
+            "1M read from slow memory, 1 thread, scheduled ÷ cpu: {}",
+            f(self.split_read_1m_vs_cpu)
+        );
+        println!(
+            "scheduled ÷ best(cpu, engine), worst point:          {} ({})",
+            f(self.scheduled_vs_best_min),
+            self.scheduled_vs_best_worst_point.as_deref().unwrap_or("-")
+        );
+    }
+}

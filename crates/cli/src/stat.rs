@@ -1,0 +1,133 @@
+//! `switchyard stat`: detected primitives, configuration in effect, last run's counters.
+//!
+//! Commands that run the mover save its counters next to the region
+//! (`<region>.stats.json`); `stat` shows them with the split ratio and bandwidth estimates.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use switchyard_mover::{Direction, Mover, Stats};
+
+use crate::Common;
+
+/// `stat` options.
+#[derive(Args)]
+pub struct StatArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Saved {
+    command: String,
+    unix_time: u64,
+    engine: String,
+    flush: String,
+    simd: String,
+    counters: Stats,
+    /// Engine share of split requests' bytes.
+    split_ratio: Option<f64>,
+    /// (direction, B_C GiB/s, B_D GiB/s, engine start-up µs) for the 1 MiB bin.
+    estimates_1m: Vec<(String, f64, f64, f64)>,
+}
+
+/// Saves `mover`'s counters for `stat`.
+pub fn save(common: &Common, command: &str, mover: &Mover) -> anyhow::Result<()> {
+    let s = mover.stats();
+    let split_total = s.split_cpu_bytes + s.split_engine_bytes;
+    let bw = mover.bandwidth();
+    let b = switchyard_mover::bandwidth::bin(1 << 20);
+    let gib = (1u64 << 30) as f64 / 1e9;
+    let saved = Saved {
+        command: command.into(),
+        unix_time: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        engine: mover.engine().info().name.into(),
+        flush: mover.persist().flush.name().into(),
+        simd: mover.persist().simd.name().into(),
+        split_ratio: (split_total > 0).then(|| s.split_engine_bytes as f64 / split_total as f64),
+        counters: s,
+        estimates_1m: Direction::ALL
+            .iter()
+            .map(|d| {
+                let e = bw.of(*d);
+                (
+                    d.name().to_string(),
+                    e.cpu[b].get() / gib,
+                    e.engine[b].get() / gib,
+                    e.startup_ns.get() / 1e3,
+                )
+            })
+            .collect(),
+    };
+    let path = common.stats_path();
+    std::fs::write(&path, serde_json::to_string_pretty(&saved)?)
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
+
+/// Runs `stat`.
+pub fn run(a: &StatArgs) -> anyhow::Result<()> {
+    let cfg = a.common.load_config()?;
+    cfg.validate()?;
+    let p = cfg.persist();
+    let path = a.common.stats_path();
+    let saved: Option<Saved> = match std::fs::read_to_string(&path) {
+        Ok(t) => Some(
+            serde_json::from_str(&t)
+                .with_context(|| format!("{} is not a stats file", path.display()))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({ "flush": p.flush.name(), "simd": p.simd.name(), "config": cfg, "last_run": saved })
+            )?
+        );
+        return Ok(());
+    }
+    println!(
+        "media: flush {}, non-temporal kernels {}, durable nt threshold {} B",
+        p.flush.name(),
+        p.simd.name(),
+        p.nt_threshold
+    );
+    println!(
+        "engine: {} with {} channel(s); policy {:?}",
+        cfg.engine.kind,
+        cfg.engine.effective_channels(),
+        cfg.mover.policy
+    );
+    match saved {
+        None => println!(
+            "no counters yet ({} does not exist): run `switchyard bench copy` first",
+            path.display()
+        ),
+        Some(s) => {
+            println!(
+                "counters of the last run (`switchyard {}`, {} s after the epoch, engine {}):",
+                s.command, s.unix_time, s.engine
+            );
+            for (name, v) in s.counters.rows() {
+                println!("  {name:<22} {v:>14}");
+            }
+            if let Some(r) = s.split_ratio {
+                println!("  split ratio (engine share of split bytes): {r:.3}");
+            }
+            for (d, bc, bd, t0) in s.estimates_1m {
+                println!("  estimates at 1 MiB, {d:<9}: B_C {bc:6.2} GiB/s  B_D {bd:6.2} GiB/s  engine start-up {t0:7.1} µs");
+            }
+        }
+    }
+    Ok(())
+}

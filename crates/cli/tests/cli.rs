@@ -1,0 +1,146 @@
+//! The `switchyard` command: main paths and bad input.
+
+use assert_cmd::Command;
+use predicates::str::contains;
+
+fn sy(dir: &std::path::Path) -> Command {
+    let mut c = Command::cargo_bin("switchyard").unwrap();
+    c.current_dir(dir);
+    c
+}
+
+#[test]
+fn quick_copy_bench_runs_on_a_small_region_and_stat_shows_its_counters() {
+    let d = tempfile::tempdir().unwrap();
+    let out = sy(d.path())
+        .args([
+            "bench",
+            "copy",
+            "--quick",
+            "--json",
+            "--region-size",
+            "64M",
+            "--sizes",
+            "4K,1M",
+            "--threads",
+            "1",
+            "--rounds",
+            "1",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for key in [
+        "path",
+        "direction",
+        "size",
+        "threads",
+        "p50_us",
+        "p99_us",
+        "gib_per_s",
+        "cpu_s_per_gib",
+    ] {
+        assert!(records[0].get(key).is_some(), "missing {key}");
+    }
+    assert!(records
+        .iter()
+        .any(|r| r["path"] == "scheduled" && r["direction"] == "from_slow"));
+    assert_eq!(records.last().unwrap()["record"], "summary");
+    assert!(d.path().join("switchyard.region").exists());
+    sy(d.path())
+        .arg("stat")
+        .assert()
+        .success()
+        .stdout(contains("cpu_requests"))
+        .stdout(contains("flush"));
+}
+
+#[test]
+fn stat_without_a_run_says_so() {
+    let d = tempfile::tempdir().unwrap();
+    sy(d.path())
+        .arg("stat")
+        .assert()
+        .success()
+        .stdout(contains("no counters yet"));
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let d = tempfile::tempdir().unwrap();
+    sy(d.path())
+        .args(["stat", "--config", "missing.toml"])
+        .assert()
+        .failure()
+        .stderr(contains("missing.toml"));
+    std::fs::write(d.path().join("bad.toml"), "[mover]\npolicy = \"fastest\"\n").unwrap();
+    sy(d.path())
+        .args(["stat", "--config", "bad.toml"])
+        .assert()
+        .failure()
+        .stderr(contains("policy"));
+    std::fs::write(d.path().join("flush.toml"), "[media]\nflush = \"wbinvd\"\n").unwrap();
+    sy(d.path())
+        .args([
+            "bench",
+            "idle",
+            "--config",
+            "flush.toml",
+            "--seconds",
+            "0.1",
+        ])
+        .assert()
+        .failure()
+        .stderr(contains("wbinvd"));
+    sy(d.path())
+        .args(["bench", "copy", "--region-size", "1M", "--sizes", "4K"])
+        .assert()
+        .failure()
+        .stderr(contains("too small"));
+    sy(d.path())
+        .args(["bench", "copy", "--region-size", "12Q"])
+        .assert()
+        .failure()
+        .stderr(contains("not a size"));
+    std::fs::write(d.path().join("tiny.region"), [0u8; 100]).unwrap();
+    sy(d.path())
+        .args([
+            "bench",
+            "copy",
+            "--quick",
+            "--region",
+            "tiny.region",
+            "--region-size",
+            "64M",
+            "--sizes",
+            "4K",
+            "--threads",
+            "1",
+            "--rounds",
+            "1",
+        ])
+        .assert()
+        .success();
+}
+
+#[test]
+fn decide_and_idle_report_their_figures() {
+    let d = tempfile::tempdir().unwrap();
+    sy(d.path())
+        .args(["bench", "decide", "--batches", "5", "--per-batch", "1000"])
+        .assert()
+        .success()
+        .stdout(contains("ns median per decision"));
+    sy(d.path())
+        .args(["bench", "idle", "--seconds", "0.2"])
+        .assert()
+        .success()
+        .stdout(contains("% of one core"));
+}

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Installs what Switchyard needs on Debian: PMDK's libpmem (the benchmark's peer baseline)
+# and a Rust toolchain if none is present.
+set -euo pipefail
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+if ! ldconfig -p | grep -q 'libpmem.so.1'; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libpmem1 >/dev/null
+fi
+if ! command -v cargo >/dev/null; then
+  curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+  # shellcheck disable=SC1091
+  . "$HOME/.cargo/env"
+fi

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The project's test command: formatting, lints, tests, and loom model checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace
+CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 \
+  cargo test -p switchyard-engine --release --lib loom
