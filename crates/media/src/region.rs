@@ -59,7 +59,8 @@ pub struct Region {
     len: usize,
     kind: RegionKind,
     path: PathBuf,
-    file: File,
+    /// Held open for the mapping's lifetime (the store will fsync and fallocate through it).
+    _file: File,
     persist: Persist,
 }
 
@@ -129,7 +130,7 @@ impl Region {
                 len: size as usize,
                 kind: RegionKind::DevDax,
                 path,
-                file,
+                _file: file,
                 persist,
             });
         }
@@ -152,7 +153,7 @@ impl Region {
                 len,
                 kind: RegionKind::Dax,
                 path,
-                file,
+                _file: file,
                 persist,
             }),
             Err(e)
@@ -165,7 +166,7 @@ impl Region {
                     len,
                     kind: RegionKind::File,
                     path,
-                    file,
+                    _file: file,
                     persist,
                 })
             }
@@ -287,11 +288,6 @@ impl Region {
             });
         }
         Ok(())
-    }
-
-    /// The open file behind the mapping.
-    pub fn file(&self) -> &File {
-        &self.file
     }
 }
 

@@ -101,22 +101,8 @@ pub struct Mover {
 impl Mover {
     /// Validates `config`, starts its engine and returns the mover.
     pub fn start(config: &Config) -> Result<Mover, ConfigError> {
-        config.validate()?;
-        let persist = config.persist();
-        let e = &config.engine;
-        let engine = ThreadsEngine::start(ThreadsConfig {
-            channels: e.effective_channels(),
-            queue_depth: e.queue_depth,
-            spin: Duration::from_micros(e.spin_us),
-            pin: e.pin,
-            descriptor_bytes: e.descriptor_bytes,
-            persist,
-            faults: Default::default(),
-        })
-        .map_err(|err| {
-            ConfigError::Invalid(format!("engine: cannot start worker threads: {err}"))
-        })?;
-        Ok(Mover::with_engine(config, Arc::new(engine), persist))
+        let engine = start_engine(config)?;
+        Ok(Mover::with_engine(config, engine, config.persist()))
     }
 
     /// A mover over an engine the caller built (tests use fault-injecting engines).
