@@ -10,6 +10,7 @@
 //! (`pmem_memcpy_persist`, writes only — PMDK has no read path), and Switchyard's `cpu`,
 //! `engine` and `scheduled` policies over one shared engine.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,7 @@ use crate::{cpu_time, pmdk::Pmdk, size, Common};
 pub struct CopyArgs {
     #[command(flatten)]
     common: Common,
-    /// Finish within 60 s: 6 sizes from 4K to 4M, 3 short rounds per path.
+    /// Finish within 60 s: 6 sizes from 4K to 4M, 25 rounds of short slices per path.
     #[arg(long)]
     quick: bool,
     /// Print one JSON record per point (and a summary record) instead of the table.
@@ -42,7 +43,7 @@ pub struct CopyArgs {
     /// Comma-separated request sizes (default: powers of two 4K..4M; with --quick 4K,16K,64K,256K,1M,4M).
     #[arg(long, value_delimiter = ',', value_parser = size::parse)]
     sizes: Vec<u64>,
-    /// Rounds per point (median reported); default 3 with --quick, else 5.
+    /// Rounds per point (the median slice is reported); default 25.
     #[arg(long)]
     rounds: Option<usize>,
 }
@@ -85,7 +86,13 @@ pub struct Record {
     durable: bool,
     p50_us: f64,
     p99_us: f64,
+    /// Median GiB/s over rounds.
     gib_per_s: f64,
+    /// The noise floor: median GiB/s of the odd rounds ÷ that of the even rounds, for the same
+    /// path (1.0 on a quiet machine).
+    self_ratio: Option<f64>,
+    /// GiB/s of each round, in order (rounds of all paths at a point interleave in time).
+    round_gib_per_s: Vec<f64>,
     cpu_s_per_gib: f64,
     engine: String,
     media: String,
@@ -100,11 +107,14 @@ struct Bench {
     pmdk: Option<Pmdk>,
 }
 
-struct Slice {
-    bytes: u64,
-    wall: Duration,
-    cpu: Duration,
+/// What one path accumulated at one point.
+#[derive(Default)]
+struct Acc {
+    /// GiB/s of each slice, in round order.
+    gibs: Vec<f64>,
     lat_ns: Vec<u32>,
+    cpu: Duration,
+    bytes: u64,
 }
 
 impl Bench {
@@ -156,55 +166,86 @@ impl Bench {
         }
     }
 
-    fn slice(
+    /// Measures every path at one point: `rounds` rounds, each running every path for one
+    /// slice of `dur`, in an order rotated every round so that drift and ordering effects hit
+    /// all paths alike. The application threads persist across slices and meet at barriers, so
+    /// a slice measures copies only (each thread times itself from its own start to the end of
+    /// its last request).
+    fn point(
         &self,
-        path: PathKind,
+        paths: &[PathKind],
         dir: Direction,
         size: usize,
         threads: usize,
+        rounds: usize,
         dur: Duration,
-    ) -> Slice {
+    ) -> Vec<Acc> {
         let per = self.span / threads / size * size;
         let barrier = Barrier::new(threads + 1);
-        let cpu0 = cpu_time::process();
-        let mut start = Instant::now();
-        let results: Vec<(u64, Vec<u32>)> = std::thread::scope(|s| {
+        let current = AtomicUsize::new(0);
+        let mut acc: Vec<Acc> = paths.iter().map(|_| Acc::default()).collect();
+        let slices: Vec<Vec<(u64, Duration, Vec<u32>)>> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..threads)
                 .map(|t| {
-                    let barrier = &barrier;
+                    let (barrier, current) = (&barrier, &current);
                     s.spawn(move || {
-                        barrier.wait();
-                        let begin = Instant::now();
-                        let (mut bytes, mut lat, mut k) = (0u64, Vec::with_capacity(4096), 0usize);
-                        while begin.elapsed() < dur {
-                            let off = t * per + (k * size) % per;
-                            let (d, s) = self.ptrs(dir, off);
-                            let t0 = Instant::now();
-                            self.one(path, dir, d, s, size);
-                            lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32);
-                            bytes += size as u64;
-                            k += 1;
+                        let mut out = Vec::new();
+                        loop {
+                            barrier.wait();
+                            let Some(&path) = paths.get(current.load(Ordering::Acquire)) else {
+                                return out;
+                            };
+                            let begin = Instant::now();
+                            let (mut bytes, mut lat, mut k) = (0u64, Vec::new(), 0usize);
+                            let mut end = begin;
+                            while end - begin < dur {
+                                let off = t * per + (k * size) % per;
+                                let (d, s) = self.ptrs(dir, off);
+                                let t0 = end;
+                                self.one(path, dir, d, s, size);
+                                end = Instant::now();
+                                lat.push((end - t0).as_nanos().min(u32::MAX as u128) as u32);
+                                bytes += size as u64;
+                                k += 1;
+                            }
+                            out.push((bytes, end - begin, lat));
+                            barrier.wait();
                         }
-                        (bytes, lat)
                     })
                 })
                 .collect();
+            for round in 0..rounds {
+                for j in 0..paths.len() {
+                    let i = (round + j) % paths.len();
+                    current.store(i, Ordering::Release);
+                    let cpu0 = cpu_time::process();
+                    barrier.wait();
+                    barrier.wait();
+                    acc[i].cpu += cpu_time::process() - cpu0;
+                }
+            }
+            current.store(usize::MAX, Ordering::Release);
             barrier.wait();
-            start = Instant::now();
             hs.into_iter()
                 .map(|h| h.join().expect("bench thread"))
                 .collect()
         });
-        let wall = start.elapsed();
-        let cpu = cpu_time::process() - cpu0;
-        let bytes = results.iter().map(|r| r.0).sum();
-        let lat_ns = results.into_iter().flat_map(|r| r.1).collect();
-        Slice {
-            bytes,
-            wall,
-            cpu,
-            lat_ns,
+        // Every thread ran the same sequence of slices; slice n of every thread belongs to the
+        // same (round, path).
+        let order = (0..rounds).flat_map(|r| (0..paths.len()).map(move |j| (r + j) % paths.len()));
+        for (n, i) in order.enumerate() {
+            let (mut bytes, mut wall) = (0u64, Duration::ZERO);
+            for t in &slices {
+                bytes += t[n].0;
+                wall = wall.max(t[n].1);
+                acc[i].lat_ns.extend_from_slice(&t[n].2);
+            }
+            acc[i]
+                .gibs
+                .push(bytes as f64 / wall.as_secs_f64() / (1u64 << 30) as f64);
+            acc[i].bytes += bytes;
         }
+        acc
     }
 }
 
@@ -253,8 +294,8 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
             size::show(MIN_REGION)
         );
     }
-    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 }).max(1);
-    let slice = Duration::from_millis(if a.quick { 20 } else { 40 });
+    let rounds = a.rounds.unwrap_or(25).max(1);
+    let slice = Duration::from_millis(if a.quick { 4 } else { 8 });
 
     let pmdk = match Pmdk::load() {
         Ok(p) => Some(p),
@@ -322,7 +363,7 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
         .progress_chars("=> "),
     );
     if !a.json {
-        eprintln!("engine: {engine_name}; media: {media_name}; region {} ({}); {} rounds × {} ms per path and point", a.common.region.display(), size::show(region_len as u64), rounds, slice.as_millis());
+        eprintln!("engine: {engine_name}; media: {media_name}; region {} ({}); {} rounds × ≥{} ms (8 ns per byte of request) per path and point", a.common.region.display(), size::show(region_len as u64), rounds, slice.as_millis());
     }
     let mut records = Vec::new();
     for &(dir, sz, threads) in &points {
@@ -331,31 +372,32 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
             .into_iter()
             .filter(|p| *p != PathKind::Pmdk || (b.pmdk.is_some() && dir == Direction::ToSlow))
             .collect();
-        let mut acc: Vec<(Vec<f64>, Vec<u32>, Duration, u64)> =
-            vec![(Vec::new(), Vec::new(), Duration::ZERO, 0); paths.len()];
-        for _ in 0..rounds {
-            for (i, &p) in paths.iter().enumerate() {
-                let s = b.slice(p, dir, sz as usize, threads, slice);
-                acc[i]
-                    .0
-                    .push(s.bytes as f64 / s.wall.as_secs_f64() / (1u64 << 30) as f64);
-                acc[i].1.extend(s.lat_ns);
-                acc[i].2 += s.cpu;
-                acc[i].3 += s.bytes;
-            }
-        }
-        for (i, &p) in paths.iter().enumerate() {
-            let (gibs, mut lat, cpu, bytes) = std::mem::take(&mut acc[i]);
-            lat.sort_unstable();
+        // A slice holds at least ~32 requests per thread at 4 GiB/s, so that the last,
+        // unfinished request of each thread does not dominate it.
+        let dur = slice.max(Duration::from_nanos(sz * 8));
+        let acc = b.point(&paths, dir, sz as usize, threads, rounds, dur);
+        for (&p, a) in paths.iter().zip(acc) {
+            let Acc {
+                gibs,
+                mut lat_ns,
+                cpu,
+                bytes,
+            } = a;
+            lat_ns.sort_unstable();
+            let half =
+                |parity: usize| median(gibs.iter().skip(parity).step_by(2).copied().collect());
+            let self_ratio = (rounds >= 2).then(|| half(1) / half(0));
             records.push(Record {
                 path: p.name(),
                 direction: dir.name(),
                 size: sz,
                 threads,
                 durable: dir == Direction::ToSlow,
-                p50_us: percentile(&lat, 0.5),
-                p99_us: percentile(&lat, 0.99),
-                gib_per_s: median(gibs),
+                p50_us: percentile(&lat_ns, 0.5),
+                p99_us: percentile(&lat_ns, 0.99),
+                gib_per_s: median(gibs.clone()),
+                round_gib_per_s: gibs,
+                self_ratio,
                 cpu_s_per_gib: cpu.as_secs_f64() / (bytes as f64 / (1u64 << 30) as f64),
                 engine: engine_name.clone(),
                 media: media_name.clone(),
@@ -425,12 +467,22 @@ fn print_table(rs: &[Record]) {
     }
 }
 
+/// Scheduled relative to the better of cpu and engine (by median GiB/s) at one point: the
+/// median over rounds of the per-round ratio, so that drift slower than a round cancels out.
 fn sched_vs_best(rs: &[Record], dir: &str, sz: u64, t: usize) -> Option<f64> {
-    let s = find(rs, "scheduled", dir, sz, t)?.gib_per_s;
-    let best = find(rs, "cpu", dir, sz, t)?
-        .gib_per_s
-        .max(find(rs, "engine", dir, sz, t)?.gib_per_s);
-    Some(s / best)
+    let s = find(rs, "scheduled", dir, sz, t)?;
+    let (c, e) = (
+        find(rs, "cpu", dir, sz, t)?,
+        find(rs, "engine", dir, sz, t)?,
+    );
+    let best = if c.gib_per_s >= e.gib_per_s { c } else { e };
+    Some(median(
+        s.round_gib_per_s
+            .iter()
+            .zip(&best.round_gib_per_s)
+            .map(|(a, b)| a / b)
+            .collect(),
+    ))
 }
 
 /// The ratios the data-movement issue asks for, from this run.
@@ -446,6 +498,9 @@ struct Summary {
     /// min over all points of scheduled ÷ max(cpu, engine), and where.
     scheduled_vs_best_min: Option<f64>,
     scheduled_vs_best_worst_point: Option<String>,
+    /// min over all points and Switchyard paths of min(r, 1/r), r = the path's odd ÷ even
+    /// rounds: how far a path differs from itself in this run.
+    noise_floor_min: Option<f64>,
 }
 
 impl Summary {
@@ -482,8 +537,14 @@ impl Summary {
                 }
             }
         }
+        let noise_floor_min = min(rs
+            .iter()
+            .filter(|r| ["cpu", "engine", "scheduled"].contains(&r.path))
+            .filter_map(|r| r.self_ratio.map(|x| x.min(1.0 / x)))
+            .collect());
         Summary {
             record: "summary",
+            noise_floor_min,
             cpu_vs_pmdk_min,
             cpu_vs_glibc_min,
             split_read_1m_vs_cpu,
@@ -511,6 +572,10 @@ impl Summary {
             "scheduled ÷ best(cpu, engine), worst point:          {} ({})",
             f(self.scheduled_vs_best_min),
             self.scheduled_vs_best_worst_point.as_deref().unwrap_or("-")
+        );
+        println!(
+            "noise floor: a path ÷ itself (odd ÷ even rounds), worst: {}",
+            f(self.noise_floor_min)
         );
     }
 }

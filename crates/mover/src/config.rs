@@ -5,7 +5,8 @@
 //! kind = "threads"           # the only engine without DSA/I/OAT hardware
 //! channels = 0               # worker threads; 0 = one per core beyond the first (at least 1)
 //! queue_depth = 64           # batches per channel queue
-//! spin_us = 50               # idle worker spins this long, then parks
+//! spin_us = 50               # idle worker busy-spins this long,
+//! linger_us = 1000           # then polls between yields this long, then parks
 //! pin = true                 # pin workers to the last cores
 //! descriptor_bytes = 65536   # descriptor granule (DRAM-side boundaries, Fastmove §5.1)
 //!
@@ -57,8 +58,10 @@ pub struct EngineConfig {
     pub channels: usize,
     /// Batches per channel queue.
     pub queue_depth: usize,
-    /// Idle spin before parking, µs.
+    /// Idle busy-spin, µs.
     pub spin_us: u64,
+    /// Idle polling between yields of the core after the spin, before parking, µs.
+    pub linger_us: u64,
     /// Pin workers to cores.
     pub pin: bool,
     /// Descriptor granule, bytes.
@@ -72,6 +75,7 @@ impl Default for EngineConfig {
             channels: 0,
             queue_depth: 64,
             spin_us: 50,
+            linger_us: 1000,
             pin: true,
             descriptor_bytes: 64 << 10,
         }

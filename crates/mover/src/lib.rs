@@ -56,6 +56,7 @@ pub fn start_engine(config: &Config) -> Result<Arc<dyn Engine>, ConfigError> {
         channels: e.effective_channels(),
         queue_depth: e.queue_depth,
         spin: Duration::from_micros(e.spin_us),
+        linger: Duration::from_micros(e.linger_us),
         pin: e.pin,
         descriptor_bytes: e.descriptor_bytes,
         persist: config.persist(),

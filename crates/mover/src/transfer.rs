@@ -7,7 +7,7 @@ use std::time::Instant;
 use switchyard_engine::{clock, Batch, Flags, Outcome, Status, SubmitError, Ticket};
 use switchyard_media::CopyMode;
 
-use crate::bandwidth::{bin, MIN_SAMPLED};
+use crate::bandwidth::{bin, sample_cpu_copy, MIN_SAMPLED};
 use crate::config::Policy;
 use crate::counters::Counter;
 use crate::decide::{Decision, Path};
@@ -217,7 +217,7 @@ impl Mover {
         if capped {
             self.acquire_writer();
         }
-        let sample = len >= MIN_SAMPLED && self.policy == Policy::Auto;
+        let sample = self.policy == Policy::Auto && sample_cpu_copy(len);
         let t = sample.then(Instant::now);
         // SAFETY: forwarded from this function's contract.
         unsafe { self.persist.copy(dst, src, len, mode) };
@@ -251,10 +251,8 @@ impl Mover {
     }
 
     fn sample_cpu(&self, dir: Direction, len: usize, since: Instant) {
-        if len >= MIN_SAMPLED {
-            let ns = since.elapsed().as_nanos() as f64;
-            self.bandwidth.of(dir).cpu[bin(len)].update(len as f64 / ns);
-        }
+        let ns = since.elapsed().as_nanos() as f64;
+        self.bandwidth.of(dir).cpu[bin(len)].update(len as f64 / ns);
     }
 
     /// Builds the batch and submits it. `None` (slot released, counted) if the channel refused
