@@ -467,33 +467,38 @@ fn print_table(rs: &[Record]) {
     }
 }
 
-/// Scheduled relative to the better of cpu and engine (by median GiB/s) at one point: the
-/// median over rounds of the per-round ratio, so that drift slower than a round cancels out.
+/// `a` relative to `b`: the median over rounds of the per-round ratio of their GiB/s. The two
+/// ran in the same round, a few slices apart, so drift slower than a round cancels out.
+fn paired(a: &Record, b: &Record) -> f64 {
+    median(
+        a.round_gib_per_s
+            .iter()
+            .zip(&b.round_gib_per_s)
+            .map(|(x, y)| x / y)
+            .collect(),
+    )
+}
+
+/// Scheduled relative to the better of cpu and engine (the better by median GiB/s), paired by
+/// round.
 fn sched_vs_best(rs: &[Record], dir: &str, sz: u64, t: usize) -> Option<f64> {
     let s = find(rs, "scheduled", dir, sz, t)?;
     let (c, e) = (
         find(rs, "cpu", dir, sz, t)?,
         find(rs, "engine", dir, sz, t)?,
     );
-    let best = if c.gib_per_s >= e.gib_per_s { c } else { e };
-    Some(median(
-        s.round_gib_per_s
-            .iter()
-            .zip(&best.round_gib_per_s)
-            .map(|(a, b)| a / b)
-            .collect(),
-    ))
+    Some(paired(s, if c.gib_per_s >= e.gib_per_s { c } else { e }))
 }
 
 /// The ratios the data-movement issue asks for, from this run.
 #[derive(Debug, Serialize)]
 struct Summary {
     record: &'static str,
-    /// min over 64K–4M (one thread, durable writes) of cpu GiB/s ÷ pmdk GiB/s.
+    /// min over 64K–4M (one thread, durable writes) of cpu ÷ pmdk (paired by round).
     cpu_vs_pmdk_min: Option<f64>,
-    /// min over ≥ 256K (one thread, durable writes) of cpu GiB/s ÷ glibc (memcpy + flush) GiB/s.
+    /// min over ≥ 256K (one thread, durable writes) of cpu ÷ glibc memcpy + flush (paired).
     cpu_vs_glibc_min: Option<f64>,
-    /// one thread, 1M reads from slow memory: scheduled ÷ cpu.
+    /// one thread, 1M reads from slow memory: scheduled ÷ cpu (paired).
     split_read_1m_vs_cpu: Option<f64>,
     /// min over all points of scheduled ÷ max(cpu, engine), and where.
     scheduled_vs_best_min: Option<f64>,
@@ -506,7 +511,7 @@ struct Summary {
 impl Summary {
     fn of(rs: &[Record]) -> Summary {
         let ratio = |a: &str, b: &str, dir: &str, sz: u64, t: usize| {
-            Some(find(rs, a, dir, sz, t)?.gib_per_s / find(rs, b, dir, sz, t)?.gib_per_s)
+            Some(paired(find(rs, a, dir, sz, t)?, find(rs, b, dir, sz, t)?))
         };
         let min = |v: Vec<f64>| v.into_iter().min_by(|a, b| a.total_cmp(b));
         let sizes: Vec<u64> = {

@@ -10,7 +10,7 @@
 //! head (up to the first line boundary) and the sub-line tail with ordinary stores and, for
 //! durable copies, flush those lines. Sources may have any alignment (unaligned loads).
 
-use crate::persist::{fence, Persist, CACHE_LINE};
+use crate::persist::{Persist, CACHE_LINE};
 use crate::trace;
 
 /// How a copy treats the CPU caches and durability.
@@ -74,25 +74,19 @@ impl Persist {
         }
         match mode {
             CopyMode::Temporal => {
-                trace::record(trace::Event::Store {
-                    addr: dst as usize,
-                    len,
-                    non_temporal: false,
-                });
+                // SAFETY: `src` is readable for `len` bytes (this function's contract).
+                unsafe { trace::record_store(dst, src, len, false) };
                 // SAFETY: forwarded from this function's contract.
                 unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
             }
             CopyMode::NonTemporal => {
                 // SAFETY: forwarded from this function's contract.
                 unsafe { self.copy_streaming(dst, src, len, false) };
-                fence();
+                self.fence();
             }
             CopyMode::Durable if len < self.nt_threshold => {
-                trace::record(trace::Event::Store {
-                    addr: dst as usize,
-                    len,
-                    non_temporal: false,
-                });
+                // SAFETY: `src` is readable for `len` bytes (this function's contract).
+                unsafe { trace::record_store(dst, src, len, false) };
                 // SAFETY: forwarded from this function's contract.
                 unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
                 self.persist(dst, len);
@@ -120,11 +114,8 @@ impl Persist {
         let body = (len - head) & !(CACHE_LINE - 1);
         let tail = len - head - body;
         if head > 0 {
-            trace::record(trace::Event::Store {
-                addr: dst as usize,
-                len: head,
-                non_temporal: false,
-            });
+            // SAFETY: `src` is readable for the stored length (this function's contract).
+            unsafe { trace::record_store(dst, src, head, false) };
             // SAFETY: head <= len, within both ranges.
             unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
             if flush_edges {
@@ -136,22 +127,16 @@ impl Persist {
             // so both ranges stay inside the caller's buffers; (3) the SIMD level was detected
             // on this CPU.
             let (d, s) = unsafe { (dst.add(head), src.add(head)) };
-            trace::record(trace::Event::Store {
-                addr: d as usize,
-                len: body,
-                non_temporal: true,
-            });
+            // SAFETY: `src` is readable for the stored length (this function's contract).
+            unsafe { trace::record_store(d, s, body, true) };
             // SAFETY: aligned dst, in-range body and detected SIMD level, as argued above.
             unsafe { stream_body(self.simd, d, s, body) };
         }
         if tail > 0 {
             // SAFETY: head + body + tail == len.
             let (d, s) = unsafe { (dst.add(head + body), src.add(head + body)) };
-            trace::record(trace::Event::Store {
-                addr: d as usize,
-                len: tail,
-                non_temporal: false,
-            });
+            // SAFETY: `src` is readable for the stored length (this function's contract).
+            unsafe { trace::record_store(d, s, tail, false) };
             // SAFETY: the tail lies inside both ranges.
             unsafe { std::ptr::copy_nonoverlapping(s, d, tail) };
             if flush_edges {

@@ -9,6 +9,7 @@
 
 use crate::kernels::Simd;
 use crate::trace;
+use std::sync::atomic::Ordering;
 
 /// Size of a cache line, the unit of every flush.
 pub const CACHE_LINE: usize = 64;
@@ -152,6 +153,22 @@ impl Persist {
     pub fn fence(&self) {
         trace::record(trace::Event::Fence);
         fence();
+    }
+
+    /// Stores `value` at the 8-byte aligned `dst` with one 8-byte store: after a crash the word
+    /// holds the old or the new value, never a mix (x86's store atomicity; the commit point
+    /// of every log). Does not flush.
+    ///
+    /// # Safety
+    /// `dst` must be 8-byte aligned, valid for writes, and not accessed non-atomically by other
+    /// threads during the call.
+    pub unsafe fn store_u64(&self, dst: *mut u64, value: u64) {
+        let bytes = value.to_le_bytes();
+        // SAFETY: `bytes` is a live local of 8 bytes.
+        unsafe { trace::record_store(dst.cast(), bytes.as_ptr(), 8, false) };
+        // SAFETY: aligned and writable (this function's contract); an atomic store compiles to
+        // one 8-byte `mov`.
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(dst).store(value, Ordering::Release) };
     }
 
     /// Flushes `[addr, addr + len)` and fences: the range is durable when this returns.

@@ -5,6 +5,7 @@
 //! | [`RegionKind::File`]  | `MAP_SHARED` over the page cache         | flush + fence survives a process crash; [`Region::sync`] (msync) for power loss |
 //! | [`RegionKind::Dax`]   | `MAP_SHARED_VALIDATE \| MAP_SYNC`        | flush + fence           |
 //! | [`RegionKind::DevDax`]| `MAP_SHARED` of `/dev/daxX.Y`            | flush + fence           |
+//! | [`RegionKind::Memory`]| anonymous `MAP_PRIVATE` (tests, crash images) | never (gone at exit) |
 //!
 //! The embedded default is a regular file in the working directory: real memory-mapped
 //! storage on machines without persistent memory.
@@ -36,6 +37,8 @@ pub enum RegionKind {
     Dax,
     /// A device-DAX character device.
     DevDax,
+    /// Anonymous memory: crash images and tests; nothing survives the process.
+    Memory,
 }
 
 impl RegionKind {
@@ -45,6 +48,7 @@ impl RegionKind {
             RegionKind::File => "file",
             RegionKind::Dax => "dax",
             RegionKind::DevDax => "devdax",
+            RegionKind::Memory => "memory",
         }
     }
 }
@@ -59,8 +63,8 @@ pub struct Region {
     len: usize,
     kind: RegionKind,
     path: PathBuf,
-    /// Held open for the mapping's lifetime (the store will fsync and fallocate through it).
-    _file: File,
+    /// Held open for the mapping's lifetime (none for memory regions).
+    _file: Option<File>,
     persist: Persist,
 }
 
@@ -94,6 +98,39 @@ impl Region {
             file.set_len(size).map_err(io("grow"))?;
         }
         Region::map_file(path, file, persist)
+    }
+
+    /// Maps `size` bytes of zeroed anonymous memory: a region with the same kernels and
+    /// trace hooks as a file region, for crash images and tests.
+    pub fn memory(size: u64, persist: Persist) -> Result<Region, MediaError> {
+        let path = PathBuf::from("(memory)");
+        check_size(&path, size, FILE_ALIGN, "a memory region")?;
+        // SAFETY: an anonymous private mapping aliases nothing; the result is checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MediaError::Io {
+                path,
+                op: "mmap",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(Region {
+            ptr: NonNull::new(p.cast()).expect("mmap never returns null on success"),
+            len: size as usize,
+            kind: RegionKind::Memory,
+            path,
+            _file: None,
+            persist,
+        })
     }
 
     /// Opens an existing region: a regular file (mapped `MAP_SYNC` when on DAX) or a device-DAX
@@ -130,7 +167,7 @@ impl Region {
                 len: size as usize,
                 kind: RegionKind::DevDax,
                 path,
-                _file: file,
+                _file: Some(file),
                 persist,
             });
         }
@@ -153,7 +190,7 @@ impl Region {
                 len,
                 kind: RegionKind::Dax,
                 path,
-                _file: file,
+                _file: Some(file),
                 persist,
             }),
             Err(e)
@@ -166,7 +203,7 @@ impl Region {
                     len,
                     kind: RegionKind::File,
                     path,
-                    _file: file,
+                    _file: Some(file),
                     persist,
                 })
             }
@@ -274,7 +311,7 @@ impl Region {
     /// Writes dirty page-cache pages back to the file (`msync`). Needed for power-loss
     /// durability of [`RegionKind::File`] regions only; a no-op for DAX kinds.
     pub fn sync(&self) -> Result<(), MediaError> {
-        if self.kind != RegionKind::File {
+        if !matches!(self.kind, RegionKind::File) {
             return Ok(());
         }
         // SAFETY: ptr/len describe our own live mapping.

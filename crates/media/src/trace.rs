@@ -6,7 +6,7 @@
 //! issued it, because a fence only orders that thread's earlier stores.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// One persistence-relevant action of a kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,17 +32,21 @@ pub enum Event {
 }
 
 /// An [`Event`] with the thread that issued it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Traced {
     /// A small number unique to the issuing thread for the life of the process.
     pub thread: u64,
     /// What happened.
     pub event: Event,
+    /// For a store inside a range some recorder captures: the bytes stored.
+    pub data: Option<Arc<[u8]>>,
 }
 
 static ACTIVE: AtomicBool = AtomicBool::new(false);
 static EVENTS: Mutex<Vec<Traced>> = Mutex::new(Vec::new());
 static INSTALLED: Mutex<usize> = Mutex::new(0);
+/// Address ranges whose stores are recorded with their bytes.
+static CAPTURE: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
 fn thread_tag() -> u64 {
     use std::sync::atomic::AtomicU64;
@@ -58,11 +62,48 @@ pub(crate) fn record(event: Event) {
     }
 }
 
+/// Records a store of `len` bytes from `src` to `dst`, about to happen.
+///
+/// # Safety
+/// `src` must be valid for reads of `len` bytes.
+#[inline]
+pub(crate) unsafe fn record_store(dst: *const u8, src: *const u8, len: usize, non_temporal: bool) {
+    if ACTIVE.load(Ordering::Relaxed) {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { record_store_slow(dst, src, len, non_temporal) };
+    }
+}
+
+#[cold]
+unsafe fn record_store_slow(dst: *const u8, src: *const u8, len: usize, non_temporal: bool) {
+    let addr = dst as usize;
+    let captured = CAPTURE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|&(a, l)| addr < a + l && a < addr + len);
+    // SAFETY: the caller guarantees `src` is readable for `len` bytes.
+    let data = captured.then(|| Arc::from(unsafe { std::slice::from_raw_parts(src, len) }));
+    push(
+        Event::Store {
+            addr,
+            len,
+            non_temporal,
+        },
+        data,
+    );
+}
+
 #[cold]
 fn record_slow(event: Event) {
+    push(event, None);
+}
+
+fn push(event: Event, data: Option<Arc<[u8]>>) {
     let t = Traced {
         thread: thread_tag(),
         event,
+        data,
     };
     EVENTS.lock().unwrap_or_else(|e| e.into_inner()).push(t);
 }
@@ -71,6 +112,7 @@ fn record_slow(event: Event) {
 /// at once (tests run in parallel); each sees all events and filters by address.
 pub struct Recorder {
     start: usize,
+    capture: Option<(usize, usize)>,
 }
 
 impl Recorder {
@@ -80,7 +122,29 @@ impl Recorder {
         *n += 1;
         ACTIVE.store(true, Ordering::SeqCst);
         let start = EVENTS.lock().unwrap_or_else(|e| e.into_inner()).len();
-        Recorder { start }
+        Recorder {
+            start,
+            capture: None,
+        }
+    }
+
+    /// Starts recording, and records the bytes of every store that overlaps
+    /// `[addr, addr + len)` (crash-image generation replays them).
+    pub fn install_capturing(addr: *const u8, len: usize) -> Recorder {
+        let range = (addr as usize, len);
+        CAPTURE
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(range);
+        let mut r = Recorder::install();
+        r.capture = Some(range);
+        r
+    }
+
+    /// Drops the events recorded so far by every recorder (their starts move to now).
+    /// Crash harnesses call it between workloads to bound memory.
+    pub fn reset(&mut self) {
+        self.start = EVENTS.lock().unwrap_or_else(|e| e.into_inner()).len();
     }
 
     /// The events recorded since this recorder was installed (other recorders' included).
@@ -132,6 +196,12 @@ impl Recorder {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
+        if let Some(range) = self.capture {
+            let mut c = CAPTURE.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(i) = c.iter().position(|&r| r == range) {
+                c.swap_remove(i);
+            }
+        }
         let mut n = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
         *n -= 1;
         if *n == 0 {

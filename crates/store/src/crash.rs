@@ -1,0 +1,477 @@
+//! Crash-state testing in the style of Vinter and Chipmunk.
+//!
+//! A workload runs on a store in a memory region while the media recorder captures every
+//! store (with its bytes), flush and fence. Replaying that trace over the image taken before
+//! the workload, the harness tracks, per 64-byte line, what is durable (flushed, then fenced
+//! by the flushing thread) and what is only in the cache. After every fence it builds crash
+//! images: nothing in flight persisted, everything persisted, every subset when few lines are
+//! in flight, and seeded random subsets otherwise. Each distinct image is mounted (recovery
+//! runs), checked with `fsck`, compared with the oracle — the logical state before or after
+//! the interrupted operation — and must stay usable (create, write, read, delete).
+//!
+//! Lines are the unit of persistence: a cache line is written back whole. The 8-byte commit
+//! words never straddle lines.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use rand::{Rng, SeedableRng};
+use switchyard_media::trace::{Event, Recorder};
+use switchyard_media::{Persist, Region, CACHE_LINE};
+use switchyard_mover::{Config, Mover, Policy};
+
+use crate::format::{S_IFDIR, S_IFLNK, S_IFMT};
+use crate::fs::{Fs, OpenFlags};
+use crate::fsck;
+use crate::store::{Owner, Store};
+
+/// Region size for crash workloads (small, so images are cheap).
+const REGION: u64 = 2 << 20;
+
+/// One file-system operation of a workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Create an empty file.
+    Create(&'static str),
+    /// Write `len` bytes of `byte` at `off`.
+    Write(&'static str, u64, usize, u8),
+    /// Append `len` bytes of `byte`.
+    Append(&'static str, usize, u8),
+    /// Truncate to a size.
+    Truncate(&'static str, u64),
+    /// Remove a file.
+    Unlink(&'static str),
+    /// Create a directory.
+    Mkdir(&'static str),
+    /// Remove a directory.
+    Rmdir(&'static str),
+    /// Rename.
+    Rename(&'static str, &'static str),
+    /// Hard link.
+    Link(&'static str, &'static str),
+    /// Symlink (target, path).
+    Symlink(&'static str, &'static str),
+    /// Change permission bits.
+    Chmod(&'static str, u32),
+}
+
+/// Every operation kind over the harness's namespace (`/a`, `/b`, `/d/`, `/d/x`, `/e/`).
+pub fn all_ops() -> Vec<Op> {
+    vec![
+        Op::Create("/b"),
+        Op::Write("/a", 100, 5000, 0xA1),
+        Op::Write("/a", 4096, 4096, 0xA2),
+        Op::Write("/b", 0, 20000, 0xB1),
+        Op::Append("/a", 3000, 0xA3),
+        Op::Truncate("/a", 1000),
+        Op::Truncate("/a", 9000),
+        Op::Unlink("/a"),
+        Op::Unlink("/d/x"),
+        Op::Mkdir("/e"),
+        Op::Rmdir("/e"),
+        Op::Rename("/a", "/b"),
+        Op::Rename("/a", "/d/x"),
+        Op::Rename("/d", "/e"),
+        Op::Link("/a", "/d/y"),
+        Op::Symlink("/a", "/s"),
+        Op::Chmod("/a", 0o600),
+    ]
+}
+
+fn apply(fs: &Fs, op: &Op) {
+    // Failures (ENOENT, EEXIST, ...) are fine: the oracle compares states either way.
+    let _ = match *op {
+        Op::Create(p) => fs
+            .open(p, OpenFlags::CREATE, 0o644)
+            .and_then(|fd| fs.close(fd)),
+        Op::Write(p, off, len, byte) => fs
+            .open(
+                p,
+                OpenFlags {
+                    write: true,
+                    ..OpenFlags::READ
+                },
+                0,
+            )
+            .and_then(|fd| {
+                let r = fs.pwrite(fd, &vec![byte; len], off).map(|_| ());
+                fs.close(fd)?;
+                r
+            }),
+        Op::Append(p, len, byte) => fs
+            .open(
+                p,
+                OpenFlags {
+                    write: true,
+                    append: true,
+                    ..OpenFlags::READ
+                },
+                0,
+            )
+            .and_then(|fd| {
+                let r = fs.write(fd, &vec![byte; len]).map(|_| ());
+                fs.close(fd)?;
+                r
+            }),
+        Op::Truncate(p, n) => fs.truncate(p, n),
+        Op::Unlink(p) => fs.unlink(p),
+        Op::Mkdir(p) => fs.mkdir(p, 0o755),
+        Op::Rmdir(p) => fs.rmdir(p),
+        Op::Rename(a, b) => fs.rename(a, b),
+        Op::Link(a, b) => fs.link(a, b),
+        Op::Symlink(t, p) => fs.symlink(t, p),
+        Op::Chmod(p, m) => fs.chmod(p, m),
+    };
+}
+
+/// The logical state the oracle compares: path → (type and permission bits, links, bytes or
+/// link target). Timestamps are left out (they change with every operation by design).
+pub type State = BTreeMap<String, (u32, u32, Vec<u8>)>;
+
+/// Reads the whole namespace.
+pub fn state(fs: &Fs) -> Result<State, String> {
+    let mut out = State::new();
+    let mut stack = vec!["".to_string()];
+    while let Some(dir) = stack.pop() {
+        let path = if dir.is_empty() {
+            "/".to_string()
+        } else {
+            dir.clone()
+        };
+        for e in fs
+            .readdir(&path)
+            .map_err(|e| format!("readdir {path}: {e}"))?
+        {
+            let p = format!("{dir}/{}", String::from_utf8_lossy(&e.name));
+            let a = fs.lstat(&p).map_err(|e| format!("lstat {p}: {e}"))?;
+            let body = match a.mode & S_IFMT {
+                S_IFDIR => {
+                    stack.push(p.clone());
+                    Vec::new()
+                }
+                S_IFLNK => fs.readlink(&p).map_err(|e| format!("readlink {p}: {e}"))?,
+                _ => fs.read_all(&p).map_err(|e| format!("read {p}: {e}"))?,
+            };
+            out.insert(p, (a.mode, a.nlink, body));
+        }
+    }
+    Ok(out)
+}
+
+/// One CPU-only mover for every store the harness mounts: every copy runs on the calling
+/// thread, so the trace is one thread's program order.
+fn mover() -> Arc<Mover> {
+    static MOVER: std::sync::OnceLock<Arc<Mover>> = std::sync::OnceLock::new();
+    MOVER
+        .get_or_init(|| {
+            let mut cfg = Config::default();
+            cfg.mover.policy = Policy::Cpu;
+            Arc::new(Mover::start(&cfg).expect("default configuration is valid"))
+        })
+        .clone()
+}
+
+/// What the harness explored.
+#[derive(Debug, Default, Clone)]
+pub struct Report {
+    /// Workloads run.
+    pub workloads: u64,
+    /// Crash points (fences) visited.
+    pub crash_points: u64,
+    /// Distinct crash images mounted and checked.
+    pub images: u64,
+    /// What went wrong (empty when the store is crash consistent).
+    pub violations: Vec<String>,
+}
+
+/// How hard to look.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Seed for random subsets and random sequences.
+    pub seed: u64,
+    /// Random subsets per crash point when too many lines are in flight for all subsets.
+    pub random_subsets: usize,
+    /// All subsets when at most this many lines are in flight.
+    pub exhaustive_lines: usize,
+    /// Random sequences to run after the single operations and pairs.
+    pub random_sequences: usize,
+    /// Length of each random sequence.
+    pub sequence_len: usize,
+    /// Inject a missing flush (the harness must then report violations).
+    pub inject_missing_flush: bool,
+    /// Stop after this many violations.
+    pub max_violations: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            seed: 1,
+            random_subsets: 12,
+            exhaustive_lines: 6,
+            random_sequences: 20,
+            sequence_len: 6,
+            inject_missing_flush: false,
+            max_violations: 10,
+        }
+    }
+}
+
+impl Options {
+    /// Much longer runs: more subsets, more and longer random sequences.
+    pub fn exhaustive() -> Options {
+        Options {
+            random_subsets: 64,
+            exhaustive_lines: 10,
+            random_sequences: 400,
+            sequence_len: 10,
+            ..Options::default()
+        }
+    }
+}
+
+/// Runs every operation alone, every ordered pair (ACE-style, over the small namespace), and
+/// seeded random sequences.
+pub fn run(opts: &Options, mut progress: impl FnMut(&Report)) -> Report {
+    let ops = all_ops();
+    let mut workloads: Vec<Vec<Op>> = ops.iter().map(|o| vec![o.clone()]).collect();
+    for a in &ops {
+        for b in &ops {
+            workloads.push(vec![a.clone(), b.clone()]);
+        }
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(opts.seed);
+    for _ in 0..opts.random_sequences {
+        workloads.push(
+            (0..opts.sequence_len)
+                .map(|_| ops[rng.random_range(0..ops.len())].clone())
+                .collect(),
+        );
+    }
+    let mut report = Report::default();
+    let mut seen = HashSet::new();
+    for w in &workloads {
+        run_workload(w, opts, &mut rng, &mut seen, &mut report);
+        progress(&report);
+        if report.violations.len() >= opts.max_violations {
+            break;
+        }
+    }
+    report
+}
+
+fn setup(fs: &Fs) {
+    fs.mkdir("/d", 0o755).expect("setup mkdir");
+    let fd = fs
+        .open("/a", OpenFlags::CREATE, 0o644)
+        .expect("setup create");
+    fs.write(fd, &[0x5A; 6000]).expect("setup write");
+    fs.close(fd).expect("setup close");
+    let fd = fs
+        .open("/d/x", OpenFlags::CREATE, 0o644)
+        .expect("setup create");
+    fs.write(fd, b"x").expect("setup write");
+    fs.close(fd).expect("setup close");
+}
+
+/// Runs one workload under the recorder and checks every crash image it produces.
+pub fn run_workload(
+    ops: &[Op],
+    opts: &Options,
+    rng: &mut rand::rngs::StdRng,
+    seen: &mut HashSet<(u32, u32, usize)>,
+    report: &mut Report,
+) {
+    report.workloads += 1;
+    let region = Region::memory(REGION, Persist::detect()).expect("memory region");
+    let base_ptr = region.as_ptr();
+    let fs = Fs::new(Store::format(region, mover(), Owner::current()).expect("format"));
+    setup(&fs);
+    if opts.inject_missing_flush {
+        fs.store().inject_missing_entry_flush();
+    }
+    // SAFETY: the region is REGION bytes and nothing writes it while we copy (single thread).
+    let base = unsafe { std::slice::from_raw_parts(base_ptr, REGION as usize) }.to_vec();
+    let recorder = Recorder::install_capturing(base_ptr, REGION as usize);
+    let mut states = vec![state(&fs).expect("state")];
+    let mut bounds = Vec::new();
+    for op in ops {
+        apply(&fs, op);
+        bounds.push(recorder.events().len());
+        states.push(state(&fs).expect("state"));
+    }
+    let events = recorder.events();
+    drop(recorder);
+    // Leak-free teardown without the clean-unmount stores (they are not part of the trace).
+    std::mem::forget(fs);
+
+    let lo = base_ptr as usize;
+    let mut persisted = base.clone();
+    let mut current = base;
+    let mut dirty: BTreeMap<usize, ()> = BTreeMap::new();
+    let mut pending: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut op_index = 0;
+    for (i, t) in events.iter().enumerate() {
+        while op_index < bounds.len() && i >= bounds[op_index] {
+            op_index += 1;
+        }
+        match t.event {
+            Event::Store {
+                addr,
+                len,
+                non_temporal,
+            } => {
+                if addr < lo || addr >= lo + REGION as usize {
+                    continue;
+                }
+                let off = addr - lo;
+                let Some(data) = &t.data else { continue };
+                current[off..off + len].copy_from_slice(data);
+                for line in off / CACHE_LINE..(off + len).div_ceil(CACHE_LINE) {
+                    if non_temporal {
+                        dirty.remove(&line);
+                        pending.insert(line, t.thread);
+                    } else {
+                        dirty.insert(line, ());
+                    }
+                }
+            }
+            Event::Flush { addr, len } => {
+                if addr < lo || addr >= lo + REGION as usize {
+                    continue;
+                }
+                let off = addr - lo;
+                for line in off / CACHE_LINE..(off + len).div_ceil(CACHE_LINE) {
+                    if dirty.remove(&line).is_some() {
+                        pending.insert(line, t.thread);
+                    }
+                }
+            }
+            Event::Fence => {
+                let done: Vec<usize> = pending
+                    .iter()
+                    .filter(|(_, &th)| th == t.thread)
+                    .map(|(&l, _)| l)
+                    .collect();
+                for l in done {
+                    pending.remove(&l);
+                    let r = l * CACHE_LINE..(l + 1) * CACHE_LINE;
+                    persisted[r.clone()].copy_from_slice(&current[r]);
+                }
+                if op_index < ops.len() {
+                    report.crash_points += 1;
+                    let inflight: Vec<usize> =
+                        dirty.keys().chain(pending.keys()).copied().collect();
+                    check_point(
+                        &persisted,
+                        &current,
+                        &inflight,
+                        &states[op_index],
+                        &states[op_index + 1],
+                        &ops[op_index],
+                        opts,
+                        rng,
+                        seen,
+                        report,
+                    );
+                    if report.violations.len() >= opts.max_violations {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_point(
+    persisted: &[u8],
+    current: &[u8],
+    inflight: &[usize],
+    before: &State,
+    after: &State,
+    op: &Op,
+    opts: &Options,
+    rng: &mut rand::rngs::StdRng,
+    seen: &mut HashSet<(u32, u32, usize)>,
+    report: &mut Report,
+) {
+    let n = inflight.len();
+    let mut subsets: Vec<Vec<bool>> = vec![vec![false; n], vec![true; n]];
+    if n <= opts.exhaustive_lines {
+        for m in 1..(1u64 << n).saturating_sub(1) {
+            subsets.push((0..n).map(|k| m >> k & 1 == 1).collect());
+        }
+    } else {
+        for _ in 0..opts.random_subsets {
+            subsets.push((0..n).map(|_| rng.random_bool(0.5)).collect());
+        }
+    }
+    let base_crc = crc32c::crc32c(persisted);
+    for pick in subsets {
+        let mut img = persisted.to_vec();
+        let mut crc = 0u32;
+        let mut chosen = 0usize;
+        for (k, &line) in inflight.iter().enumerate() {
+            if pick[k] {
+                let r = line * CACHE_LINE..(line + 1) * CACHE_LINE;
+                img[r.clone()].copy_from_slice(&current[r.clone()]);
+                crc = crc32c::crc32c_append(crc, &(line as u64).to_le_bytes());
+                crc = crc32c::crc32c_append(crc, &current[r]);
+                chosen += 1;
+            }
+        }
+        if !seen.insert((base_crc, crc, chosen)) {
+            continue;
+        }
+        report.images += 1;
+        if let Err(v) = check_image(&img, before, after) {
+            report.violations.push(format!(
+                "during {op:?}, {chosen} of {n} in-flight lines persisted: {v}"
+            ));
+            if report.violations.len() >= opts.max_violations {
+                return;
+            }
+        }
+    }
+}
+
+/// Mounts a crash image and checks it: fsck clean, state before or after, still usable.
+pub fn check_image(img: &[u8], before: &State, after: &State) -> Result<(), String> {
+    let f = fsck::check(img);
+    if !f.healthy() {
+        return Err(format!("fsck: {:?}", f.problems));
+    }
+    let region = Region::memory(img.len() as u64, Persist::detect()).map_err(|e| e.to_string())?;
+    // SAFETY: a fresh private mapping of img.len() bytes that nothing else references.
+    unsafe { std::ptr::copy_nonoverlapping(img.as_ptr(), region.as_mut_ptr(), img.len()) };
+    let fs = Fs::new(Store::mount(region, mover()).map_err(|e| format!("mount: {e}"))?);
+    let s = state(&fs)?;
+    if &s != before && &s != after {
+        return Err(format!(
+            "state is neither before nor after: got {:?}, before {:?}, after {:?}",
+            summary(&s),
+            summary(before),
+            summary(after)
+        ));
+    }
+    let probe = "/.probe";
+    let fd = fs
+        .open(probe, OpenFlags::CREATE, 0o644)
+        .map_err(|e| format!("create after recovery: {e}"))?;
+    fs.write(fd, &[7u8; 10000])
+        .map_err(|e| format!("write after recovery: {e}"))?;
+    fs.close(fd).map_err(|e| e.to_string())?;
+    if fs.read_all(probe).map_err(|e| e.to_string())? != vec![7u8; 10000] {
+        return Err("read after recovery returned other bytes".into());
+    }
+    fs.unlink(probe)
+        .map_err(|e| format!("unlink after recovery: {e}"))?;
+    fs.unmount().map_err(|e| e.to_string())
+}
+
+fn summary(s: &State) -> Vec<(String, u32, u32, usize)> {
+    s.iter()
+        .map(|(p, (m, l, b))| (p.clone(), *m, *l, b.len()))
+        .collect()
+}

@@ -1,0 +1,589 @@
+//! The on-media format: every byte offset the store reads or writes is defined here.
+//!
+//! ```text
+//!  block 0        block 1        block 2    blocks 3 ..          data_block ..
+//! +-------------+-------------+----------+------------------+-----------------------------+
+//! | superblock  | superblock  | journal  | inode table      | log pages and data blocks   |
+//! | (primary)   | (replica)   |          | 64 B per slot    | (4 KiB each, any order)     |
+//! +-------------+-------------+----------+------------------+-----------------------------+
+//!
+//! superblock (little-endian)          journal block
+//!   0 magic "SWYDSTOR"                  0 word0 = magic "SJNL" (u32) | count (u32) << 32
+//!   8 version u32                       8 seq u64
+//!  12 block_size u32 (4096)            16 crc32c u32 of bytes 0..16 ++ entries
+//!  16 total_blocks u64                 64 entries: count × (region offset u64, old u64)
+//!  24 inode_table_block u64
+//!  32 inode_slots u64                 inode slot (64 B, slot 0 unused, slot 1 = root)
+//!  40 journal_block u64                 0 head u64: block of the first log page, 0 = free
+//!  48 data_block u64                    8 tail u64: region offset just past the last
+//!  56 uuid [u8; 16]                       committed entry (the commit point)
+//!  72 clean u32 (1 = cleanly unmounted)
+//!  80 mount_count u64                 log page (4 KiB)
+//!  88 crc32c u32 of bytes 0..88         0 magic "SLOG" u32, 4 zero u32
+//!                                       8 ino u64
+//!                                      16 next u64: block of the next log page, 0 = none
+//!                                      24 crc32c u32 of bytes 0..16
+//!                                      64 entries, 8-byte aligned, until a zero kind byte
+//!                                         or the end of the page (or the tail)
+//!
+//! entry header: kind u8, 0 u8, len u16 (total, multiple of 8), crc32c u32 (entry with crc = 0)
+//!   1 Attr      8 mode u32, uid u32, gid u32, nlink u32, size u64, atime i64, mtime i64,
+//!                 ctime i64, parent u64                                          (64 bytes)
+//!   2 Write     8 pgoff u64, block u64, count u64, size u64, mtime i64          (48 bytes)
+//!   3 DirAdd    8 ino u64, ftype u8, namelen u8, 0 [u8; 6], name, zero padding
+//!   4 DirRemove 8 namelen u8, 0 [u8; 7], name, zero padding
+//! ```
+//!
+//! Commit points (all in [`crate::store`]): a single-inode operation appends its entries past
+//! the inode's tail, makes them durable, then stores the new tail with one 8-byte store and
+//! makes it durable. An operation over several inodes makes all their entries durable, writes
+//! the old values of every head/tail word it will change to the journal, makes the journal
+//! durable with its count and checksum (the commit point), stores the new words, makes them
+//! durable, and clears the count. Recovery undoes a journal whose count and checksum are valid.
+
+use crate::error::Corruption;
+
+/// Block size in bytes.
+pub const BLOCK: u64 = 4096;
+/// Format version this build writes and reads.
+pub const VERSION: u32 = 1;
+/// Superblock magic.
+pub const SB_MAGIC: [u8; 8] = *b"SWYDSTOR";
+/// Bytes of the superblock covered by its checksum.
+pub const SB_CRC_AT: usize = 88;
+/// Journal magic (low half of word 0).
+pub const JOURNAL_MAGIC: u32 = u32::from_le_bytes(*b"SJNL");
+/// First journal entry offset within the journal block.
+pub const JOURNAL_ENTRIES_AT: u64 = 64;
+/// Most words one journal transaction can cover.
+pub const JOURNAL_CAPACITY: usize = ((BLOCK - JOURNAL_ENTRIES_AT) / 16) as usize;
+/// Inode slot size.
+pub const SLOT: u64 = 64;
+/// The root directory's inode number.
+pub const ROOT: u64 = 1;
+/// Log page magic.
+pub const LOG_MAGIC: u32 = u32::from_le_bytes(*b"SLOG");
+/// Offset of the first entry in a log page.
+pub const LOG_ENTRIES_AT: u64 = 64;
+/// Offset of the `next` word in a log page.
+pub const LOG_NEXT_AT: u64 = 16;
+/// Longest file name.
+pub const NAME_MAX: usize = 255;
+
+/// Entry kinds.
+pub const KIND_ATTR: u8 = 1;
+/// See [`KIND_ATTR`].
+pub const KIND_WRITE: u8 = 2;
+/// See [`KIND_ATTR`].
+pub const KIND_DIR_ADD: u8 = 3;
+/// See [`KIND_ATTR`].
+pub const KIND_DIR_REMOVE: u8 = 4;
+
+/// File type bits of `mode` (as POSIX `S_IFMT`).
+pub const S_IFMT: u32 = 0o170000;
+/// Regular file.
+pub const S_IFREG: u32 = 0o100000;
+/// Directory.
+pub const S_IFDIR: u32 = 0o040000;
+/// Symbolic link.
+pub const S_IFLNK: u32 = 0o120000;
+
+/// The geometry a superblock describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Superblock {
+    /// Region size in blocks.
+    pub total_blocks: u64,
+    /// First block of the inode table.
+    pub inode_table_block: u64,
+    /// Number of inode slots (slot 0 unused).
+    pub inode_slots: u64,
+    /// The journal's block.
+    pub journal_block: u64,
+    /// First block of the data zone.
+    pub data_block: u64,
+    /// Identity of this store.
+    pub uuid: [u8; 16],
+    /// Set by a clean unmount, cleared by mount.
+    pub clean: bool,
+    /// Number of mounts so far.
+    pub mount_count: u64,
+}
+
+fn le64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+impl Superblock {
+    /// The geometry for a region of `len` bytes: one inode per 16 KiB (at least 64), the
+    /// table rounded up to whole blocks.
+    pub fn for_region(len: u64, uuid: [u8; 16]) -> Superblock {
+        let total_blocks = len / BLOCK;
+        let slots = (len / (16 << 10)).max(64);
+        let table_blocks = (slots * SLOT).div_ceil(BLOCK);
+        let inode_slots = table_blocks * BLOCK / SLOT;
+        Superblock {
+            total_blocks,
+            inode_table_block: 3,
+            inode_slots,
+            journal_block: 2,
+            data_block: 3 + table_blocks,
+            uuid,
+            clean: true,
+            mount_count: 0,
+        }
+    }
+
+    /// Encodes into the first 128 bytes of a block, checksum included.
+    pub fn encode(&self) -> [u8; 128] {
+        let mut b = [0u8; 128];
+        b[0..8].copy_from_slice(&SB_MAGIC);
+        b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        b[12..16].copy_from_slice(&(BLOCK as u32).to_le_bytes());
+        b[16..24].copy_from_slice(&self.total_blocks.to_le_bytes());
+        b[24..32].copy_from_slice(&self.inode_table_block.to_le_bytes());
+        b[32..40].copy_from_slice(&self.inode_slots.to_le_bytes());
+        b[40..48].copy_from_slice(&self.journal_block.to_le_bytes());
+        b[48..56].copy_from_slice(&self.data_block.to_le_bytes());
+        b[56..72].copy_from_slice(&self.uuid);
+        b[72..76].copy_from_slice(&u32::from(self.clean).to_le_bytes());
+        b[80..88].copy_from_slice(&self.mount_count.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..SB_CRC_AT]);
+        b[88..92].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes and validates a superblock copy found in a region of `region_len` bytes.
+    pub fn decode(b: &[u8], region_len: u64) -> Result<Superblock, Corruption> {
+        if b.len() < 128 || b[0..8] != SB_MAGIC {
+            return Err(Corruption::NotFormatted);
+        }
+        let crc = le32(b, 88);
+        if crc != crc32c::crc32c(&b[..SB_CRC_AT]) {
+            return Err(Corruption::BadChecksum("superblock"));
+        }
+        let version = le32(b, 8);
+        if version > VERSION {
+            return Err(Corruption::NewerVersion {
+                found: version,
+                supported: VERSION,
+            });
+        }
+        if version == 0 || le32(b, 12) != BLOCK as u32 {
+            return Err(Corruption::Invalid(
+                "superblock version or block size".into(),
+            ));
+        }
+        let mut uuid = [0u8; 16];
+        uuid.copy_from_slice(&b[56..72]);
+        let sb = Superblock {
+            total_blocks: le64(b, 16),
+            inode_table_block: le64(b, 24),
+            inode_slots: le64(b, 32),
+            journal_block: le64(b, 40),
+            data_block: le64(b, 48),
+            uuid,
+            clean: le32(b, 72) == 1,
+            mount_count: le64(b, 80),
+        };
+        let expect = Superblock::for_region(sb.total_blocks * BLOCK, uuid);
+        if sb.total_blocks * BLOCK > region_len {
+            return Err(Corruption::Truncated {
+                expected: sb.total_blocks * BLOCK,
+                actual: region_len,
+            });
+        }
+        if (
+            sb.inode_table_block,
+            sb.inode_slots,
+            sb.journal_block,
+            sb.data_block,
+        ) != (
+            expect.inode_table_block,
+            expect.inode_slots,
+            expect.journal_block,
+            expect.data_block,
+        ) || sb.data_block >= sb.total_blocks
+        {
+            return Err(Corruption::Invalid("superblock geometry".into()));
+        }
+        Ok(sb)
+    }
+
+    /// Region offset of inode slot `ino`.
+    pub fn slot_offset(&self, ino: u64) -> u64 {
+        self.inode_table_block * BLOCK + ino * SLOT
+    }
+
+    /// Whether `block` lies in the data zone.
+    pub fn is_data(&self, block: u64) -> bool {
+        block >= self.data_block && block < self.total_blocks
+    }
+}
+
+/// Inode attributes, as recorded by an Attr entry (and updated by Write entries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Attr {
+    /// Type and permission bits.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Hard links (directories: 2 + subdirectories).
+    pub nlink: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Access time, ns since the epoch.
+    pub atime: i64,
+    /// Modification time, ns since the epoch.
+    pub mtime: i64,
+    /// Status change time, ns since the epoch.
+    pub ctime: i64,
+    /// Parent directory (directories only; the root is its own parent).
+    pub parent: u64,
+}
+
+impl Attr {
+    /// The file type bits.
+    pub fn kind(&self) -> u32 {
+        self.mode & S_IFMT
+    }
+}
+
+/// One log entry, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    /// A full attribute snapshot; the last one wins.
+    Attr(Attr),
+    /// `count` pages from `pgoff` now live in blocks `block..block + count`.
+    Write {
+        /// First file page.
+        pgoff: u64,
+        /// First block.
+        block: u64,
+        /// Pages.
+        count: u64,
+        /// File size after the write.
+        size: u64,
+        /// Modification time after the write.
+        mtime: i64,
+    },
+    /// Name → inode in a directory (replaces an existing name).
+    DirAdd {
+        /// Target inode.
+        ino: u64,
+        /// Target type (`mode >> 12`).
+        ftype: u8,
+        /// Name bytes.
+        name: Vec<u8>,
+    },
+    /// Name removed from a directory.
+    DirRemove {
+        /// Name bytes.
+        name: Vec<u8>,
+    },
+}
+
+fn finish(mut b: Vec<u8>, kind: u8) -> Vec<u8> {
+    b.resize(b.len().div_ceil(8) * 8, 0);
+    b[0] = kind;
+    let len = b.len() as u16;
+    b[2..4].copy_from_slice(&len.to_le_bytes());
+    let crc = crc32c::crc32c(&b);
+    b[4..8].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+impl Entry {
+    /// Encodes with header and checksum.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; 8];
+        match self {
+            Entry::Attr(a) => {
+                for v in [a.mode, a.uid, a.gid, a.nlink] {
+                    b.extend_from_slice(&v.to_le_bytes());
+                }
+                b.extend_from_slice(&a.size.to_le_bytes());
+                for v in [a.atime, a.mtime, a.ctime] {
+                    b.extend_from_slice(&v.to_le_bytes());
+                }
+                b.extend_from_slice(&a.parent.to_le_bytes());
+                finish(b, KIND_ATTR)
+            }
+            Entry::Write {
+                pgoff,
+                block,
+                count,
+                size,
+                mtime,
+            } => {
+                for v in [*pgoff, *block, *count, *size] {
+                    b.extend_from_slice(&v.to_le_bytes());
+                }
+                b.extend_from_slice(&mtime.to_le_bytes());
+                finish(b, KIND_WRITE)
+            }
+            Entry::DirAdd { ino, ftype, name } => {
+                b.extend_from_slice(&ino.to_le_bytes());
+                b.push(*ftype);
+                b.push(name.len() as u8);
+                b.extend_from_slice(&[0; 6]);
+                b.extend_from_slice(name);
+                finish(b, KIND_DIR_ADD)
+            }
+            Entry::DirRemove { name } => {
+                b.push(name.len() as u8);
+                b.extend_from_slice(&[0; 7]);
+                b.extend_from_slice(name);
+                finish(b, KIND_DIR_REMOVE)
+            }
+        }
+    }
+
+    /// Decodes the entry at the start of `b` (which runs to the end of its page). Returns the
+    /// entry and its length, `Ok(None)` at a terminator (zero kind byte or no room for a
+    /// header), or an error for a damaged entry.
+    pub fn decode(b: &[u8]) -> Result<Option<(Entry, usize)>, Corruption> {
+        if b.len() < 8 || b[0] == 0 {
+            return Ok(None);
+        }
+        let len = u16::from_le_bytes([b[2], b[3]]) as usize;
+        if len < 8 || !len.is_multiple_of(8) || len > b.len() {
+            return Err(Corruption::Invalid(format!("log entry length {len}")));
+        }
+        let mut copy = b[..len].to_vec();
+        copy[4..8].fill(0);
+        if crc32c::crc32c(&copy) != le32(b, 4) {
+            return Err(Corruption::BadChecksum("log entry"));
+        }
+        let e = &b[..len];
+        let need = |n: usize| {
+            if len < n {
+                Err(Corruption::Invalid(format!(
+                    "log entry kind {} too short",
+                    e[0]
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        let entry = match e[0] {
+            KIND_ATTR => {
+                need(64)?;
+                Entry::Attr(Attr {
+                    mode: le32(e, 8),
+                    uid: le32(e, 12),
+                    gid: le32(e, 16),
+                    nlink: le32(e, 20),
+                    size: le64(e, 24),
+                    atime: le64(e, 32) as i64,
+                    mtime: le64(e, 40) as i64,
+                    ctime: le64(e, 48) as i64,
+                    parent: le64(e, 56),
+                })
+            }
+            KIND_WRITE => {
+                need(48)?;
+                Entry::Write {
+                    pgoff: le64(e, 8),
+                    block: le64(e, 16),
+                    count: le64(e, 24),
+                    size: le64(e, 32),
+                    mtime: le64(e, 40) as i64,
+                }
+            }
+            KIND_DIR_ADD => {
+                need(24)?;
+                let n = e[17] as usize;
+                need(24 + n)?;
+                Entry::DirAdd {
+                    ino: le64(e, 8),
+                    ftype: e[16],
+                    name: e[24..24 + n].to_vec(),
+                }
+            }
+            KIND_DIR_REMOVE => {
+                need(16)?;
+                let n = e[8] as usize;
+                need(16 + n)?;
+                Entry::DirRemove {
+                    name: e[16..16 + n].to_vec(),
+                }
+            }
+            k => return Err(Corruption::Invalid(format!("log entry kind {k}"))),
+        };
+        Ok(Some((entry, len)))
+    }
+}
+
+/// A log page header for inode `ino`.
+pub fn log_page_header(ino: u64) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    b[0..4].copy_from_slice(&LOG_MAGIC.to_le_bytes());
+    b[8..16].copy_from_slice(&ino.to_le_bytes());
+    let crc = crc32c::crc32c(&b[..16]);
+    b[24..28].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Validates a log page header: it must belong to `ino`. Returns the `next` block.
+pub fn check_log_page(b: &[u8], ino: u64) -> Result<u64, Corruption> {
+    if b.len() < 64 || le32(b, 0) != LOG_MAGIC || le32(b, 24) != crc32c::crc32c(&b[..16]) {
+        return Err(Corruption::BadChecksum("log page header"));
+    }
+    if le64(b, 8) != ino {
+        return Err(Corruption::Invalid(format!(
+            "log page of inode {} found in inode {ino}'s log",
+            le64(b, 8)
+        )));
+    }
+    Ok(le64(b, 16))
+}
+
+/// Encodes a journal: word 0, seq, crc, then the (offset, old value) pairs.
+pub fn encode_journal(seq: u64, words: &[(u64, u64)]) -> Vec<u8> {
+    let mut b = vec![0u8; JOURNAL_ENTRIES_AT as usize + 16 * words.len()];
+    let w0 = u64::from(JOURNAL_MAGIC) | (words.len() as u64) << 32;
+    b[0..8].copy_from_slice(&w0.to_le_bytes());
+    b[8..16].copy_from_slice(&seq.to_le_bytes());
+    for (i, (off, old)) in words.iter().enumerate() {
+        let at = JOURNAL_ENTRIES_AT as usize + 16 * i;
+        b[at..at + 8].copy_from_slice(&off.to_le_bytes());
+        b[at + 8..at + 16].copy_from_slice(&old.to_le_bytes());
+    }
+    let crc = journal_crc(&b);
+    b[16..20].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn journal_crc(b: &[u8]) -> u32 {
+    let mut c = crc32c::crc32c(&b[..16]);
+    c = crc32c::crc32c_append(c, &b[JOURNAL_ENTRIES_AT as usize..]);
+    c
+}
+
+/// Decodes a journal block: the words to restore if a transaction was in flight, else empty.
+/// A count whose checksum does not match was never committed (the count is written in the
+/// same line as the checksum, after the entries are durable), so it is ignored.
+pub fn decode_journal(block: &[u8]) -> Vec<(u64, u64)> {
+    let w0 = le64(block, 0);
+    let count = (w0 >> 32) as usize;
+    if w0 as u32 != JOURNAL_MAGIC || count == 0 || count > JOURNAL_CAPACITY {
+        return Vec::new();
+    }
+    let end = JOURNAL_ENTRIES_AT as usize + 16 * count;
+    let mut b = block[..end].to_vec();
+    let crc = le32(&b, 16);
+    b[16..20].fill(0);
+    if journal_crc(&b) != crc {
+        return Vec::new();
+    }
+    (0..count)
+        .map(|i| {
+            let at = JOURNAL_ENTRIES_AT as usize + 16 * i;
+            (le64(block, at), le64(block, at + 8))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn superblock_round_trips_and_rejects_damage() {
+        let sb = Superblock::for_region(64 << 20, [7; 16]);
+        let b = sb.encode();
+        assert_eq!(Superblock::decode(&b, 64 << 20).unwrap(), sb);
+        let mut bad = b;
+        bad[20] ^= 1;
+        assert!(matches!(
+            Superblock::decode(&bad, 64 << 20),
+            Err(Corruption::BadChecksum(_))
+        ));
+        assert!(matches!(
+            Superblock::decode(&b, 32 << 20),
+            Err(Corruption::Truncated { .. })
+        ));
+        let mut newer = b;
+        newer[8] = 2;
+        let crc = crc32c::crc32c(&newer[..SB_CRC_AT]);
+        newer[88..92].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Superblock::decode(&newer, 64 << 20),
+            Err(Corruption::NewerVersion { found: 2, .. })
+        ));
+        assert!(matches!(
+            Superblock::decode(&[0u8; 128], 64 << 20),
+            Err(Corruption::NotFormatted)
+        ));
+    }
+
+    #[test]
+    fn journal_round_trips_and_ignores_a_torn_count() {
+        let words = [(4096, 1), (8192, 2)];
+        let mut b = encode_journal(9, &words);
+        b.resize(BLOCK as usize, 0);
+        assert_eq!(decode_journal(&b), words);
+        b[JOURNAL_ENTRIES_AT as usize] ^= 1;
+        assert!(decode_journal(&b).is_empty());
+    }
+
+    fn entry() -> impl Strategy<Value = Entry> {
+        let name = proptest::collection::vec(1u8..=255, 1..=NAME_MAX);
+        prop_oneof![
+            (
+                any::<[u32; 4]>(),
+                any::<u64>(),
+                any::<[i64; 3]>(),
+                any::<u64>()
+            )
+                .prop_map(|(m, size, t, parent)| Entry::Attr(Attr {
+                    mode: m[0],
+                    uid: m[1],
+                    gid: m[2],
+                    nlink: m[3],
+                    size,
+                    atime: t[0],
+                    mtime: t[1],
+                    ctime: t[2],
+                    parent
+                })),
+            (any::<[u64; 4]>(), any::<i64>()).prop_map(|(v, mtime)| Entry::Write {
+                pgoff: v[0],
+                block: v[1],
+                count: v[2],
+                size: v[3],
+                mtime
+            }),
+            (any::<u64>(), any::<u8>(), name.clone())
+                .prop_map(|(ino, ftype, name)| Entry::DirAdd { ino, ftype, name }),
+            name.prop_map(|name| Entry::DirRemove { name }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn entries_round_trip(e in entry()) {
+            let b = e.encode();
+            prop_assert_eq!(b.len() % 8, 0);
+            let mut page = b.clone();
+            page.extend_from_slice(&[0; 16]);
+            let (d, n) = Entry::decode(&page).unwrap().unwrap();
+            prop_assert_eq!(d, e);
+            prop_assert_eq!(n, b.len());
+        }
+
+        #[test]
+        fn damaged_entries_never_decode_as_something_else(e in entry(), at in 0usize..64, bit in 0u8..8) {
+            let mut b = e.encode();
+            let at = at % b.len();
+            b[at] ^= 1 << bit;
+            if let Ok(Some((d, _))) = Entry::decode(&b) { prop_assert_eq!(d, e, "a flipped bit decoded") }
+        }
+    }
+}

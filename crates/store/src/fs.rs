@@ -1,0 +1,497 @@
+//! Paths and file descriptors over [`Store`]: the POSIX file model for Rust programs.
+//!
+//! Paths are absolute (`/a/b`) or relative to the root; `.` and `..` work; symlinks are
+//! followed in every component but the last, and in the last where POSIX follows them
+//! (open, stat, truncate, chmod), at most 40 times (ELOOP). Permission bits and owners are
+//! recorded and reported; enforcing them is the front end's job (FUSE mounts with
+//! `default_permissions`, so the kernel checks them).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::error::Errno;
+use crate::format::{Attr, ROOT, S_IFDIR, S_IFLNK, S_IFMT};
+use crate::store::{DirEntry, Owner, SetAttr, StatFs, Store, MAX_FILE_SIZE};
+
+/// A file descriptor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Fd(pub u32);
+
+/// How to open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenFlags {
+    /// Reads allowed.
+    pub read: bool,
+    /// Writes allowed.
+    pub write: bool,
+    /// Create if missing.
+    pub create: bool,
+    /// With `create`: fail with EEXIST if it exists.
+    pub exclusive: bool,
+    /// Truncate to 0 on open.
+    pub truncate: bool,
+    /// Every write goes to the end.
+    pub append: bool,
+}
+
+impl OpenFlags {
+    /// Read only.
+    pub const READ: OpenFlags = OpenFlags {
+        read: true,
+        write: false,
+        create: false,
+        exclusive: false,
+        truncate: false,
+        append: false,
+    };
+    /// Read-write, create, truncate (as `fopen("w+")`).
+    pub const CREATE: OpenFlags = OpenFlags {
+        read: true,
+        write: true,
+        create: true,
+        exclusive: false,
+        truncate: true,
+        append: false,
+    };
+}
+
+/// `lseek` origins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whence {
+    /// From the start.
+    Set,
+    /// From the current offset.
+    Cur,
+    /// From the end.
+    End,
+}
+
+struct Open {
+    ino: u64,
+    flags: OpenFlags,
+    offset: Mutex<u64>,
+}
+
+/// A store with paths and file descriptors.
+pub struct Fs {
+    store: Store,
+    owner: Owner,
+    fds: Mutex<BTreeMap<u32, Arc<Open>>>,
+}
+
+const SYMLOOP_MAX: u32 = 40;
+const OPEN_MAX: usize = 1 << 20;
+
+impl Fs {
+    /// Wraps a mounted store; new files are owned by the calling process's ids.
+    pub fn new(store: Store) -> Fs {
+        Fs {
+            store,
+            owner: Owner::current(),
+            fds: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The inode-level store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Closes every descriptor and unmounts cleanly.
+    pub fn unmount(self) -> Result<(), Errno> {
+        let fds: Vec<u32> = self.fds.lock().keys().copied().collect();
+        for fd in fds {
+            self.close(Fd(fd))?;
+        }
+        self.store.unmount()
+    }
+
+    fn components(path: &str) -> Result<Vec<&[u8]>, Errno> {
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        Ok(path
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(str::as_bytes)
+            .collect())
+    }
+
+    /// Resolves `path` to (parent directory, last name). The last name is `None` for the root.
+    fn parent_of(&self, path: &str, depth: &mut u32) -> Result<(u64, Option<Vec<u8>>), Errno> {
+        let comps = Self::components(path)?;
+        let Some((last, dirs)) = comps.split_last() else {
+            return Ok((ROOT, None));
+        };
+        let mut dir = ROOT;
+        for c in dirs {
+            dir = self.step(dir, c, depth)?;
+            if self.store.getattr(dir)?.kind() != S_IFDIR {
+                return Err(Errno::ENOTDIR);
+            }
+        }
+        Ok((dir, Some(last.to_vec())))
+    }
+
+    /// One component from `dir`, following a symlink.
+    fn step(&self, dir: u64, name: &[u8], depth: &mut u32) -> Result<u64, Errno> {
+        let (ino, attr) = self.store.lookup(dir, name)?;
+        if attr.kind() == S_IFLNK {
+            return self.follow(dir, ino, depth);
+        }
+        Ok(ino)
+    }
+
+    fn follow(&self, dir: u64, link: u64, depth: &mut u32) -> Result<u64, Errno> {
+        *depth += 1;
+        if *depth > SYMLOOP_MAX {
+            return Err(Errno::ELOOP);
+        }
+        let target = self.store.readlink(link)?;
+        let target = String::from_utf8(target).map_err(|_| Errno::EINVAL)?;
+        let start = if target.starts_with('/') { ROOT } else { dir };
+        let mut cur = start;
+        for c in Self::components(&target)? {
+            if self.store.getattr(cur)?.kind() != S_IFDIR {
+                return Err(Errno::ENOTDIR);
+            }
+            cur = self.step(cur, c, depth)?;
+        }
+        Ok(cur)
+    }
+
+    /// Resolves a whole path; `follow` decides for a symlink in the last component.
+    fn resolve(&self, path: &str, follow: bool) -> Result<u64, Errno> {
+        let mut depth = 0;
+        let (dir, last) = self.parent_of(path, &mut depth)?;
+        let Some(last) = last else { return Ok(ROOT) };
+        let (ino, attr) = self.store.lookup(dir, &last)?;
+        if follow && attr.kind() == S_IFLNK {
+            return self.follow(dir, ino, &mut depth);
+        }
+        Ok(ino)
+    }
+
+    fn parent_and_name(&self, path: &str) -> Result<(u64, Vec<u8>), Errno> {
+        let (dir, last) = self.parent_of(path, &mut 0)?;
+        Ok((dir, last.ok_or(Errno::EEXIST)?))
+    }
+
+    fn open_file(&self, fd: Fd) -> Result<Arc<Open>, Errno> {
+        self.fds.lock().get(&fd.0).cloned().ok_or(Errno::EBADF)
+    }
+
+    // ---- descriptors --------------------------------------------------------------------
+
+    /// Opens (or creates) a file.
+    pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> Result<Fd, Errno> {
+        let ino = match self.resolve(path, true) {
+            Ok(ino) => {
+                if flags.create && flags.exclusive {
+                    return Err(Errno::EEXIST);
+                }
+                ino
+            }
+            Err(Errno::ENOENT) if flags.create => {
+                let (dir, name) = self.parent_and_name(path)?;
+                match self.store.create(dir, &name, mode, self.owner) {
+                    Ok((ino, _)) => ino,
+                    Err(Errno::EEXIST) if !flags.exclusive => self.store.lookup(dir, &name)?.0,
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        let attr = self.store.getattr(ino)?;
+        if attr.kind() == S_IFDIR && (flags.write || flags.truncate) {
+            return Err(Errno::EISDIR);
+        }
+        if flags.truncate && flags.write && attr.size > 0 {
+            self.store.setattr(
+                ino,
+                SetAttr {
+                    size: Some(0),
+                    ..SetAttr::default()
+                },
+            )?;
+        }
+        let mut fds = self.fds.lock();
+        if fds.len() >= OPEN_MAX {
+            return Err(Errno::EMFILE);
+        }
+        let n = (0u32..)
+            .find(|n| !fds.contains_key(n))
+            .expect("fewer than 2^32 open");
+        self.store.open(ino)?;
+        fds.insert(
+            n,
+            Arc::new(Open {
+                ino,
+                flags,
+                offset: Mutex::new(0),
+            }),
+        );
+        Ok(Fd(n))
+    }
+
+    /// Closes a descriptor.
+    pub fn close(&self, fd: Fd) -> Result<(), Errno> {
+        let f = self.fds.lock().remove(&fd.0).ok_or(Errno::EBADF)?;
+        self.store.release(f.ino)
+    }
+
+    /// Reads at the descriptor's offset and advances it.
+    pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize, Errno> {
+        let f = self.open_file(fd)?;
+        if !f.flags.read {
+            return Err(Errno::EBADF);
+        }
+        let mut off = f.offset.lock();
+        let n = self.store.read(f.ino, *off, buf)?;
+        *off += n as u64;
+        Ok(n)
+    }
+
+    /// Reads at `off` without moving the descriptor's offset.
+    pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
+        let f = self.open_file(fd)?;
+        if !f.flags.read {
+            return Err(Errno::EBADF);
+        }
+        if off > MAX_FILE_SIZE {
+            return Err(Errno::EINVAL);
+        }
+        self.store.read(f.ino, off, buf)
+    }
+
+    /// Writes at the descriptor's offset (or the end, with `append`) and advances it.
+    pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize, Errno> {
+        let f = self.open_file(fd)?;
+        if !f.flags.write {
+            return Err(Errno::EBADF);
+        }
+        let mut off = f.offset.lock();
+        if f.flags.append {
+            let at = self.store.append(f.ino, data)?;
+            *off = at + data.len() as u64;
+        } else {
+            self.store.write(f.ino, *off, data)?;
+            *off += data.len() as u64;
+        }
+        Ok(data.len())
+    }
+
+    /// Writes at `off` without moving the descriptor's offset (`append` still appends, as on
+    /// Linux).
+    pub fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize, Errno> {
+        let f = self.open_file(fd)?;
+        if !f.flags.write {
+            return Err(Errno::EBADF);
+        }
+        if off > MAX_FILE_SIZE {
+            return Err(Errno::EINVAL);
+        }
+        if f.flags.append {
+            self.store.append(f.ino, data)?;
+            return Ok(data.len());
+        }
+        self.store.write(f.ino, off, data)
+    }
+
+    /// Appends `data` at the end; returns the offset it landed at.
+    pub fn append(&self, fd: Fd, data: &[u8]) -> Result<u64, Errno> {
+        let f = self.open_file(fd)?;
+        if !f.flags.write {
+            return Err(Errno::EBADF);
+        }
+        self.store.append(f.ino, data)
+    }
+
+    /// Moves the descriptor's offset.
+    pub fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64, Errno> {
+        let f = self.open_file(fd)?;
+        let mut cur = f.offset.lock();
+        let base = match whence {
+            Whence::Set => 0,
+            Whence::Cur => *cur as i64,
+            Whence::End => self.store.getattr(f.ino)?.size as i64,
+        };
+        let new = base
+            .checked_add(off)
+            .filter(|&n| n >= 0)
+            .ok_or(Errno::EINVAL)?;
+        *cur = new as u64;
+        Ok(*cur)
+    }
+
+    /// Truncates or extends an open file.
+    pub fn ftruncate(&self, fd: Fd, size: u64) -> Result<(), Errno> {
+        let f = self.open_file(fd)?;
+        if !f.flags.write {
+            return Err(Errno::EINVAL);
+        }
+        self.set_size(f.ino, size)
+    }
+
+    fn set_size(&self, ino: u64, size: u64) -> Result<(), Errno> {
+        if size > MAX_FILE_SIZE {
+            return Err(Errno::EINVAL);
+        }
+        self.store
+            .setattr(
+                ino,
+                SetAttr {
+                    size: Some(size),
+                    ..SetAttr::default()
+                },
+            )
+            .map(|_| ())
+    }
+
+    /// Every returned write is already durable: validates the descriptor only.
+    pub fn fsync(&self, fd: Fd) -> Result<(), Errno> {
+        let f = self.open_file(fd)?;
+        self.store.fsync(f.ino)
+    }
+
+    /// Attributes of an open file.
+    pub fn fstat(&self, fd: Fd) -> Result<Attr, Errno> {
+        let f = self.open_file(fd)?;
+        self.store.getattr(f.ino)
+    }
+
+    // ---- paths --------------------------------------------------------------------------
+
+    /// Attributes, following a final symlink.
+    pub fn stat(&self, path: &str) -> Result<Attr, Errno> {
+        self.store.getattr(self.resolve(path, true)?)
+    }
+
+    /// Attributes of the path itself.
+    pub fn lstat(&self, path: &str) -> Result<Attr, Errno> {
+        self.store.getattr(self.resolve(path, false)?)
+    }
+
+    /// Inode number of the path itself.
+    pub fn ino(&self, path: &str) -> Result<u64, Errno> {
+        self.resolve(path, false)
+    }
+
+    /// Truncates or extends a file by path.
+    pub fn truncate(&self, path: &str, size: u64) -> Result<(), Errno> {
+        let ino = self.resolve(path, true)?;
+        self.set_size(ino, size)
+    }
+
+    /// Creates a directory.
+    pub fn mkdir(&self, path: &str, mode: u32) -> Result<(), Errno> {
+        let (dir, name) = self.parent_and_name(path)?;
+        self.store.mkdir(dir, &name, mode, self.owner).map(|_| ())
+    }
+
+    /// Removes an empty directory.
+    pub fn rmdir(&self, path: &str) -> Result<(), Errno> {
+        let (dir, name) = self.parent_of(path, &mut 0)?;
+        self.store.rmdir(dir, &name.ok_or(Errno::EBUSY)?)
+    }
+
+    /// Removes a name (not a directory).
+    pub fn unlink(&self, path: &str) -> Result<(), Errno> {
+        let (dir, name) = self.parent_of(path, &mut 0)?;
+        self.store.unlink(dir, &name.ok_or(Errno::EISDIR)?)
+    }
+
+    /// Renames, atomically replacing the target.
+    pub fn rename(&self, from: &str, to: &str) -> Result<(), Errno> {
+        let (fd, fname) = self.parent_of(from, &mut 0)?;
+        let (td, tname) = self.parent_of(to, &mut 0)?;
+        let (fname, tname) = (fname.ok_or(Errno::EBUSY)?, tname.ok_or(Errno::EBUSY)?);
+        self.store.rename(fd, &fname, td, &tname)
+    }
+
+    /// Adds a hard link `to` for the existing `from`.
+    pub fn link(&self, from: &str, to: &str) -> Result<(), Errno> {
+        let ino = self.resolve(from, false)?;
+        let (dir, name) = self.parent_and_name(to)?;
+        self.store.link(ino, dir, &name).map(|_| ())
+    }
+
+    /// Creates a symlink at `path` pointing to `target`.
+    pub fn symlink(&self, target: &str, path: &str) -> Result<(), Errno> {
+        let (dir, name) = self.parent_and_name(path)?;
+        self.store
+            .symlink(dir, &name, target.as_bytes(), self.owner)
+            .map(|_| ())
+    }
+
+    /// The target of a symlink.
+    pub fn readlink(&self, path: &str) -> Result<Vec<u8>, Errno> {
+        self.store.readlink(self.resolve(path, false)?)
+    }
+
+    /// Entries of a directory, sorted by name (without "." and "..").
+    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, Errno> {
+        self.store.readdir(self.resolve(path, true)?)
+    }
+
+    /// Changes permission bits.
+    pub fn chmod(&self, path: &str, mode: u32) -> Result<(), Errno> {
+        let ino = self.resolve(path, true)?;
+        self.store
+            .setattr(
+                ino,
+                SetAttr {
+                    mode: Some(mode & !S_IFMT),
+                    ..SetAttr::default()
+                },
+            )
+            .map(|_| ())
+    }
+
+    /// Changes owner and group.
+    pub fn chown(&self, path: &str, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+        let ino = self.resolve(path, true)?;
+        self.store
+            .setattr(
+                ino,
+                SetAttr {
+                    uid,
+                    gid,
+                    ..SetAttr::default()
+                },
+            )
+            .map(|_| ())
+    }
+
+    /// Sets access and modification times (ns since the epoch).
+    pub fn utimens(&self, path: &str, atime: Option<i64>, mtime: Option<i64>) -> Result<(), Errno> {
+        let ino = self.resolve(path, true)?;
+        self.store
+            .setattr(
+                ino,
+                SetAttr {
+                    atime,
+                    mtime,
+                    ..SetAttr::default()
+                },
+            )
+            .map(|_| ())
+    }
+
+    /// Space and inode counts.
+    pub fn statfs(&self) -> StatFs {
+        self.store.statfs()
+    }
+
+    /// Reads a whole file.
+    pub fn read_all(&self, path: &str) -> Result<Vec<u8>, Errno> {
+        let ino = self.resolve(path, true)?;
+        let size = self.store.getattr(ino)?.size;
+        let mut buf = vec![0u8; usize::try_from(size).map_err(|_| Errno::EFBIG)?];
+        let n = self.store.read(ino, 0, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+}

@@ -1,0 +1,90 @@
+//! `fsck`: every invariant of an image, checked without changing it.
+//!
+//! The scan ([`crate::recovery::scan`]) already verifies checksums, chains, bounds, entry
+//! types, block ownership, link counts and reachability. `fsck` adds the superblock replica
+//! and reports what a mount would repair by itself (an interrupted transaction to undo,
+//! orphans to free). Repair is exactly that recovery: anything else is left for a person.
+
+use crate::error::Corruption;
+use crate::format::{Superblock, BLOCK};
+use crate::inode::Content;
+use crate::recovery::scan;
+
+/// What `fsck` found.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Violated invariants; a store is healthy when this is empty.
+    pub problems: Vec<Corruption>,
+    /// Recoverable states a mount repairs (journal undo, orphans, a damaged superblock copy).
+    pub recoverable: Vec<String>,
+    /// Live inodes.
+    pub inodes: u64,
+    /// Used blocks (logs and data) of the data zone.
+    pub used_blocks: u64,
+    /// Blocks in the data zone.
+    pub data_blocks: u64,
+    /// Whether the last unmount was clean.
+    pub clean: bool,
+}
+
+impl Report {
+    /// No problems (recoverable states are fine).
+    pub fn healthy(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+/// Checks an image (the whole region's bytes).
+pub fn check(image: &[u8]) -> Report {
+    let s = match scan(image) {
+        Ok(s) => s,
+        Err(e) => {
+            return Report {
+                problems: vec![e],
+                ..Report::default()
+            }
+        }
+    };
+    let mut r = Report {
+        problems: s.problems,
+        inodes: s.inodes.len() as u64,
+        used_blocks: s.owner.iter().filter(|&&o| o != 0).count() as u64,
+        data_blocks: s.sb.total_blocks - s.sb.data_block,
+        clean: s.sb.clean,
+        ..Report::default()
+    };
+    let replica = Superblock::decode(
+        &image[BLOCK as usize..2 * BLOCK as usize],
+        image.len() as u64,
+    );
+    match (s.used_replica, replica) {
+        (true, _) => r
+            .recoverable
+            .push("primary superblock damaged; the replica is good".into()),
+        (false, Err(e)) => r.recoverable.push(format!("superblock replica: {e}")),
+        (false, Ok(rep)) if rep.uuid != s.sb.uuid => r.problems.push(Corruption::Invalid(
+            "superblock copies describe different stores".into(),
+        )),
+        _ => {}
+    }
+    if !s.undo.is_empty() {
+        r.recoverable.push(format!(
+            "an interrupted operation over {} inode words will be undone",
+            s.undo.len()
+        ));
+    }
+    if s.sb.clean && !s.undo.is_empty() {
+        r.problems.push(Corruption::Invalid(
+            "clean store with a live journal".into(),
+        ));
+    }
+    for o in &s.orphans {
+        let kind = match s.inodes.get(o).map(|i| &i.content) {
+            Some(Content::Dir(_)) => "directory",
+            _ => "file",
+        };
+        r.recoverable
+            .push(format!("unlinked {kind} {o} will be freed"));
+    }
+    r
+}

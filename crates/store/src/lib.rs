@@ -1,0 +1,29 @@
+//! The slow-memory file store: a NOVA-style layout (per-inode metadata logs with 8-byte tail
+//! commits, copy-on-write data blocks, a small undo journal for operations over several inodes)
+//! on a media [`Region`](switchyard_media::Region), with every data copy going through the
+//! [`Mover`](switchyard_mover::Mover) and every store, flush and fence through the media
+//! kernels.
+//!
+//! Semantics are strict: an operation that returned is durable and atomic. The format, with
+//! byte offsets and commit points, is in [`format`] and `docs/format.md`.
+//!
+//! - [`Store`]: the inode-level API (what FUSE and the async layer use);
+//! - [`Fs`]: paths and file descriptors on top (the POSIX file model);
+//! - [`recovery::scan`] and [`fsck`]: reading an image back and checking every invariant;
+//! - [`crash`]: the crash-state harness.
+
+pub mod alloc;
+pub mod crash;
+pub mod error;
+pub mod format;
+pub mod fs;
+pub mod fsck;
+pub mod inode;
+mod pm;
+pub mod recovery;
+mod store;
+
+pub use error::{Corruption, Errno, MountError};
+pub use format::Attr;
+pub use fs::{Fd, Fs, OpenFlags, Whence};
+pub use store::{DirEntry, Owner, SetAttr, StatFs, Store, MAX_FILE_SIZE};

@@ -1,0 +1,351 @@
+//! Reading an image back: the superblock, the journal, every inode's log, and the invariants
+//! that tie them together. Mount and `fsck` share this scan; it never trusts a byte: every
+//! offset is bounds-checked, every chain is bounded by the number of blocks, every entry's
+//! checksum is verified, and it returns problems instead of panicking.
+
+use std::collections::BTreeMap;
+
+use crate::error::Corruption;
+use crate::format::{
+    check_log_page, decode_journal, Entry, Superblock, BLOCK, LOG_ENTRIES_AT, ROOT, S_IFDIR,
+    S_IFLNK, S_IFMT, S_IFREG,
+};
+use crate::inode::{Content, Inode};
+
+/// Everything a scan found.
+#[derive(Debug)]
+pub struct Scan {
+    /// The superblock in effect.
+    pub sb: Superblock,
+    /// Which copy was valid: `true` if the primary was damaged and the replica used.
+    pub used_replica: bool,
+    /// Journal words to restore (an interrupted multi-inode operation).
+    pub undo: Vec<(u64, u64)>,
+    /// Live inodes by number.
+    pub inodes: BTreeMap<u64, Inode>,
+    /// Which block holds what: `used[b]` is the inode owning block `b`.
+    pub owner: Vec<u64>,
+    /// Inodes with no links left (unlinked while open, then crashed): recovery frees them.
+    pub orphans: Vec<u64>,
+    /// Violated invariants (empty for a healthy store).
+    pub problems: Vec<Corruption>,
+}
+
+fn le64(b: &[u8], off: u64) -> Option<u64> {
+    let o = usize::try_from(off).ok()?;
+    Some(u64::from_le_bytes(
+        b.get(o..o.checked_add(8)?)?.try_into().ok()?,
+    ))
+}
+
+/// Reads the superblock: the primary, else the replica.
+pub fn superblock(image: &[u8]) -> Result<(Superblock, bool), Corruption> {
+    let len = image.len() as u64;
+    if len < 2 * BLOCK {
+        return Err(Corruption::NotFormatted);
+    }
+    match Superblock::decode(&image[..BLOCK as usize], len) {
+        Ok(sb) => Ok((sb, false)),
+        Err(primary) => match Superblock::decode(&image[BLOCK as usize..2 * BLOCK as usize], len) {
+            Ok(sb) => Ok((sb, true)),
+            Err(_) => Err(primary),
+        },
+    }
+}
+
+/// Scans `image` (the whole region). Fails only when there is no usable superblock; every
+/// other problem is listed in [`Scan::problems`].
+pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
+    let (sb, used_replica) = superblock(image)?;
+    let mut problems = Vec::new();
+    let jb = sb.journal_block * BLOCK;
+    let table = (sb.inode_table_block * BLOCK, sb.data_block * BLOCK);
+    let mut undo = decode_journal(&image[jb as usize..(jb + BLOCK) as usize]);
+    if undo
+        .iter()
+        .any(|&(off, _)| off < table.0 || off + 8 > table.1 || off % 8 != 0)
+    {
+        problems.push(Corruption::Invalid(
+            "journal names a word outside the inode table".into(),
+        ));
+        undo.clear();
+    }
+    let word = |off: u64| -> u64 {
+        undo.iter()
+            .rev()
+            .find(|w| w.0 == off)
+            .map(|w| w.1)
+            .or_else(|| le64(image, off))
+            .unwrap_or(0)
+    };
+    let total = sb.total_blocks as usize;
+    let mut owner = vec![0u64; total];
+    let mut inodes = BTreeMap::new();
+    for ino in ROOT..sb.inode_slots {
+        let slot = sb.slot_offset(ino);
+        let (head, tail) = (word(slot), word(slot + 8));
+        if head == 0 {
+            if tail != 0 {
+                problems.push(Corruption::Invalid(format!(
+                    "free inode {ino} has a log tail"
+                )));
+            }
+            continue;
+        }
+        match read_log(image, &sb, ino, head, tail, &mut owner) {
+            Ok(inode) => {
+                inodes.insert(ino, inode);
+            }
+            Err(e) => problems.push(Corruption::Invalid(format!("inode {ino}: {e}"))),
+        }
+    }
+    // Data blocks: each mapped once, inside the data zone, not a log page.
+    for inode in inodes.values() {
+        if let Content::File(pages) = &inode.content {
+            for &b in pages.values() {
+                if !sb.is_data(b) {
+                    problems.push(Corruption::Invalid(format!(
+                        "inode {} maps block {b} outside the data zone",
+                        inode.ino
+                    )));
+                } else if owner[b as usize] != 0 {
+                    problems.push(Corruption::Invalid(format!(
+                        "block {b} is used by inodes {} and {}",
+                        owner[b as usize], inode.ino
+                    )));
+                } else {
+                    owner[b as usize] = inode.ino;
+                }
+            }
+        }
+    }
+    let mut orphans = Vec::new();
+    check_namespace(&inodes, &mut problems, &mut orphans);
+    Ok(Scan {
+        sb,
+        used_replica,
+        undo,
+        inodes,
+        owner,
+        orphans,
+        problems,
+    })
+}
+
+fn read_log(
+    image: &[u8],
+    sb: &Superblock,
+    ino: u64,
+    head: u64,
+    tail: u64,
+    owner: &mut [u64],
+) -> Result<Inode, Corruption> {
+    // A tail at the very end of a page belongs to that page.
+    let tail_block = tail.saturating_sub(1) / BLOCK;
+    let tail_off = tail - tail_block * BLOCK;
+    if tail_off < LOG_ENTRIES_AT || !tail_off.is_multiple_of(8) {
+        return Err(Corruption::Invalid(format!(
+            "log tail {tail} is not an entry boundary"
+        )));
+    }
+    let mut inode: Option<Inode> = None;
+    let mut pages = Vec::new();
+    let mut log_bytes = 0;
+    let mut block = head;
+    let mut freed = Vec::new();
+    loop {
+        if !sb.is_data(block) {
+            return Err(Corruption::Invalid(format!(
+                "log page {block} outside the data zone"
+            )));
+        }
+        if owner[block as usize] != 0 {
+            return Err(Corruption::Invalid(format!(
+                "log page {block} already used by inode {}",
+                owner[block as usize]
+            )));
+        }
+        owner[block as usize] = ino;
+        pages.push(block);
+        let page = &image[(block * BLOCK) as usize..((block + 1) * BLOCK) as usize];
+        let next = check_log_page(page, ino)?;
+        let last = block == tail_block;
+        let end = if last { tail_off } else { BLOCK };
+        let mut off = LOG_ENTRIES_AT;
+        while off < end {
+            let Some((entry, len)) = Entry::decode(&page[off as usize..end as usize])? else {
+                if last {
+                    return Err(Corruption::Invalid("log ends before its tail".into()));
+                }
+                break;
+            };
+            off += len as u64;
+            log_bytes += len as u64;
+            match &mut inode {
+                None => match entry {
+                    Entry::Attr(a) => inode = Some(Inode::new(ino, a)),
+                    _ => {
+                        return Err(Corruption::Invalid(
+                            "log does not start with attributes".into(),
+                        ))
+                    }
+                },
+                Some(i) => {
+                    if !i.accepts(&entry) {
+                        return Err(Corruption::Invalid(
+                            "entry does not fit the inode's type".into(),
+                        ));
+                    }
+                    check_entry(sb, &entry)?;
+                    i.apply(&entry, &mut freed);
+                }
+            }
+        }
+        if last {
+            if off != tail_off {
+                return Err(Corruption::Invalid("log tail is inside an entry".into()));
+            }
+            break;
+        }
+        if next == 0 || pages.len() >= sb.total_blocks as usize {
+            return Err(Corruption::Invalid("log chain ends before its tail".into()));
+        }
+        block = next;
+    }
+    let mut inode = inode.ok_or_else(|| Corruption::Invalid("empty log".into()))?;
+    if !matches!(inode.attr.kind(), S_IFREG | S_IFDIR | S_IFLNK) {
+        return Err(Corruption::Invalid(format!(
+            "unknown file type {:o}",
+            inode.attr.mode & S_IFMT
+        )));
+    }
+    inode.pages = pages;
+    inode.tail = tail;
+    inode.log_bytes = log_bytes;
+    Ok(inode)
+}
+
+fn check_entry(sb: &Superblock, e: &Entry) -> Result<(), Corruption> {
+    match e {
+        Entry::Write {
+            pgoff,
+            block,
+            count,
+            ..
+        } => {
+            let ok = *count > 0
+                && pgoff
+                    .checked_add(*count)
+                    .is_some_and(|e| e <= (i64::MAX as u64) / BLOCK + 1)
+                && sb.is_data(*block)
+                && block
+                    .checked_add(*count)
+                    .is_some_and(|e| e <= sb.total_blocks);
+            if !ok {
+                return Err(Corruption::Invalid(format!(
+                    "write entry maps pages {pgoff}+{count} to blocks {block}+{count}"
+                )));
+            }
+        }
+        Entry::DirAdd { name, ino, .. } => {
+            if name.is_empty() || name.contains(&b'/') || name == b"." || name == b".." {
+                return Err(Corruption::Invalid(
+                    "directory entry with an invalid name".into(),
+                ));
+            }
+            if *ino < ROOT || *ino >= sb.inode_slots {
+                return Err(Corruption::Invalid(format!(
+                    "directory entry names inode {ino}"
+                )));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// Every entry names a live inode of its type; link counts match; every inode is reachable
+/// from the root; unlinked inodes are orphans.
+fn check_namespace(
+    inodes: &BTreeMap<u64, Inode>,
+    problems: &mut Vec<Corruption>,
+    orphans: &mut Vec<u64>,
+) {
+    let Some(root) = inodes.get(&ROOT) else {
+        problems.push(Corruption::Invalid("no root directory".into()));
+        return;
+    };
+    if root.attr.kind() != S_IFDIR {
+        problems.push(Corruption::Invalid("root is not a directory".into()));
+        return;
+    }
+    let mut links: BTreeMap<u64, u32> = BTreeMap::new();
+    for d in inodes.values() {
+        let Content::Dir(entries) = &d.content else {
+            continue;
+        };
+        for (name, &(ino, ftype)) in entries {
+            let shown = String::from_utf8_lossy(name);
+            match inodes.get(&ino) {
+                None => problems.push(Corruption::Invalid(format!(
+                    "directory {} names missing inode {ino} as {shown:?}",
+                    d.ino
+                ))),
+                Some(t) if u32::from(ftype) != t.attr.kind() >> 12 => {
+                    problems.push(Corruption::Invalid(format!(
+                        "directory {} entry {shown:?} has the wrong type",
+                        d.ino
+                    )))
+                }
+                Some(t) => {
+                    *links.entry(ino).or_default() += 1;
+                    if t.attr.kind() == S_IFDIR {
+                        if t.attr.parent != d.ino {
+                            problems.push(Corruption::Invalid(format!(
+                                "directory {ino} is in {} but names {} as parent",
+                                d.ino, t.attr.parent
+                            )));
+                        }
+                        *links.entry(d.ino).or_default() += 1; // its ".."
+                    }
+                }
+            }
+        }
+    }
+    for i in inodes.values() {
+        let mut expect = links.get(&i.ino).copied().unwrap_or(0);
+        if i.attr.kind() == S_IFDIR {
+            expect += 1; // "."
+            if i.ino == ROOT {
+                expect += 1; // the root's own ".."
+            }
+        }
+        if i.attr.nlink == 0 && expect == 0 {
+            orphans.push(i.ino);
+        } else if i.attr.nlink != expect {
+            problems.push(Corruption::Invalid(format!(
+                "inode {} has link count {} but {} links",
+                i.ino, i.attr.nlink, expect
+            )));
+        }
+    }
+    // Reachability: walk down from the root.
+    let mut seen = std::collections::BTreeSet::from([ROOT]);
+    let mut stack = vec![ROOT];
+    while let Some(d) = stack.pop() {
+        if let Some(Content::Dir(entries)) = inodes.get(&d).map(|i| &i.content) {
+            for &(ino, _) in entries.values() {
+                if inodes.contains_key(&ino) && seen.insert(ino) {
+                    stack.push(ino);
+                }
+            }
+        }
+    }
+    for &ino in inodes.keys() {
+        if !seen.contains(&ino) && !orphans.contains(&ino) {
+            problems.push(Corruption::Invalid(format!(
+                "inode {ino} is not reachable from the root"
+            )));
+        }
+    }
+}

@@ -1,0 +1,1408 @@
+//! The store: formatting, mounting, and every operation, each with its commit point.
+//!
+//! Locking: one `RwLock` per inode slot (readers of a file share it, a writer holds it alone);
+//! operations over several inodes take their locks in ascending inode order and then the
+//! journal lock; directory moves between parents first take the rename lock (so the
+//! "not into its own subtree" check stays true until they commit). The data path — read,
+//! write, append, truncate of one file — takes only that file's lock and an allocator pool.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use switchyard_media::Region;
+use switchyard_mover::{Direction, Hints, Mover};
+
+use crate::alloc::{Allocator, Extent};
+use crate::error::{Corruption, Errno, MountError};
+use crate::format::{
+    encode_journal, log_page_header, Attr, Entry, Superblock, BLOCK, JOURNAL_CAPACITY,
+    LOG_ENTRIES_AT, LOG_NEXT_AT, NAME_MAX, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
+};
+use crate::inode::{Content, Inode};
+use crate::pm::Pm;
+use crate::recovery::{scan, Scan};
+
+/// Largest file size (so every byte offset fits an `i64`, as `off_t` needs).
+pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+/// Longest symlink target.
+pub const SYMLINK_MAX: usize = 4095;
+/// Most links to one file.
+pub const LINK_MAX: u32 = 65000;
+
+/// Space and inode counts, as `statfs` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatFs {
+    /// Block size.
+    pub block_size: u64,
+    /// Blocks in the data zone.
+    pub blocks: u64,
+    /// Free blocks.
+    pub free_blocks: u64,
+    /// Inode slots.
+    pub inodes: u64,
+    /// Free inode slots.
+    pub free_inodes: u64,
+    /// Longest name.
+    pub name_max: u64,
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Name bytes.
+    pub name: Vec<u8>,
+    /// Inode.
+    pub ino: u64,
+    /// Type bits (`S_IFREG`, `S_IFDIR`, `S_IFLNK`).
+    pub kind: u32,
+}
+
+/// Attribute changes for [`Store::setattr`]; `None` leaves a field alone.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SetAttr {
+    /// Permission bits (the type bits are kept).
+    pub mode: Option<u32>,
+    /// Owner.
+    pub uid: Option<u32>,
+    /// Group.
+    pub gid: Option<u32>,
+    /// Size (truncate or extend).
+    pub size: Option<u64>,
+    /// Access time, ns.
+    pub atime: Option<i64>,
+    /// Modification time, ns.
+    pub mtime: Option<i64>,
+}
+
+/// Who creates a file: owner and group of new inodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// User id.
+    pub uid: u32,
+    /// Group id.
+    pub gid: u32,
+}
+
+impl Owner {
+    /// The calling process's effective ids.
+    pub fn current() -> Owner {
+        // SAFETY: geteuid/getegid have no preconditions and cannot fail.
+        unsafe {
+            Owner {
+                uid: libc::geteuid(),
+                gid: libc::getegid(),
+            }
+        }
+    }
+}
+
+type Slot = RwLock<Option<Inode>>;
+type Guard<'a> = RwLockWriteGuard<'a, Option<Inode>>;
+
+/// A mounted store. Dropping it unmounts cleanly.
+pub struct Store {
+    pm: Pm,
+    /// Geometry (never changes while mounted).
+    geo: Superblock,
+    /// The superblock as last written (clean flag, mount count).
+    sb: Mutex<Superblock>,
+    mover: Arc<Mover>,
+    slots: Box<[Slot]>,
+    free_inodes: Mutex<Vec<u64>>,
+    alloc: Allocator,
+    journal: Mutex<u64>,
+    rename: Mutex<()>,
+    /// Set after an internal inconsistency: the store refuses further writes.
+    failed: std::sync::atomic::AtomicBool,
+    faults: Faults,
+    /// Kept last: the mapping outlives every pointer into it.
+    region: Region,
+}
+
+pub(crate) fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+fn check_name(name: &[u8]) -> Result<(), Errno> {
+    if name.len() > NAME_MAX {
+        return Err(Errno::ENAMETOOLONG);
+    }
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0)
+    {
+        return Err(Errno::EINVAL);
+    }
+    Ok(())
+}
+
+fn ftype(mode: u32) -> u8 {
+    ((mode & S_IFMT) >> 12) as u8
+}
+
+/// Deliberate bugs, for proving that the crash harness catches them.
+#[derive(Default)]
+struct Faults {
+    /// Log entries are stored but not flushed before the tail commit.
+    skip_entry_flush: std::sync::atomic::AtomicBool,
+}
+
+/// Where appended entries went before their commit.
+struct Appended {
+    tail: u64,
+    new_pages: Vec<u64>,
+}
+
+impl Store {
+    /// Formats `region` as an empty store (root directory owned by `owner`) and mounts it.
+    /// Everything on the region is lost.
+    pub fn format(region: Region, mover: Arc<Mover>, owner: Owner) -> Result<Store, MountError> {
+        let pm = Pm::new(&region);
+        let uuid: [u8; 16] = rand::random();
+        let mut sb = Superblock::for_region(pm.len(), uuid);
+        sb.clean = true;
+        if sb.data_block + 8 > sb.total_blocks {
+            return Err(MountError::Corrupt {
+                path: region.path().display().to_string(),
+                problem: Corruption::Invalid("region too small for a store".into()),
+            });
+        }
+        // Invalidate first: a crash mid-format leaves no half-valid store behind.
+        pm.write(0, &[0u8; 128]);
+        pm.write(BLOCK, &[0u8; 128]);
+        pm.fence();
+        let zero = vec![0u8; BLOCK as usize];
+        for b in sb.journal_block..sb.data_block {
+            pm.write(b * BLOCK, &zero);
+        }
+        // Root: a log page with its attributes, linked from slot 1.
+        let root_page = sb.data_block;
+        let t = now_ns();
+        let attr = Attr {
+            mode: S_IFDIR | 0o755,
+            uid: owner.uid,
+            gid: owner.gid,
+            nlink: 2,
+            size: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            parent: ROOT,
+        };
+        let e = Entry::Attr(attr).encode();
+        pm.write(root_page * BLOCK, &log_page_header(ROOT));
+        pm.write(root_page * BLOCK + LOG_ENTRIES_AT, &e);
+        let slot = sb.slot_offset(ROOT);
+        pm.store_u64(slot, root_page);
+        pm.store_u64(
+            slot + 8,
+            root_page * BLOCK + LOG_ENTRIES_AT + e.len() as u64,
+        );
+        pm.fence();
+        pm.write(BLOCK, &sb.encode());
+        pm.fence();
+        pm.write(0, &sb.encode());
+        pm.fence();
+        Store::mount(region, mover)
+    }
+
+    /// Mounts a formatted region: validates the superblock (falling back to its replica),
+    /// undoes an interrupted multi-inode operation, rebuilds the DRAM indexes and free lists
+    /// from the logs, and frees inodes that were unlinked while open. A damaged image is
+    /// refused with the first problem found (`switchyard fsck` lists them all).
+    pub fn mount(region: Region, mover: Arc<Mover>) -> Result<Store, MountError> {
+        let pm = Pm::new(&region);
+        let path = region.path().display().to_string();
+        let corrupt = |problem| MountError::Corrupt {
+            path: path.clone(),
+            problem,
+        };
+        let image = pm.bytes(0, pm.len());
+        let Scan {
+            mut sb,
+            used_replica,
+            undo,
+            inodes,
+            owner,
+            orphans,
+            problems,
+        } = scan(image).map_err(corrupt)?;
+        if let Some(p) = problems.into_iter().next() {
+            return Err(corrupt(p));
+        }
+        // Undo an interrupted transaction, then retire the journal.
+        if !undo.is_empty() {
+            for &(off, old) in undo.iter().rev() {
+                pm.store_u64(off, old);
+            }
+            pm.fence();
+            pm.store_u64(sb.journal_block * BLOCK, 0);
+            pm.fence();
+        }
+        if used_replica {
+            pm.write(0, &sb.encode());
+            pm.fence();
+        }
+        sb.clean = false;
+        sb.mount_count += 1;
+        let enc = sb.encode();
+        pm.write(0, &enc);
+        pm.fence();
+        pm.write(BLOCK, &enc);
+        pm.fence();
+        let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| owner[b as usize] != 0);
+        let mut slots: Vec<Slot> = (0..sb.inode_slots).map(|_| RwLock::new(None)).collect();
+        let mut free_inodes: Vec<u64> = (ROOT + 1..sb.inode_slots)
+            .rev()
+            .filter(|i| !inodes.contains_key(i))
+            .collect();
+        for (ino, inode) in inodes {
+            slots[ino as usize] = RwLock::new(Some(inode));
+        }
+        let store = Store {
+            pm,
+            geo: sb,
+            sb: Mutex::new(sb),
+            mover,
+            slots: slots.into_boxed_slice(),
+            free_inodes: Mutex::new(Vec::new()),
+            alloc,
+            journal: Mutex::new(0),
+            rename: Mutex::new(()),
+            failed: Default::default(),
+            faults: Faults::default(),
+            region,
+        };
+        for ino in orphans {
+            let mut g = store.slots[ino as usize].write();
+            store.free_inode(&mut g).map_err(|_| {
+                corrupt(Corruption::Invalid(format!(
+                    "could not free orphan inode {ino}"
+                )))
+            })?;
+            drop(g);
+        }
+        free_inodes.extend(store.free_inodes.lock().drain(..));
+        *store.free_inodes.lock() = free_inodes;
+        Ok(store)
+    }
+
+    /// Marks the superblock clean and unmaps the region.
+    pub fn unmount(self) -> Result<(), Errno> {
+        drop(self);
+        Ok(())
+    }
+
+    fn mark_clean(&self) {
+        let mut sb = self.sb.lock();
+        sb.clean = true;
+        let enc = sb.encode();
+        self.pm.write(0, &enc);
+        self.pm.fence();
+        self.pm.write(BLOCK, &enc);
+        self.pm.fence();
+    }
+
+    /// Test fault injection: from now on, log entries are not flushed before their commit
+    /// (a missing-flush bug the crash harness must catch). Never use outside tests.
+    pub fn inject_missing_entry_flush(&self) {
+        self.faults
+            .skip_entry_flush
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The region this store lives in.
+    pub fn region(&self) -> &Region {
+        &self.region
+    }
+
+    /// The mover every data copy goes through.
+    pub fn mover(&self) -> &Mover {
+        &self.mover
+    }
+
+    /// Space and inode counts.
+    pub fn statfs(&self) -> StatFs {
+        let sb = self.geo;
+        StatFs {
+            block_size: BLOCK,
+            blocks: sb.total_blocks - sb.data_block,
+            free_blocks: self.alloc.free_blocks(),
+            inodes: sb.inode_slots - 1,
+            free_inodes: self.free_inodes.lock().len() as u64,
+            name_max: NAME_MAX as u64,
+        }
+    }
+
+    fn check_writable(&self) -> Result<(), Errno> {
+        if self.failed.load(std::sync::atomic::Ordering::Relaxed) {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn slot(&self, ino: u64) -> Result<&Slot, Errno> {
+        self.slots
+            .get(usize::try_from(ino).map_err(|_| Errno::ENOENT)?)
+            .filter(|_| ino >= ROOT)
+            .ok_or(Errno::ENOENT)
+    }
+
+    fn slot_offset(&self, ino: u64) -> u64 {
+        self.geo.slot_offset(ino)
+    }
+
+    // ---- log plumbing -------------------------------------------------------------------
+
+    /// Appends `entries` past `inode`'s tail and makes them durable (not yet committed).
+    fn append_log(&self, inode: &Inode, entries: &[Entry]) -> Result<Appended, Errno> {
+        let mut pos = inode.tail;
+        let mut new_pages: Vec<u64> = Vec::new();
+        for e in entries {
+            let bytes = e.encode();
+            // Bytes used in the tail page (a tail at a page's end means "full", not "next").
+            let page_of_pos = (pos - 1) / BLOCK;
+            let used = pos - page_of_pos * BLOCK;
+            if used + bytes.len() as u64 > BLOCK {
+                if used < BLOCK {
+                    self.pm.write(pos, &[0u8; 8]);
+                }
+                let page = match self.alloc.alloc(1) {
+                    Ok(x) => x[0].start,
+                    Err(e) => {
+                        for p in new_pages {
+                            self.alloc.free(Extent { start: p, len: 1 });
+                        }
+                        return Err(e);
+                    }
+                };
+                self.pm.write(page * BLOCK, &log_page_header(inode.ino));
+                self.pm.store_u64(page_of_pos * BLOCK + LOG_NEXT_AT, page);
+                new_pages.push(page);
+                pos = page * BLOCK + LOG_ENTRIES_AT;
+            }
+            if self
+                .faults
+                .skip_entry_flush
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                self.pm.write_unflushed(pos, &bytes);
+            } else {
+                self.pm.write(pos, &bytes);
+            }
+            pos += bytes.len() as u64;
+        }
+        Ok(Appended {
+            tail: pos,
+            new_pages,
+        })
+    }
+
+    /// Commits appended entries of one inode: the 8-byte tail store is the commit point.
+    fn commit_one(&self, inode: &mut Inode, a: Appended, entries: &[Entry], freed: &mut Vec<u64>) {
+        self.pm.fence();
+        self.pm.store_u64(self.slot_offset(inode.ino) + 8, a.tail);
+        self.pm.fence();
+        self.applied(inode, a, entries, freed);
+    }
+
+    fn applied(&self, inode: &mut Inode, a: Appended, entries: &[Entry], freed: &mut Vec<u64>) {
+        inode.tail = a.tail;
+        inode.pages.extend(a.new_pages);
+        for e in entries {
+            inode.log_bytes += e.encode().len() as u64;
+            inode.apply(e, freed);
+        }
+    }
+
+    /// Commits several inodes' words at once through the undo journal.
+    fn commit_words(&self, words: &[(u64, u64)]) {
+        assert!(words.len() <= JOURNAL_CAPACITY);
+        let mut seq = self.journal.lock();
+        *seq += 1;
+        let jb = self.geo.journal_block * BLOCK;
+        let old: Vec<(u64, u64)> = words
+            .iter()
+            .map(|&(o, _)| (o, self.pm.load_u64(o)))
+            .collect();
+        // Every appended entry and page is durable before the journal makes them reachable.
+        self.pm.fence();
+        self.pm.write(jb, &encode_journal(*seq, &old));
+        self.pm.fence();
+        for &(o, v) in words {
+            self.pm.store_u64(o, v);
+        }
+        self.pm.fence();
+        self.pm.store_u64(jb, 0);
+        self.pm.fence();
+    }
+
+    fn free_blocks(&self, blocks: &[u64]) {
+        let mut sorted = blocks.to_vec();
+        sorted.sort_unstable();
+        let mut i = 0;
+        while i < sorted.len() {
+            let mut j = i + 1;
+            while j < sorted.len() && sorted[j] == sorted[j - 1] + 1 {
+                j += 1;
+            }
+            self.alloc.free(Extent {
+                start: sorted[i],
+                len: (j - i) as u64,
+            });
+            i = j;
+        }
+    }
+
+    /// Rewrites a log that is mostly dead entries into a fresh chain holding only the live
+    /// state, swapped in through the journal.
+    fn maybe_compact(&self, inode: &mut Inode) {
+        if inode.pages.len() < 4 {
+            return;
+        }
+        let live = inode.live_bytes();
+        if live * 2 > inode.log_bytes {
+            return;
+        }
+        let entries = inode.snapshot();
+        let Ok(first) = self.alloc.alloc(1) else {
+            return;
+        };
+        let head = first[0].start;
+        self.pm.write(head * BLOCK, &log_page_header(inode.ino));
+        let fresh = Inode {
+            tail: head * BLOCK + LOG_ENTRIES_AT,
+            pages: vec![head],
+            log_bytes: 0,
+            ..Inode::new(inode.ino, inode.attr)
+        };
+        let Ok(a) = self.append_log(&fresh, &entries) else {
+            self.alloc.free(first[0]);
+            return;
+        };
+        let slot = self.slot_offset(inode.ino);
+        self.commit_words(&[(slot, head), (slot + 8, a.tail)]);
+        let old = std::mem::replace(&mut inode.pages, vec![head]);
+        inode.pages.extend(a.new_pages);
+        inode.tail = a.tail;
+        inode.log_bytes = entries.iter().map(|e| e.encode().len() as u64).sum();
+        self.free_blocks(&old);
+    }
+
+    /// Frees an inode with no links left: its slot, log pages and data blocks.
+    fn free_inode(&self, g: &mut Guard<'_>) -> Result<(), Errno> {
+        let Some(inode) = g.take() else {
+            return Ok(());
+        };
+        let slot = self.slot_offset(inode.ino);
+        self.commit_words(&[(slot, 0), (slot + 8, 0)]);
+        let mut blocks = inode.pages.clone();
+        if let Content::File(pages) = &inode.content {
+            blocks.extend(pages.values());
+        }
+        self.free_blocks(&blocks);
+        self.free_inodes.lock().push(inode.ino);
+        Ok(())
+    }
+
+    /// Locks the given inodes (deduplicated) in ascending order; returns guards by inode.
+    fn lock_many(&self, inos: &[u64]) -> Result<BTreeMap<u64, Guard<'_>>, Errno> {
+        let mut sorted = inos.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let mut out = BTreeMap::new();
+        for ino in sorted {
+            let g = self.slot(ino)?.write();
+            if g.is_none() {
+                return Err(Errno::ENOENT);
+            }
+            out.insert(ino, g);
+        }
+        Ok(out)
+    }
+
+    // ---- reading ------------------------------------------------------------------------
+
+    /// Attributes of `ino`.
+    pub fn getattr(&self, ino: u64) -> Result<Attr, Errno> {
+        self.slot(ino)?
+            .read()
+            .as_ref()
+            .map(|i| i.attr)
+            .ok_or(Errno::ENOENT)
+    }
+
+    /// Looks `name` up in directory `parent`.
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(u64, Attr), Errno> {
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let ino = {
+            let g = self.slot(parent)?.read();
+            let dir = g.as_ref().ok_or(Errno::ENOENT)?;
+            match &dir.content {
+                Content::Dir(d) => match name {
+                    b"." => parent,
+                    b".." => dir.attr.parent,
+                    _ => d.get(name).ok_or(Errno::ENOENT)?.0,
+                },
+                Content::File(_) => return Err(Errno::ENOTDIR),
+            }
+        };
+        Ok((ino, self.getattr(ino)?))
+    }
+
+    /// Entries of directory `ino`, sorted by name (without "." and "..").
+    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>, Errno> {
+        let g = self.slot(ino)?.read();
+        match &g.as_ref().ok_or(Errno::ENOENT)?.content {
+            Content::Dir(d) => Ok(d
+                .iter()
+                .map(|(n, &(ino, t))| DirEntry {
+                    name: n.clone(),
+                    ino,
+                    kind: u32::from(t) << 12,
+                })
+                .collect()),
+            Content::File(_) => Err(Errno::ENOTDIR),
+        }
+    }
+
+    /// Reads up to `buf.len()` bytes at `off`; returns how many (0 at or past the end).
+    pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let g = self.slot(ino)?.read();
+        let inode = g.as_ref().ok_or(Errno::ENOENT)?;
+        let Content::File(pages) = &inode.content else {
+            return Err(Errno::EISDIR);
+        };
+        let size = inode.attr.size;
+        if off >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = (size - off).min(buf.len() as u64) as usize;
+        let mut done = 0usize;
+        while done < n {
+            let pos = off + done as u64;
+            let pg = pos / BLOCK;
+            let in_page = pos % BLOCK;
+            // Extend over pages whose blocks are contiguous (one mover request).
+            let mut len = ((BLOCK - in_page) as usize).min(n - done);
+            match pages.get(&pg) {
+                Some(&b) => {
+                    let mut next = pg + 1;
+                    while done + len < n && pages.get(&next) == Some(&(b + (next - pg))) {
+                        len = (len + BLOCK as usize).min(n - done);
+                        next += 1;
+                    }
+                    let src = self.pm.ptr(b * BLOCK + in_page, len as u64);
+                    // SAFETY: (1) `src` lies in blocks this inode maps, which no one writes
+                    // while we hold its read lock (writes go to fresh blocks under the write
+                    // lock); (2) `buf[done..done + len]` is in bounds and exclusively ours.
+                    unsafe {
+                        self.mover.copy_raw(
+                            buf.as_mut_ptr().add(done),
+                            src,
+                            len,
+                            Hints {
+                                direction: Direction::FromSlow,
+                                ..Hints::default()
+                            },
+                        )
+                    };
+                }
+                None => buf[done..done + len].fill(0),
+            }
+            done += len;
+        }
+        Ok(n)
+    }
+
+    /// The target of symlink `ino`.
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, Errno> {
+        let attr = self.getattr(ino)?;
+        if attr.kind() != S_IFLNK {
+            return Err(Errno::EINVAL);
+        }
+        let mut buf = vec![0u8; attr.size as usize];
+        let n = self.read(ino, 0, &mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    // ---- writing one file ---------------------------------------------------------------
+
+    /// Writes `data` at `off` (copy-on-write: new blocks, then one commit). Returns the bytes
+    /// written (all of them, or an error with nothing changed).
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
+        self.check_writable()?;
+        let mut g = self.slot(ino)?.write();
+        let inode = g.as_mut().ok_or(Errno::ENOENT)?;
+        self.write_locked(inode, off, data)
+    }
+
+    /// Appends `data` at the end of the file, atomically with finding the end. Returns the
+    /// offset it was written at.
+    pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64, Errno> {
+        self.check_writable()?;
+        let mut g = self.slot(ino)?.write();
+        let inode = g.as_mut().ok_or(Errno::ENOENT)?;
+        let off = inode.attr.size;
+        self.write_locked(inode, off, data)?;
+        Ok(off)
+    }
+
+    fn write_locked(&self, inode: &mut Inode, off: u64, data: &[u8]) -> Result<usize, Errno> {
+        if !matches!(inode.content, Content::File(_)) {
+            return Err(Errno::EISDIR);
+        }
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let end = off
+            .checked_add(data.len() as u64)
+            .filter(|&e| e <= MAX_FILE_SIZE)
+            .ok_or(Errno::EFBIG)?;
+        let first = off / BLOCK;
+        let last = (end - 1) / BLOCK;
+        let extents = self.alloc.alloc(last - first + 1)?;
+        let Content::File(pages) = &inode.content else {
+            unreachable!("checked above");
+        };
+        let old_size = inode.attr.size;
+        let hints = Hints {
+            direction: Direction::ToSlow,
+            durable: true,
+            ..Hints::default()
+        };
+        // Fill the new blocks: whole pages straight from `data`, edge pages assembled from
+        // the old page (or zeros) and the new bytes.
+        let mut pg = first;
+        let mut entries = Vec::with_capacity(extents.len() + 1);
+        let mtime = now_ns();
+        for e in &extents {
+            let mut k = 0;
+            while k < e.len {
+                let p = pg + k;
+                let block = e.start + k;
+                let page_start = p * BLOCK;
+                let lo = off.max(page_start);
+                let hi = end.min(page_start + BLOCK);
+                if lo == page_start && hi == page_start + BLOCK {
+                    // A run of whole pages.
+                    let mut run = 1;
+                    while k + run < e.len && end >= (p + run + 1) * BLOCK {
+                        run += 1;
+                    }
+                    let src = &data[(page_start - off) as usize..][..(run * BLOCK) as usize];
+                    let dst = self.pm.ptr(block * BLOCK, run * BLOCK);
+                    // SAFETY: (1) `dst` is a run of blocks just allocated to us, referenced by
+                    // nothing durable yet; (2) `src` is a slice of `data`.
+                    unsafe { self.mover.copy_raw(dst, src.as_ptr(), src.len(), hints) };
+                    k += run;
+                    continue;
+                }
+                let mut page = [0u8; BLOCK as usize];
+                if let Some(&ob) = pages.get(&p) {
+                    if page_start < old_size {
+                        page.copy_from_slice(self.pm.bytes(ob * BLOCK, BLOCK));
+                    }
+                }
+                page[(lo - page_start) as usize..(hi - page_start) as usize]
+                    .copy_from_slice(&data[(lo - off) as usize..(hi - off) as usize]);
+                let dst = self.pm.ptr(block * BLOCK, BLOCK);
+                // SAFETY: as above; `page` is a local buffer.
+                unsafe { self.mover.copy_raw(dst, page.as_ptr(), page.len(), hints) };
+                k += 1;
+            }
+            entries.push(Entry::Write {
+                pgoff: pg,
+                block: e.start,
+                count: e.len,
+                size: old_size.max(end),
+                mtime,
+            });
+            pg += e.len;
+        }
+        let a = match self.append_log(inode, &entries) {
+            Ok(a) => a,
+            Err(err) => {
+                for e in extents {
+                    self.alloc.free(e);
+                }
+                return Err(err);
+            }
+        };
+        let mut freed = Vec::new();
+        self.commit_one(inode, a, &entries, &mut freed);
+        self.free_blocks(&freed);
+        self.maybe_compact(inode);
+        Ok(data.len())
+    }
+
+    /// Changes attributes; a size change truncates (freeing whole pages past the end and
+    /// zeroing the rest of the last page, copy-on-write) or extends with a hole.
+    pub fn setattr(&self, ino: u64, s: SetAttr) -> Result<Attr, Errno> {
+        self.check_writable()?;
+        let mut g = self.slot(ino)?.write();
+        let inode = g.as_mut().ok_or(Errno::ENOENT)?;
+        let mut attr = inode.attr;
+        let t = now_ns();
+        let mut entries = Vec::new();
+        let mut extent = None;
+        if let Some(size) = s.size {
+            let Content::File(pages) = &inode.content else {
+                return Err(Errno::EISDIR);
+            };
+            if size > MAX_FILE_SIZE {
+                return Err(Errno::EFBIG);
+            }
+            if size < attr.size && size % BLOCK != 0 {
+                if let Some(&ob) = pages.get(&(size / BLOCK)) {
+                    let e = self.alloc.alloc(1)?[0];
+                    let mut page = [0u8; BLOCK as usize];
+                    let keep = (size % BLOCK) as usize;
+                    page[..keep].copy_from_slice(&self.pm.bytes(ob * BLOCK, BLOCK)[..keep]);
+                    self.pm.write(e.start * BLOCK, &page);
+                    entries.push(Entry::Write {
+                        pgoff: size / BLOCK,
+                        block: e.start,
+                        count: 1,
+                        size,
+                        mtime: t,
+                    });
+                    extent = Some(e);
+                }
+            }
+            attr.size = size;
+            attr.mtime = t;
+        }
+        if let Some(m) = s.mode {
+            attr.mode = (attr.mode & S_IFMT) | (m & 0o7777);
+        }
+        attr.uid = s.uid.unwrap_or(attr.uid);
+        attr.gid = s.gid.unwrap_or(attr.gid);
+        attr.atime = s.atime.unwrap_or(attr.atime);
+        attr.mtime = s.mtime.unwrap_or(attr.mtime);
+        attr.ctime = t;
+        entries.push(Entry::Attr(attr));
+        let a = match self.append_log(inode, &entries) {
+            Ok(a) => a,
+            Err(e) => {
+                if let Some(x) = extent {
+                    self.alloc.free(x);
+                }
+                return Err(e);
+            }
+        };
+        let mut freed = Vec::new();
+        self.commit_one(inode, a, &entries, &mut freed);
+        self.free_blocks(&freed);
+        self.maybe_compact(inode);
+        Ok(inode.attr)
+    }
+
+    // ---- namespace ----------------------------------------------------------------------
+
+    /// Creates a regular file `name` in `parent`. EEXIST if the name is taken.
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        owner: Owner,
+    ) -> Result<(u64, Attr), Errno> {
+        self.make(parent, name, S_IFREG | (mode & 0o7777), owner, None)
+    }
+
+    /// Creates directory `name` in `parent`.
+    pub fn mkdir(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        owner: Owner,
+    ) -> Result<(u64, Attr), Errno> {
+        self.make(parent, name, S_IFDIR | (mode & 0o7777), owner, None)
+    }
+
+    /// Creates symlink `name` → `target` in `parent`.
+    pub fn symlink(
+        &self,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+        owner: Owner,
+    ) -> Result<(u64, Attr), Errno> {
+        if target.is_empty() {
+            return Err(Errno::EINVAL);
+        }
+        if target.len() > SYMLINK_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        self.make(parent, name, S_IFLNK | 0o777, owner, Some(target))
+    }
+
+    fn make(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        owner: Owner,
+        link_target: Option<&[u8]>,
+    ) -> Result<(u64, Attr), Errno> {
+        self.check_writable()?;
+        check_name(name)?;
+        let mut pg = self.slot(parent)?.write();
+        let dir = pg.as_mut().ok_or(Errno::ENOENT)?;
+        let Content::Dir(d) = &dir.content else {
+            return Err(Errno::ENOTDIR);
+        };
+        if dir.attr.nlink == 0 {
+            return Err(Errno::ENOENT);
+        }
+        if d.contains_key(name) {
+            return Err(Errno::EEXIST);
+        }
+        let is_dir = mode & S_IFMT == S_IFDIR;
+        if is_dir && dir.attr.nlink >= LINK_MAX {
+            return Err(Errno::EMLINK);
+        }
+        let ino = self.free_inodes.lock().pop().ok_or(Errno::ENOSPC)?;
+        let give_back = |e| {
+            self.free_inodes.lock().push(ino);
+            e
+        };
+        let page = self.alloc.alloc(1).map_err(give_back)?[0];
+        let t = now_ns();
+        let attr = Attr {
+            mode,
+            uid: owner.uid,
+            gid: owner.gid,
+            nlink: if is_dir { 2 } else { 1 },
+            size: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            parent: if is_dir { parent } else { 0 },
+        };
+        let mut child = Inode::new(ino, attr);
+        child.pages = vec![page.start];
+        child.tail = page.start * BLOCK + LOG_ENTRIES_AT;
+        self.pm.write(page.start * BLOCK, &log_page_header(ino));
+        let mut child_entries = vec![Entry::Attr(attr)];
+        let mut data_extent = None;
+        if let Some(target) = link_target {
+            let n = (target.len() as u64).div_ceil(BLOCK);
+            let e = match self.alloc.alloc(n) {
+                Ok(e) => e,
+                Err(err) => {
+                    self.alloc.free(page);
+                    return Err(give_back(err));
+                }
+            };
+            let mut pgoff = 0;
+            for x in &e {
+                let mut buf = vec![0u8; (x.len * BLOCK) as usize];
+                let from = (pgoff * BLOCK) as usize;
+                let take = buf.len().min(target.len() - from);
+                buf[..take].copy_from_slice(&target[from..from + take]);
+                self.pm.write(x.start * BLOCK, &buf);
+                child_entries.push(Entry::Write {
+                    pgoff,
+                    block: x.start,
+                    count: x.len,
+                    size: target.len() as u64,
+                    mtime: t,
+                });
+                pgoff += x.len;
+            }
+            data_extent = Some(e);
+        }
+        let mut parent_entries = vec![Entry::DirAdd {
+            ino,
+            ftype: ftype(mode),
+            name: name.to_vec(),
+        }];
+        let mut pattr = dir.attr;
+        pattr.mtime = t;
+        pattr.ctime = t;
+        if is_dir {
+            pattr.nlink += 1;
+        }
+        parent_entries.push(Entry::Attr(pattr));
+        let undo = |this: &Self| {
+            this.alloc.free(page);
+            for x in data_extent.iter().flatten() {
+                this.alloc.free(*x);
+            }
+        };
+        let ca = match self.append_log(&child, &child_entries) {
+            Ok(a) => a,
+            Err(e) => {
+                undo(self);
+                return Err(give_back(e));
+            }
+        };
+        let pa = match self.append_log(dir, &parent_entries) {
+            Ok(a) => a,
+            Err(e) => {
+                undo(self);
+                for p in ca.new_pages {
+                    self.alloc.free(Extent { start: p, len: 1 });
+                }
+                return Err(give_back(e));
+            }
+        };
+        let (cs, ps) = (self.slot_offset(ino), self.slot_offset(parent));
+        self.commit_words(&[(cs, page.start), (cs + 8, ca.tail), (ps + 8, pa.tail)]);
+        let mut freed = Vec::new();
+        self.applied(&mut child, ca, &child_entries, &mut freed);
+        self.applied(dir, pa, &parent_entries, &mut freed);
+        let attr = child.attr;
+        *self.slots[ino as usize].write() = Some(child);
+        self.maybe_compact(dir);
+        Ok((ino, attr))
+    }
+
+    /// Locks `parent` and the inode `name` names in it (ascending order, re-checked).
+    fn lock_entry(
+        &self,
+        parent: u64,
+        name: &[u8],
+    ) -> Result<(u64, BTreeMap<u64, Guard<'_>>), Errno> {
+        loop {
+            let (child, _) = self.lookup(parent, name)?;
+            let locks = self.lock_many(&[parent, child])?;
+            let still = match &locks[&parent].as_ref().map(|i| &i.content) {
+                Some(Content::Dir(d)) => d.get(name).map(|e| e.0),
+                _ => return Err(Errno::ENOTDIR),
+            };
+            if still == Some(child) {
+                return Ok((child, locks));
+            }
+        }
+    }
+
+    /// Removes the link `name` (not a directory) from `parent`; the inode goes when its last
+    /// link and last open handle are gone.
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<(), Errno> {
+        self.remove(parent, name, false)
+    }
+
+    /// Removes the empty directory `name` from `parent`.
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), Errno> {
+        self.remove(parent, name, true)
+    }
+
+    fn remove(&self, parent: u64, name: &[u8], dir_wanted: bool) -> Result<(), Errno> {
+        self.check_writable()?;
+        if name == b"." {
+            return Err(Errno::EINVAL);
+        }
+        if name == b".." {
+            return Err(Errno::ENOTEMPTY);
+        }
+        check_name(name)?;
+        let (child, mut locks) = self.lock_entry(parent, name)?;
+        if child == parent {
+            return Err(Errno::EINVAL);
+        }
+        let c = locks[&child].as_ref().expect("locked live").clone_meta();
+        let is_dir = c.attr.kind() == S_IFDIR;
+        match (dir_wanted, is_dir) {
+            (true, false) => return Err(Errno::ENOTDIR),
+            (false, true) => return Err(Errno::EISDIR),
+            _ => {}
+        }
+        if is_dir && !c.is_empty_dir {
+            return Err(Errno::ENOTEMPTY);
+        }
+        let t = now_ns();
+        let p = locks
+            .get(&parent)
+            .and_then(|g| g.as_ref())
+            .expect("locked live");
+        let mut pattr = p.attr;
+        pattr.mtime = t;
+        pattr.ctime = t;
+        if is_dir {
+            pattr.nlink -= 1;
+        }
+        let pe = vec![
+            Entry::DirRemove {
+                name: name.to_vec(),
+            },
+            Entry::Attr(pattr),
+        ];
+        let pa = self.append_log(p, &pe)?;
+        let mut cattr = c.attr;
+        cattr.nlink = if is_dir { 0 } else { cattr.nlink - 1 };
+        cattr.ctime = t;
+        let ps = self.slot_offset(parent);
+        let cs = self.slot_offset(child);
+        let free_now = cattr.nlink == 0 && c.open == 0;
+        let mut freed = Vec::new();
+        if free_now {
+            self.commit_words(&[(ps + 8, pa.tail), (cs, 0), (cs + 8, 0)]);
+            let p = locks
+                .get_mut(&parent)
+                .and_then(|g| g.as_mut())
+                .expect("locked live");
+            self.applied(p, pa, &pe, &mut freed);
+            let g = locks.get_mut(&child).expect("locked");
+            let inode = g.take().expect("locked live");
+            let mut blocks = inode.pages.clone();
+            if let Content::File(pages) = &inode.content {
+                blocks.extend(pages.values());
+            }
+            self.free_blocks(&blocks);
+            self.free_inodes.lock().push(child);
+        } else {
+            let ce = vec![Entry::Attr(cattr)];
+            let ci = locks[&child].as_ref().expect("locked live");
+            let ca = match self.append_log(ci, &ce) {
+                Ok(a) => a,
+                Err(e) => {
+                    for pg in pa.new_pages {
+                        self.alloc.free(Extent { start: pg, len: 1 });
+                    }
+                    return Err(e);
+                }
+            };
+            self.commit_words(&[(ps + 8, pa.tail), (cs + 8, ca.tail)]);
+            let p = locks
+                .get_mut(&parent)
+                .and_then(|g| g.as_mut())
+                .expect("locked live");
+            self.applied(p, pa, &pe, &mut freed);
+            let ci = locks
+                .get_mut(&child)
+                .and_then(|g| g.as_mut())
+                .expect("locked live");
+            self.applied(ci, ca, &ce, &mut freed);
+        }
+        self.free_blocks(&freed);
+        let p = locks
+            .get_mut(&parent)
+            .and_then(|g| g.as_mut())
+            .expect("locked live");
+        self.maybe_compact(p);
+        Ok(())
+    }
+
+    /// Adds a hard link `name` in `parent` to the non-directory `ino`.
+    pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr, Errno> {
+        self.check_writable()?;
+        check_name(name)?;
+        let mut locks = self.lock_many(&[ino, parent])?;
+        let target = locks[&ino].as_ref().expect("locked live");
+        if target.attr.kind() == S_IFDIR {
+            return Err(Errno::EPERM);
+        }
+        if target.attr.nlink == 0 {
+            return Err(Errno::ENOENT);
+        }
+        if target.attr.nlink >= LINK_MAX {
+            return Err(Errno::EMLINK);
+        }
+        let dir = locks[&parent].as_ref().expect("locked live");
+        let Content::Dir(d) = &dir.content else {
+            return Err(Errno::ENOTDIR);
+        };
+        if d.contains_key(name) {
+            return Err(Errno::EEXIST);
+        }
+        let t = now_ns();
+        let mut tattr = target.attr;
+        tattr.nlink += 1;
+        tattr.ctime = t;
+        let mut pattr = dir.attr;
+        pattr.mtime = t;
+        pattr.ctime = t;
+        let te = vec![Entry::Attr(tattr)];
+        let pe = vec![
+            Entry::DirAdd {
+                ino,
+                ftype: ftype(tattr.mode),
+                name: name.to_vec(),
+            },
+            Entry::Attr(pattr),
+        ];
+        let ta = self.append_log(target, &te)?;
+        let pa = match self.append_log(dir, &pe) {
+            Ok(a) => a,
+            Err(e) => {
+                for pg in ta.new_pages {
+                    self.alloc.free(Extent { start: pg, len: 1 });
+                }
+                return Err(e);
+            }
+        };
+        self.commit_words(&[
+            (self.slot_offset(ino) + 8, ta.tail),
+            (self.slot_offset(parent) + 8, pa.tail),
+        ]);
+        let mut freed = Vec::new();
+        let t = locks
+            .get_mut(&ino)
+            .and_then(|g| g.as_mut())
+            .expect("locked live");
+        self.applied(t, ta, &te, &mut freed);
+        let attr = t.attr;
+        let p = locks
+            .get_mut(&parent)
+            .and_then(|g| g.as_mut())
+            .expect("locked live");
+        self.applied(p, pa, &pe, &mut freed);
+        self.maybe_compact(p);
+        Ok(attr)
+    }
+
+    /// Renames `name` in `parent` to `new_name` in `new_parent`, atomically replacing an
+    /// existing target (a file by a file, an empty directory by a directory).
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+    ) -> Result<(), Errno> {
+        self.check_writable()?;
+        check_name(name).map_err(|e| if e == Errno::EINVAL { Errno::EBUSY } else { e })?;
+        check_name(new_name)?;
+        let _moving = self.rename.lock();
+        loop {
+            let (src, sattr) = self.lookup(parent, name)?;
+            let dst = match self.lookup(new_parent, new_name) {
+                Ok((d, _)) => Some(d),
+                Err(Errno::ENOENT) => None,
+                Err(e) => return Err(e),
+            };
+            if dst == Some(src) {
+                return Ok(()); // same inode: POSIX says do nothing
+            }
+            if sattr.kind() == S_IFDIR && parent != new_parent {
+                // Not into its own subtree: walk up from the new parent.
+                let mut up = new_parent;
+                loop {
+                    if up == src {
+                        return Err(Errno::EINVAL);
+                    }
+                    if up == ROOT {
+                        break;
+                    }
+                    up = self.getattr(up)?.parent;
+                }
+            }
+            let mut inos = vec![parent, new_parent, src];
+            inos.extend(dst);
+            let mut locks = self.lock_many(&inos)?;
+            let entry = |locks: &BTreeMap<u64, Guard<'_>>, d: u64, n: &[u8]| match &locks[&d]
+                .as_ref()
+                .map(|i| &i.content)
+            {
+                Some(Content::Dir(m)) => Ok(m.get(n).map(|e| e.0)),
+                _ => Err(Errno::ENOTDIR),
+            };
+            if entry(&locks, parent, name)? != Some(src)
+                || entry(&locks, new_parent, new_name)? != dst
+            {
+                continue; // changed while unlocked: look again
+            }
+            return self.rename_locked(&mut locks, parent, name, new_parent, new_name, src, dst);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rename_locked(
+        &self,
+        locks: &mut BTreeMap<u64, Guard<'_>>,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        src: u64,
+        dst: Option<u64>,
+    ) -> Result<(), Errno> {
+        let get = |locks: &BTreeMap<u64, Guard<'_>>, i: u64| {
+            locks[&i].as_ref().expect("locked live").clone_meta()
+        };
+        let s = get(locks, src);
+        let src_dir = s.attr.kind() == S_IFDIR;
+        let t = now_ns();
+        // New attribute values per inode, applied in order to a working copy.
+        let mut attrs: BTreeMap<u64, Attr> = BTreeMap::new();
+        let attr_of = |attrs: &mut BTreeMap<u64, Attr>,
+                       locks: &BTreeMap<u64, Guard<'_>>,
+                       i: u64|
+         -> Attr { *attrs.entry(i).or_insert_with(|| get(locks, i).attr) };
+        let mut changes: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
+        let mut free_dst = false;
+        if let Some(d) = dst {
+            let dm = get(locks, d);
+            let dst_dir = dm.attr.kind() == S_IFDIR;
+            match (src_dir, dst_dir) {
+                (false, true) => return Err(Errno::EISDIR),
+                (true, false) => return Err(Errno::ENOTDIR),
+                (true, true) if !dm.is_empty_dir => return Err(Errno::ENOTEMPTY),
+                _ => {}
+            }
+            let mut da = attr_of(&mut attrs, locks, d);
+            da.nlink = if dst_dir { 0 } else { da.nlink - 1 };
+            da.ctime = t;
+            if dst_dir {
+                let mut np = attr_of(&mut attrs, locks, new_parent);
+                np.nlink -= 1;
+                attrs.insert(new_parent, np);
+            }
+            free_dst = da.nlink == 0 && dm.open == 0;
+            attrs.insert(d, da);
+        }
+        let mut pa = attr_of(&mut attrs, locks, parent);
+        pa.mtime = t;
+        pa.ctime = t;
+        if src_dir && parent != new_parent {
+            pa.nlink -= 1;
+        }
+        attrs.insert(parent, pa);
+        let mut npa = attr_of(&mut attrs, locks, new_parent);
+        npa.mtime = t;
+        npa.ctime = t;
+        if src_dir && parent != new_parent {
+            npa.nlink += 1;
+            if npa.nlink > LINK_MAX {
+                return Err(Errno::EMLINK);
+            }
+        }
+        attrs.insert(new_parent, npa);
+        let mut sa = attr_of(&mut attrs, locks, src);
+        sa.ctime = t;
+        if src_dir {
+            sa.parent = new_parent;
+        }
+        attrs.insert(src, sa);
+        changes.entry(parent).or_default().push(Entry::DirRemove {
+            name: name.to_vec(),
+        });
+        changes.entry(new_parent).or_default().push(Entry::DirAdd {
+            ino: src,
+            ftype: ftype(s.attr.mode),
+            name: new_name.to_vec(),
+        });
+        for (&i, a) in &attrs {
+            if Some(i) == dst && free_dst {
+                continue;
+            }
+            changes.entry(i).or_default().push(Entry::Attr(*a));
+        }
+        // Append everything, then commit all tails (and the freed target's slot) at once.
+        let mut appended: BTreeMap<u64, Appended> = BTreeMap::new();
+        for (&i, es) in &changes {
+            match self.append_log(locks[&i].as_ref().expect("locked live"), es) {
+                Ok(a) => {
+                    appended.insert(i, a);
+                }
+                Err(e) => {
+                    for a in appended.into_values() {
+                        for pg in a.new_pages {
+                            self.alloc.free(Extent { start: pg, len: 1 });
+                        }
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut words: Vec<(u64, u64)> = appended
+            .iter()
+            .map(|(&i, a)| (self.slot_offset(i) + 8, a.tail))
+            .collect();
+        if let (Some(d), true) = (dst, free_dst) {
+            let ds = self.slot_offset(d);
+            words.push((ds, 0));
+            words.push((ds + 8, 0));
+        }
+        self.commit_words(&words);
+        let mut freed = Vec::new();
+        for (i, a) in appended {
+            let inode = locks
+                .get_mut(&i)
+                .and_then(|g| g.as_mut())
+                .expect("locked live");
+            self.applied(inode, a, &changes[&i], &mut freed);
+        }
+        if let (Some(d), true) = (dst, free_dst) {
+            let inode = locks
+                .get_mut(&d)
+                .and_then(|g| g.take())
+                .expect("locked live");
+            let mut blocks = inode.pages.clone();
+            if let Content::File(pages) = &inode.content {
+                blocks.extend(pages.values());
+            }
+            self.free_blocks(&blocks);
+            self.free_inodes.lock().push(d);
+        }
+        self.free_blocks(&freed);
+        for i in [parent, new_parent] {
+            if let Some(inode) = locks.get_mut(&i).and_then(|g| g.as_mut()) {
+                self.maybe_compact(inode);
+            }
+        }
+        Ok(())
+    }
+
+    // ---- open handles -------------------------------------------------------------------
+
+    /// Notes an open handle on `ino` (an unlinked inode lives until its last handle goes).
+    pub fn open(&self, ino: u64) -> Result<Attr, Errno> {
+        let mut g = self.slot(ino)?.write();
+        let inode = g.as_mut().ok_or(Errno::ENOENT)?;
+        inode.open += 1;
+        Ok(inode.attr)
+    }
+
+    /// Drops an open handle; frees the inode if it was the last and no links remain.
+    pub fn release(&self, ino: u64) -> Result<(), Errno> {
+        let mut g = self.slot(ino)?.write();
+        let inode = g.as_mut().ok_or(Errno::ENOENT)?;
+        inode.open = inode.open.saturating_sub(1);
+        if inode.open == 0 && inode.attr.nlink == 0 {
+            self.free_inode(&mut g)?;
+        }
+        Ok(())
+    }
+
+    /// Checks that `ino` exists: every operation is already durable when it returns, so fsync
+    /// has nothing left to do.
+    pub fn fsync(&self, ino: u64) -> Result<(), Errno> {
+        self.getattr(ino).map(|_| ())
+    }
+}
+
+/// What rename/unlink need to know of an inode without holding a borrow.
+struct Meta {
+    attr: Attr,
+    open: u32,
+    is_empty_dir: bool,
+}
+
+impl Inode {
+    fn clone_meta(&self) -> Meta {
+        Meta {
+            attr: self.attr,
+            open: self.open,
+            is_empty_dir: matches!(&self.content, Content::Dir(d) if d.is_empty()),
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if !self.failed.load(std::sync::atomic::Ordering::Relaxed) {
+            self.mark_clean();
+        }
+    }
+}
