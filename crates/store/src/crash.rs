@@ -3,8 +3,8 @@
 //! A workload runs on a store in a memory region while the media recorder captures every
 //! store (with its bytes), flush and fence. Replaying that trace over the image taken before
 //! the workload, the harness tracks, per 64-byte line, what is durable (flushed, then fenced
-//! by the flushing thread) and what is only in the cache. After every fence it builds crash
-//! images: nothing in flight persisted, everything persisted, every subset when few lines are
+//! by the flushing thread) and what is only in the cache. Just before every fence (the last
+//! moment before more becomes durable) it builds crash images: nothing in flight persisted, everything persisted, every subset when few lines are
 //! in flight, and seeded random subsets otherwise. Each distinct image is mounted (recovery
 //! runs), checked with `fsck`, compared with the oracle — the logical state before or after
 //! the interrupted operation — and must stay usable (create, write, read, delete).
@@ -207,9 +207,9 @@ impl Default for Options {
     fn default() -> Self {
         Options {
             seed: 1,
-            random_subsets: 12,
-            exhaustive_lines: 6,
-            random_sequences: 20,
+            random_subsets: 24,
+            exhaustive_lines: 8,
+            random_sequences: 80,
             sequence_len: 6,
             inject_missing_flush: false,
             max_violations: 10,
@@ -348,16 +348,8 @@ pub fn run_workload(
                 }
             }
             Event::Fence => {
-                let done: Vec<usize> = pending
-                    .iter()
-                    .filter(|(_, &th)| th == t.thread)
-                    .map(|(&l, _)| l)
-                    .collect();
-                for l in done {
-                    pending.remove(&l);
-                    let r = l * CACHE_LINE..(l + 1) * CACHE_LINE;
-                    persisted[r.clone()].copy_from_slice(&current[r]);
-                }
+                // The crash point: just before this fence, any subset of what was stored since
+                // the previous one may have reached the media.
                 if op_index < ops.len() {
                     report.crash_points += 1;
                     let inflight: Vec<usize> =
@@ -377,6 +369,16 @@ pub fn run_workload(
                     if report.violations.len() >= opts.max_violations {
                         return;
                     }
+                }
+                let done: Vec<usize> = pending
+                    .iter()
+                    .filter(|(_, &th)| th == t.thread)
+                    .map(|(&l, _)| l)
+                    .collect();
+                for l in done {
+                    pending.remove(&l);
+                    let r = l * CACHE_LINE..(l + 1) * CACHE_LINE;
+                    persisted[r.clone()].copy_from_slice(&current[r]);
                 }
             }
         }
