@@ -7,6 +7,7 @@ mod idle_bench;
 mod pmdk;
 mod size;
 mod stat;
+mod store_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +33,17 @@ enum Command {
     /// Show the detected media primitives, the configuration in effect and the counters of the
     /// last run.
     Stat(stat::StatArgs),
+    /// Format a store file (default ./switchyard.store).
+    Mkfs(store_cmd::MkfsArgs),
+    /// Check every invariant of a store; --repair runs recovery where that is safe.
+    Fsck(store_cmd::FsckArgs),
+    /// List a directory of the store.
+    Ls(store_cmd::LsArgs),
+    /// Copy a file into (`store:/path` as destination), out of, or within the store.
+    Cp(store_cmd::CpArgs),
+    /// Crash-state testing: crash images at every fence, recovered and checked against an
+    /// oracle.
+    Crashtest(store_cmd::CrashArgs),
 }
 
 #[derive(Subcommand)]
@@ -74,12 +86,20 @@ impl Common {
 }
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`switchyard ls | head`), as Unix tools do.
+    // SAFETY: called first thing, before any thread exists; SIG_DFL is a valid disposition.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Bench(Bench::Copy(a)) => copy_bench::run(&a),
         Command::Bench(Bench::Decide(a)) => decide_bench::run(&a),
         Command::Bench(Bench::Idle(a)) => idle_bench::run(&a),
         Command::Stat(a) => stat::run(&a),
+        Command::Mkfs(a) => store_cmd::mkfs(&a),
+        Command::Fsck(a) => store_cmd::fsck(&a),
+        Command::Ls(a) => store_cmd::ls(&a),
+        Command::Cp(a) => store_cmd::cp(&a),
+        Command::Crashtest(a) => store_cmd::crashtest(&a),
     };
     match r.context("switchyard") {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,7 +16,7 @@ use crate::Common;
 #[derive(Args)]
 pub struct StatArgs {
     #[command(flatten)]
-    common: Common,
+    at: crate::store_cmd::StoreArgs,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -75,10 +75,10 @@ pub fn save(common: &Common, command: &str, mover: &Mover) -> anyhow::Result<()>
 
 /// Runs `stat`.
 pub fn run(a: &StatArgs) -> anyhow::Result<()> {
-    let cfg = a.common.load_config()?;
+    let cfg = a.at.common.load_config()?;
     cfg.validate()?;
     let p = cfg.persist();
-    let path = a.common.stats_path();
+    let path = a.at.common.stats_path();
     let saved: Option<Saved> = match std::fs::read_to_string(&path) {
         Ok(t) => Some(
             serde_json::from_str(&t)
@@ -108,6 +108,14 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
         cfg.engine.effective_channels(),
         cfg.mover.policy
     );
+    if a.at.store.exists() {
+        println!("{}", crate::store_cmd::usage(&a.at));
+    } else {
+        println!(
+            "store {}: none (create one with `switchyard mkfs`)",
+            a.at.store.display()
+        );
+    }
     match saved {
         None => println!(
             "no counters yet ({} does not exist): run `switchyard bench copy` first",

@@ -144,3 +144,59 @@ fn decide_and_idle_report_their_figures() {
         .success()
         .stdout(contains("% of one core"));
 }
+
+#[test]
+fn store_commands_round_trip_a_file_and_check_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let mut c = Command::cargo_bin("switchyard").unwrap();
+        c.current_dir(dir.path()).args(args);
+        c
+    };
+    run(&["mkfs", "--size", "16M"])
+        .assert()
+        .success()
+        .stdout(contains("formatted"));
+    run(&["mkfs"])
+        .assert()
+        .failure()
+        .stderr(contains("already holds a store"));
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    std::fs::write(dir.path().join("in.bin"), &data).unwrap();
+    run(&["cp", "in.bin", "store:/in.bin"]).assert().success();
+    run(&["ls"])
+        .assert()
+        .success()
+        .stdout(contains("200000 in.bin"));
+    run(&["cp", "store:/in.bin", "out.bin"]).assert().success();
+    assert_eq!(std::fs::read(dir.path().join("out.bin")).unwrap(), data);
+    run(&["fsck"]).assert().success().stdout(contains("ok"));
+    run(&["ls", "/missing"])
+        .assert()
+        .failure()
+        .stderr(contains("ENOENT"));
+    run(&["stat"]).assert().success().stdout(contains("2 of"));
+}
+
+#[test]
+fn store_commands_refuse_what_is_not_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("junk"), vec![0x55u8; 4 << 20]).unwrap();
+    let run = |args: &[&str]| {
+        let mut c = Command::cargo_bin("switchyard").unwrap();
+        c.current_dir(dir.path()).args(args);
+        c
+    };
+    run(&["ls", "--store", "junk"])
+        .assert()
+        .failure()
+        .stderr(contains("mkfs"));
+    run(&["fsck", "--store", "junk"])
+        .assert()
+        .failure()
+        .stdout(contains("PROBLEM"));
+    run(&["ls", "--store", "absent"])
+        .assert()
+        .failure()
+        .stderr(contains("no store at absent"));
+}
