@@ -203,6 +203,11 @@ pub struct CpArgs {
     to: String,
 }
 
+/// Reads the next chunk of a `cp` source; 0 at the end.
+type Reader<'a> = Box<dyn FnMut(&mut [u8]) -> anyhow::Result<usize> + 'a>;
+/// Writes a chunk to a `cp` destination.
+type Writer<'a> = Box<dyn FnMut(&[u8]) -> anyhow::Result<()> + 'a>;
+
 fn in_store(p: &str) -> Option<&str> {
     p.strip_prefix("store:")
 }
@@ -213,21 +218,20 @@ pub fn cp(a: &CpArgs) -> anyhow::Result<()> {
     let fs = &mounted;
     let chunk = 1 << 20;
     let mut buf = vec![0u8; chunk];
-    let (len, mut reader): (u64, Box<dyn FnMut(&mut [u8]) -> anyhow::Result<usize> + '_>) =
-        match in_store(&a.from) {
-            Some(p) => {
-                let fd = fs
-                    .open(p, OpenFlags::READ, 0)
-                    .with_context(|| a.from.clone())?;
-                let len = fs.fstat(fd)?.size;
-                (len, Box::new(move |b: &mut [u8]| Ok(fs.read(fd, b)?)))
-            }
-            None => {
-                let mut f = std::fs::File::open(&a.from).with_context(|| a.from.clone())?;
-                let len = f.metadata()?.len();
-                (len, Box::new(move |b: &mut [u8]| Ok(f.read(b)?)))
-            }
-        };
+    let (len, mut reader): (u64, Reader<'_>) = match in_store(&a.from) {
+        Some(p) => {
+            let fd = fs
+                .open(p, OpenFlags::READ, 0)
+                .with_context(|| a.from.clone())?;
+            let len = fs.fstat(fd)?.size;
+            (len, Box::new(move |b: &mut [u8]| Ok(fs.read(fd, b)?)))
+        }
+        None => {
+            let mut f = std::fs::File::open(&a.from).with_context(|| a.from.clone())?;
+            let len = f.metadata()?.len();
+            (len, Box::new(move |b: &mut [u8]| Ok(f.read(b)?)))
+        }
+    };
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -239,7 +243,7 @@ pub fn cp(a: &CpArgs) -> anyhow::Result<()> {
     if len < 64 << 20 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let mut writer: Box<dyn FnMut(&[u8]) -> anyhow::Result<()> + '_> = match in_store(&a.to) {
+    let mut writer: Writer<'_> = match in_store(&a.to) {
         Some(p) => {
             let fd = fs
                 .open(
