@@ -477,3 +477,53 @@ fn summary(s: &State) -> Vec<(String, u32, u32, usize)> {
         .map(|(p, (m, l, b))| (p.clone(), *m, *l, b.len()))
         .collect()
 }
+
+/// A small valid store image (the crash harness's set-up state), built once.
+pub fn sample_image() -> Vec<u8> {
+    static IMAGE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            let region = Region::memory(REGION, Persist::detect()).expect("memory region");
+            let ptr = region.as_ptr();
+            let fs = Fs::new(Store::format(region, mover(), Owner::current()).expect("format"));
+            setup(&fs);
+            fs.symlink("/a", "/s").expect("setup symlink");
+            // SAFETY: the region is REGION bytes, mapped while `fs` lives, written by no one now.
+            let img = unsafe { std::slice::from_raw_parts(ptr, REGION as usize) }.to_vec();
+            drop(fs);
+            img
+        })
+        .clone()
+}
+
+/// Feeds untrusted bytes to fsck and mount, for the fuzzer and the bad-input tests. `data` is
+/// read as patches over [`sample_image`] (4-byte offset, then a byte) and, separately, as the
+/// start of a raw image. Whatever the bytes, this must return without panicking.
+pub fn probe_image(data: &[u8]) {
+    let mut img = sample_image();
+    for p in data.chunks_exact(5) {
+        let off = u32::from_le_bytes([p[0], p[1], p[2], p[3]]) as usize % img.len();
+        // Bias towards the metadata at the front of the image.
+        let off = if p[0] & 1 == 0 { off % (64 << 10) } else { off };
+        img[off] = p[4];
+    }
+    try_image(&img);
+    let mut raw = vec![0u8; REGION as usize];
+    let n = data.len().min(raw.len());
+    raw[..n].copy_from_slice(&data[..n]);
+    try_image(&raw);
+}
+
+fn try_image(img: &[u8]) {
+    let _ = fsck::check(img);
+    let Ok(region) = Region::memory(img.len() as u64, Persist::detect()) else {
+        return;
+    };
+    // SAFETY: a fresh private mapping of img.len() bytes that nothing else references.
+    unsafe { std::ptr::copy_nonoverlapping(img.as_ptr(), region.as_mut_ptr(), img.len()) };
+    if let Ok(store) = Store::mount(region, mover()) {
+        let fs = Fs::new(store);
+        let _ = state(&fs);
+        let _ = fs.unmount();
+    }
+}

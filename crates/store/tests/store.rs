@@ -316,3 +316,14 @@ proptest! {
         prop_assert!(report.healthy(), "{:?}", report.problems);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// Damaged images (random byte patches over a valid store, or raw garbage) are refused or
+    /// mounted, never a panic or a hang. The cargo-fuzz target `mount_image` runs the same
+    /// probe for as long as you like.
+    #[test]
+    fn damaged_images_never_panic(data in proptest::collection::vec(any::<u8>(), 0..400)) {
+        switchyard_store::crash::probe_image(&data);
+    }
+}
