@@ -302,8 +302,8 @@ pub fn run_workload(
     }
     let events = recorder.events();
     drop(recorder);
-    // Leak-free teardown without the clean-unmount stores (they are not part of the trace).
-    std::mem::forget(fs);
+    // The recorder is gone, so the clean-unmount stores are not part of the trace.
+    drop(fs);
 
     let lo = base_ptr as usize;
     let mut persisted = base.clone();
