@@ -499,13 +499,25 @@ impl Store {
         };
         let slot = self.slot_offset(inode.ino);
         self.commit_words(&[(slot, 0), (slot + 8, 0)]);
-        let mut blocks = inode.pages.clone();
+        self.forget_inode(inode);
+        Ok(())
+    }
+
+    /// Returns the blocks and slot of an inode whose slot words are already zero on media.
+    fn forget_inode(&self, inode: Inode) {
+        let mut blocks = inode.pages;
         if let Content::File(pages) = &inode.content {
             blocks.extend(pages.values());
         }
         self.free_blocks(&blocks);
         self.free_inodes.lock().push(inode.ino);
-        Ok(())
+    }
+
+    /// Gives back the log pages an append allocated for an operation that will not commit.
+    fn discard(&self, a: Appended) {
+        for pg in a.new_pages {
+            self.alloc.free(Extent { start: pg, len: 1 });
+        }
     }
 
     /// Locks the given inodes (deduplicated) in ascending order; returns guards by inode.
@@ -950,9 +962,7 @@ impl Store {
             Ok(a) => a,
             Err(e) => {
                 undo(self);
-                for p in ca.new_pages {
-                    self.alloc.free(Extent { start: p, len: 1 });
-                }
+                self.discard(ca);
                 return Err(give_back(e));
             }
         };
@@ -1053,22 +1063,14 @@ impl Store {
                 .expect("locked live");
             self.applied(p, pa, &pe, &mut freed);
             let g = locks.get_mut(&child).expect("locked");
-            let inode = g.take().expect("locked live");
-            let mut blocks = inode.pages.clone();
-            if let Content::File(pages) = &inode.content {
-                blocks.extend(pages.values());
-            }
-            self.free_blocks(&blocks);
-            self.free_inodes.lock().push(child);
+            self.forget_inode(g.take().expect("locked live"));
         } else {
             let ce = vec![Entry::Attr(cattr)];
             let ci = locks[&child].as_ref().expect("locked live");
             let ca = match self.append_log(ci, &ce) {
                 Ok(a) => a,
                 Err(e) => {
-                    for pg in pa.new_pages {
-                        self.alloc.free(Extent { start: pg, len: 1 });
-                    }
+                    self.discard(pa);
                     return Err(e);
                 }
             };
@@ -1135,9 +1137,7 @@ impl Store {
         let pa = match self.append_log(dir, &pe) {
             Ok(a) => a,
             Err(e) => {
-                for pg in ta.new_pages {
-                    self.alloc.free(Extent { start: pg, len: 1 });
-                }
+                self.discard(ta);
                 return Err(e);
             }
         };
@@ -1307,9 +1307,7 @@ impl Store {
                 }
                 Err(e) => {
                     for a in appended.into_values() {
-                        for pg in a.new_pages {
-                            self.alloc.free(Extent { start: pg, len: 1 });
-                        }
+                        self.discard(a);
                     }
                     return Err(e);
                 }
@@ -1338,12 +1336,7 @@ impl Store {
                 .get_mut(&d)
                 .and_then(|g| g.take())
                 .expect("locked live");
-            let mut blocks = inode.pages.clone();
-            if let Content::File(pages) = &inode.content {
-                blocks.extend(pages.values());
-            }
-            self.free_blocks(&blocks);
-            self.free_inodes.lock().push(d);
+            self.forget_inode(inode);
         }
         self.free_blocks(&freed);
         for i in [parent, new_parent] {
