@@ -153,6 +153,8 @@ struct Faults {
 struct Appended {
     tail: u64,
     new_pages: Vec<u64>,
+    /// Encoded bytes of the appended entries.
+    bytes: u64,
 }
 
 impl Store {
@@ -361,6 +363,7 @@ impl Store {
     fn append_log(&self, inode: &Inode, entries: &[Entry]) -> Result<Appended, Errno> {
         let mut pos = inode.tail;
         let mut new_pages: Vec<u64> = Vec::new();
+        let mut total = 0;
         for e in entries {
             let bytes = e.encode();
             // Bytes used in the tail page (a tail at a page's end means "full", not "next").
@@ -394,10 +397,12 @@ impl Store {
                 self.pm.write(pos, &bytes);
             }
             pos += bytes.len() as u64;
+            total += bytes.len() as u64;
         }
         Ok(Appended {
             tail: pos,
             new_pages,
+            bytes: total,
         })
     }
 
@@ -412,8 +417,8 @@ impl Store {
     fn applied(&self, inode: &mut Inode, a: Appended, entries: &[Entry], freed: &mut Vec<u64>) {
         inode.tail = a.tail;
         inode.pages.extend(a.new_pages);
+        inode.log_bytes += a.bytes;
         for e in entries {
-            inode.log_bytes += e.encode().len() as u64;
             inode.apply(e, freed);
         }
     }
@@ -488,7 +493,7 @@ impl Store {
         let old = std::mem::replace(&mut inode.pages, vec![head]);
         inode.pages.extend(a.new_pages);
         inode.tail = a.tail;
-        inode.log_bytes = entries.iter().map(|e| e.encode().len() as u64).sum();
+        inode.log_bytes = a.bytes;
         self.free_blocks(&old);
     }
 
