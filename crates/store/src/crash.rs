@@ -53,6 +53,8 @@ pub enum Op {
     Symlink(&'static str, &'static str),
     /// Change permission bits.
     Chmod(&'static str, u32),
+    /// Unmount cleanly and mount again (the checkpoint, then the quick mount and lazy loads).
+    Remount,
 }
 
 /// Every operation kind over the harness's namespace (`/a`, `/b`, `/d/`, `/d/x`, `/e/`).
@@ -75,12 +77,17 @@ pub fn all_ops() -> Vec<Op> {
         Op::Link("/a", "/d/y"),
         Op::Symlink("/a", "/s"),
         Op::Chmod("/a", 0o600),
+        Op::Remount,
     ]
 }
 
-fn apply(fs: &Fs, op: &Op) {
+fn apply(fs: Fs, op: &Op) -> Fs {
     // Failures (ENOENT, EEXIST, ...) are fine: the oracle compares states either way.
     let _ = match *op {
+        Op::Remount => {
+            let region = fs.into_store().expect("close descriptors").into_region();
+            return Fs::new(Store::mount(region, mover()).expect("mount after a clean unmount"));
+        }
         Op::Create(p) => fs
             .open(p, OpenFlags::CREATE, 0o644)
             .and_then(|fd| fs.close(fd)),
@@ -122,6 +129,7 @@ fn apply(fs: &Fs, op: &Op) {
         Op::Symlink(t, p) => fs.symlink(t, p),
         Op::Chmod(p, m) => fs.chmod(p, m),
     };
+    fs
 }
 
 /// The logical state the oracle compares: path → (type and permission bits, links, bytes or
@@ -285,7 +293,7 @@ pub fn run_workload(
     report.workloads += 1;
     let region = Region::memory(REGION, Persist::detect()).expect("memory region");
     let base_ptr = region.as_ptr();
-    let fs = Fs::new(Store::format(region, mover(), Owner::current()).expect("format"));
+    let mut fs = Fs::new(Store::format(region, mover(), Owner::current()).expect("format"));
     setup(&fs);
     if opts.inject_missing_flush {
         fs.store().inject_missing_entry_flush();
@@ -296,7 +304,7 @@ pub fn run_workload(
     let mut states = vec![state(&fs).expect("state")];
     let mut bounds = Vec::new();
     for op in ops {
-        apply(&fs, op);
+        fs = apply(fs, op);
         bounds.push(recorder.events().len());
         states.push(state(&fs).expect("state"));
     }

@@ -19,12 +19,21 @@
 //!  56 uuid [u8; 16]                       committed entry (the commit point)
 //!  72 clean u32 (1 = cleanly unmounted)
 //!  80 mount_count u64                 log page (4 KiB)
-//!  88 crc32c u32 of bytes 0..88         0 magic "SLOG" u32, 4 zero u32
-//!                                       8 ino u64
+//!  88 checkpoint u64: first block of    0 magic "SLOG" u32, 4 zero u32
+//!     the free-space checkpoint, 0 = none
+//!  96 crc32c u32 of bytes 0..96        8 ino u64
 //!                                      16 next u64: block of the next log page, 0 = none
 //!                                      24 crc32c u32 of bytes 0..16
 //!                                      64 entries, 8-byte aligned, until a zero kind byte
 //!                                         or the end of the page (or the tail)
+//!
+//! checkpoint page (4 KiB, written by a clean unmount into blocks that are free)
+//!   0 magic "SCKP" u32, count u32 (extents in this page, at most 252)
+//!   8 next u64: block of the next checkpoint page, 0 = last
+//!  16 mount_count u64 (of the superblock it belongs to)
+//!  24 crc32c u32 of bytes 0..24 ++ the extents
+//!  64 extents: count × (first block u64, blocks u64), ascending, the free space of the data
+//!     zone (the checkpoint pages themselves included)
 //!
 //! entry header: kind u8, 0 u8, len u16 (total, multiple of 8), crc32c u32 (entry with crc = 0)
 //!   1 Attr      8 mode u32, uid u32, gid u32, nlink u32, size u64, atime i64, mtime i64,
@@ -46,11 +55,11 @@ use crate::error::Corruption;
 /// Block size in bytes.
 pub const BLOCK: u64 = 4096;
 /// Format version this build writes and reads.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Superblock magic.
 pub const SB_MAGIC: [u8; 8] = *b"SWYDSTOR";
 /// Bytes of the superblock covered by its checksum.
-pub const SB_CRC_AT: usize = 88;
+pub const SB_CRC_AT: usize = 96;
 /// Journal magic (low half of word 0).
 pub const JOURNAL_MAGIC: u32 = u32::from_le_bytes(*b"SJNL");
 /// First journal entry offset within the journal block.
@@ -67,6 +76,12 @@ pub const LOG_MAGIC: u32 = u32::from_le_bytes(*b"SLOG");
 pub const LOG_ENTRIES_AT: u64 = 64;
 /// Offset of the `next` word in a log page.
 pub const LOG_NEXT_AT: u64 = 16;
+/// Checkpoint page magic.
+pub const CHECKPOINT_MAGIC: u32 = u32::from_le_bytes(*b"SCKP");
+/// Offset of the first extent in a checkpoint page.
+pub const CHECKPOINT_EXTENTS_AT: u64 = 64;
+/// Extents one checkpoint page holds.
+pub const CHECKPOINT_CAPACITY: usize = ((BLOCK - CHECKPOINT_EXTENTS_AT) / 16) as usize;
 /// Longest file name.
 pub const NAME_MAX: usize = 255;
 
@@ -107,6 +122,9 @@ pub struct Superblock {
     pub clean: bool,
     /// Number of mounts so far.
     pub mount_count: u64,
+    /// First block of the free-space checkpoint a clean unmount wrote (0 = none). Only
+    /// meaningful while `clean` is set.
+    pub checkpoint: u64,
 }
 
 fn le64(b: &[u8], at: usize) -> u64 {
@@ -133,6 +151,7 @@ impl Superblock {
             uuid,
             clean: true,
             mount_count: 0,
+            checkpoint: 0,
         }
     }
 
@@ -150,8 +169,9 @@ impl Superblock {
         b[56..72].copy_from_slice(&self.uuid);
         b[72..76].copy_from_slice(&u32::from(self.clean).to_le_bytes());
         b[80..88].copy_from_slice(&self.mount_count.to_le_bytes());
+        b[88..96].copy_from_slice(&self.checkpoint.to_le_bytes());
         let crc = crc32c::crc32c(&b[..SB_CRC_AT]);
-        b[88..92].copy_from_slice(&crc.to_le_bytes());
+        b[96..100].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
@@ -160,10 +180,7 @@ impl Superblock {
         if b.len() < 128 || b[0..8] != SB_MAGIC {
             return Err(Corruption::NotFormatted);
         }
-        let crc = le32(b, 88);
-        if crc != crc32c::crc32c(&b[..SB_CRC_AT]) {
-            return Err(Corruption::BadChecksum("superblock"));
-        }
+        // The version comes first: another version may keep its checksum elsewhere.
         let version = le32(b, 8);
         if version > VERSION {
             return Err(Corruption::NewerVersion {
@@ -171,7 +188,16 @@ impl Superblock {
                 supported: VERSION,
             });
         }
-        if version == 0 || le32(b, 12) != BLOCK as u32 {
+        if version < VERSION {
+            return Err(Corruption::Invalid(format!(
+                "format version {version} predates this build's version {VERSION}"
+            )));
+        }
+        let crc = le32(b, SB_CRC_AT);
+        if crc != crc32c::crc32c(&b[..SB_CRC_AT]) {
+            return Err(Corruption::BadChecksum("superblock"));
+        }
+        if le32(b, 12) != BLOCK as u32 {
             return Err(Corruption::Invalid(
                 "superblock version or block size".into(),
             ));
@@ -187,6 +213,7 @@ impl Superblock {
             uuid,
             clean: le32(b, 72) == 1,
             mount_count: le64(b, 80),
+            checkpoint: le64(b, 88),
         };
         let expect = Superblock::for_region(sb.total_blocks * BLOCK, uuid);
         if sb.total_blocks * BLOCK > region_len {
@@ -443,6 +470,57 @@ pub fn check_log_page(b: &[u8], ino: u64) -> Result<u64, Corruption> {
     Ok(le64(b, 16))
 }
 
+/// Encodes one checkpoint page: `extents` (at most [`CHECKPOINT_CAPACITY`]) as
+/// (first block, blocks) pairs, then the link to the `next` page.
+pub fn encode_checkpoint_page(extents: &[(u64, u64)], next: u64, mount_count: u64) -> Vec<u8> {
+    assert!(extents.len() <= CHECKPOINT_CAPACITY);
+    let mut b = vec![0u8; BLOCK as usize];
+    b[0..4].copy_from_slice(&CHECKPOINT_MAGIC.to_le_bytes());
+    b[4..8].copy_from_slice(&(extents.len() as u32).to_le_bytes());
+    b[8..16].copy_from_slice(&next.to_le_bytes());
+    b[16..24].copy_from_slice(&mount_count.to_le_bytes());
+    for (i, (start, len)) in extents.iter().enumerate() {
+        let at = CHECKPOINT_EXTENTS_AT as usize + 16 * i;
+        b[at..at + 8].copy_from_slice(&start.to_le_bytes());
+        b[at + 8..at + 16].copy_from_slice(&len.to_le_bytes());
+    }
+    let crc = checkpoint_crc(&b, extents.len());
+    b[24..28].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+fn checkpoint_crc(b: &[u8], count: usize) -> u32 {
+    let at = CHECKPOINT_EXTENTS_AT as usize;
+    crc32c::crc32c_append(crc32c::crc32c(&b[..24]), &b[at..at + 16 * count])
+}
+
+/// Decodes one checkpoint page written for `mount_count`: its extents and the next page.
+pub fn decode_checkpoint_page(
+    b: &[u8],
+    mount_count: u64,
+) -> Result<(Vec<(u64, u64)>, u64), Corruption> {
+    let bad = || Corruption::BadChecksum("free-space checkpoint");
+    if b.len() < BLOCK as usize || le32(b, 0) != CHECKPOINT_MAGIC {
+        return Err(bad());
+    }
+    let count = le32(b, 4) as usize;
+    if count > CHECKPOINT_CAPACITY || le32(b, 24) != checkpoint_crc(b, count) {
+        return Err(bad());
+    }
+    if le64(b, 16) != mount_count {
+        return Err(Corruption::Invalid(
+            "free-space checkpoint of another mount".into(),
+        ));
+    }
+    let extents = (0..count)
+        .map(|i| {
+            let at = CHECKPOINT_EXTENTS_AT as usize + 16 * i;
+            (le64(b, at), le64(b, at + 8))
+        })
+        .collect();
+    Ok((extents, le64(b, 8)))
+}
+
 /// Encodes a journal: word 0, seq, crc, then the (offset, old value) pairs.
 pub fn encode_journal(seq: u64, words: &[(u64, u64)]) -> Vec<u8> {
     let mut b = vec![0u8; JOURNAL_ENTRIES_AT as usize + 16 * words.len()];
@@ -509,13 +587,18 @@ mod tests {
             Superblock::decode(&b, 32 << 20),
             Err(Corruption::Truncated { .. })
         ));
+        // Another version is named as such whatever its checksum says.
         let mut newer = b;
-        newer[8] = 2;
-        let crc = crc32c::crc32c(&newer[..SB_CRC_AT]);
-        newer[88..92].copy_from_slice(&crc.to_le_bytes());
+        newer[8] = VERSION as u8 + 1;
         assert!(matches!(
             Superblock::decode(&newer, 64 << 20),
-            Err(Corruption::NewerVersion { found: 2, .. })
+            Err(Corruption::NewerVersion { found, .. }) if found == VERSION + 1
+        ));
+        let mut older = b;
+        older[8] = VERSION as u8 - 1;
+        assert!(matches!(
+            Superblock::decode(&older, 64 << 20),
+            Err(Corruption::Invalid(m)) if m.contains("predates")
         ));
         assert!(matches!(
             Superblock::decode(&[0u8; 128], 64 << 20),
@@ -531,6 +614,21 @@ mod tests {
         assert_eq!(decode_journal(&b), words);
         b[JOURNAL_ENTRIES_AT as usize] ^= 1;
         assert!(decode_journal(&b).is_empty());
+    }
+
+    #[test]
+    fn checkpoint_pages_round_trip_and_reject_damage_or_another_mount() {
+        let ext: Vec<(u64, u64)> = (0..CHECKPOINT_CAPACITY as u64)
+            .map(|i| (i * 3, 2))
+            .collect();
+        let b = encode_checkpoint_page(&ext, 77, 5);
+        assert_eq!(decode_checkpoint_page(&b, 5).unwrap(), (ext, 77));
+        assert!(decode_checkpoint_page(&b, 6).is_err());
+        for at in [0, 4, 8, 16, 24, 64, 64 + 16 * CHECKPOINT_CAPACITY - 1] {
+            let mut bad = b.clone();
+            bad[at] ^= 0x10;
+            assert!(decode_checkpoint_page(&bad, 5).is_err(), "flip at {at}");
+        }
     }
 
     fn entry() -> impl Strategy<Value = Entry> {

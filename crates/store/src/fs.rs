@@ -101,11 +101,17 @@ impl Fs {
 
     /// Closes every descriptor and unmounts cleanly.
     pub fn unmount(self) -> Result<(), Errno> {
+        self.into_store()?.unmount()
+    }
+
+    /// Closes every descriptor and hands back the store (to unmount it, or take its region
+    /// back with [`Store::into_region`]).
+    pub fn into_store(self) -> Result<Store, Errno> {
         let fds: Vec<u32> = self.fds.lock().keys().copied().collect();
         for fd in fds {
             self.close(Fd(fd))?;
         }
-        self.store.unmount()
+        Ok(self.store)
     }
 
     fn components(path: &str) -> Result<Vec<&[u8]>, Errno> {

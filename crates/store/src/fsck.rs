@@ -3,12 +3,14 @@
 //! The scan ([`crate::recovery::scan`]) already verifies checksums, chains, bounds, entry
 //! types, block ownership, link counts and reachability. `fsck` adds the superblock replica
 //! and reports what a mount would repair by itself (an interrupted transaction to undo,
-//! orphans to free). Repair is exactly that recovery: anything else is left for a person.
+//! orphans to free), and checks a clean unmount's free-space checkpoint against the logs
+//! (a mount after a clean unmount trusts it). Repair is exactly that recovery: anything else
+//! is left for a person.
 
 use crate::error::Corruption;
 use crate::format::{Superblock, BLOCK};
 use crate::inode::Content;
-use crate::recovery::scan;
+use crate::recovery::{read_checkpoint, scan};
 
 /// What `fsck` found.
 #[derive(Debug, Default)]
@@ -77,6 +79,28 @@ pub fn check(image: &[u8]) -> Report {
         r.problems.push(Corruption::Invalid(
             "clean store with a live journal".into(),
         ));
+    }
+    if s.sb.clean && s.sb.checkpoint != 0 {
+        let page = |b: u64| &image[(b * BLOCK) as usize..((b + 1) * BLOCK) as usize];
+        match read_checkpoint(&page, &s.sb) {
+            Ok(extents) => {
+                let mut free = vec![false; s.owner.len()];
+                for (start, len) in extents {
+                    free[start as usize..(start + len) as usize].fill(true);
+                }
+                let wrong = (s.sb.data_block..s.sb.total_blocks)
+                    .filter(|&b| free[b as usize] != (s.owner[b as usize] == 0))
+                    .count();
+                if wrong > 0 {
+                    r.problems.push(Corruption::Invalid(format!(
+                        "free-space checkpoint disagrees with the logs on {wrong} blocks"
+                    )));
+                }
+            }
+            Err(e) => r.recoverable.push(format!(
+                "free-space checkpoint unusable ({e}): the next mount scans every log"
+            )),
+        }
     }
     for o in &s.orphans {
         let kind = match s.inodes.get(o).map(|i| &i.content) {

@@ -31,6 +31,9 @@ pub struct Inode {
     pub content: Content,
     /// Open handles (DRAM only): an unlinked inode lives until the last is released.
     pub open: u32,
+    /// Log size at which compaction next measures the live bytes (DRAM only): measuring
+    /// encodes a snapshot, so it is done once per quarter of log growth, not per commit.
+    pub compact_check_at: u64,
 }
 
 impl Inode {
@@ -49,6 +52,7 @@ impl Inode {
             log_bytes: 0,
             content,
             open: 0,
+            compact_check_at: 0,
         }
     }
 

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use crate::error::Corruption;
 use crate::format::{
-    check_log_page, decode_journal, Entry, Superblock, BLOCK, LOG_ENTRIES_AT, ROOT, S_IFDIR,
-    S_IFLNK, S_IFMT, S_IFREG,
+    check_log_page, decode_checkpoint_page, decode_journal, Entry, Superblock, BLOCK,
+    LOG_ENTRIES_AT, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
 };
 use crate::inode::{Content, Inode};
 
@@ -92,7 +92,17 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
             }
             continue;
         }
-        match read_log(image, &sb, ino, head, tail, &mut owner) {
+        let page = |b: u64| &image[(b * BLOCK) as usize..((b + 1) * BLOCK) as usize];
+        let mut claim = |b: u64| match owner[b as usize] {
+            0 => {
+                owner[b as usize] = ino;
+                Ok(())
+            }
+            other => Err(Corruption::Invalid(format!(
+                "log page {b} already used by inode {other}"
+            ))),
+        };
+        match read_log(&page, &sb, ino, head, tail, &mut claim) {
             Ok(inode) => {
                 inodes.insert(ino, inode);
             }
@@ -132,13 +142,74 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
     })
 }
 
-fn read_log(
-    image: &[u8],
+/// Reads one inode's log on its own (a lazy load after a clean mount): every check of the
+/// full scan that concerns this log alone.
+pub(crate) fn load_inode<'a>(
+    page: &dyn Fn(u64) -> &'a [u8],
     sb: &Superblock,
     ino: u64,
     head: u64,
     tail: u64,
-    owner: &mut [u64],
+) -> Result<Inode, Corruption> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut claim = |b: u64| {
+        if seen.insert(b) {
+            Ok(())
+        } else {
+            Err(Corruption::Invalid(format!("log page {b} appears twice")))
+        }
+    };
+    read_log(page, sb, ino, head, tail, &mut claim)
+}
+
+/// The free extents a clean unmount recorded, checked: every page in the data zone, the
+/// chain bounded, the extents ascending, disjoint, non-empty and inside the data zone, and
+/// the checkpoint's own pages among them.
+pub(crate) fn read_checkpoint<'a>(
+    page: &dyn Fn(u64) -> &'a [u8],
+    sb: &Superblock,
+) -> Result<Vec<(u64, u64)>, Corruption> {
+    let mut extents: Vec<(u64, u64)> = Vec::new();
+    let mut pages = Vec::new();
+    let mut block = sb.checkpoint;
+    while block != 0 {
+        if !sb.is_data(block) || pages.len() as u64 >= sb.total_blocks {
+            return Err(Corruption::Invalid(format!(
+                "free-space checkpoint page {block} outside the data zone"
+            )));
+        }
+        pages.push(block);
+        let (ext, next) = decode_checkpoint_page(page(block), sb.mount_count)?;
+        extents.extend(ext);
+        block = next;
+    }
+    let mut end = sb.data_block;
+    for &(start, len) in &extents {
+        if start < end || len == 0 || start.checked_add(len).is_none_or(|e| e > sb.total_blocks) {
+            return Err(Corruption::Invalid(
+                "free-space checkpoint extents overlap or leave the data zone".into(),
+            ));
+        }
+        end = start + len;
+    }
+    for p in pages {
+        let i = extents.partition_point(|&(s, _)| s <= p);
+        if i == 0 || p >= extents[i - 1].0 + extents[i - 1].1 {
+            return Err(Corruption::Invalid(format!(
+                "free-space checkpoint page {p} is not in its own free list"
+            )));
+        }
+    }
+    Ok(extents)
+}
+
+fn read_log<'a>(
+    page: &dyn Fn(u64) -> &'a [u8],
+    sb: &Superblock,
+    ino: u64,
+    head: u64,
+    tail: u64,
+    claim: &mut dyn FnMut(u64) -> Result<(), Corruption>,
 ) -> Result<Inode, Corruption> {
     // A tail at the very end of a page belongs to that page.
     let tail_block = tail.saturating_sub(1) / BLOCK;
@@ -159,15 +230,9 @@ fn read_log(
                 "log page {block} outside the data zone"
             )));
         }
-        if owner[block as usize] != 0 {
-            return Err(Corruption::Invalid(format!(
-                "log page {block} already used by inode {}",
-                owner[block as usize]
-            )));
-        }
-        owner[block as usize] = ino;
+        claim(block)?;
         pages.push(block);
-        let page = &image[(block * BLOCK) as usize..((block + 1) * BLOCK) as usize];
+        let page = page(block);
         let next = check_log_page(page, ino)?;
         let last = block == tail_block;
         let end = if last { tail_off } else { BLOCK };

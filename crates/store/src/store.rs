@@ -7,6 +7,7 @@
 //! write, append, truncate of one file — takes only that file's lock and an allocator pool.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -17,12 +18,13 @@ use switchyard_mover::{Direction, Hints, Mover};
 use crate::alloc::{Allocator, Extent};
 use crate::error::{Corruption, Errno, MountError};
 use crate::format::{
-    encode_journal, log_page_header, Attr, Entry, Superblock, BLOCK, JOURNAL_CAPACITY,
-    LOG_ENTRIES_AT, LOG_NEXT_AT, NAME_MAX, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
+    decode_journal, encode_checkpoint_page, encode_journal, log_page_header, Attr, Entry,
+    Superblock, BLOCK, CHECKPOINT_CAPACITY, JOURNAL_CAPACITY, LOG_ENTRIES_AT, LOG_NEXT_AT,
+    NAME_MAX, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
 };
 use crate::inode::{Content, Inode};
 use crate::pm::Pm;
-use crate::recovery::{scan, Scan};
+use crate::recovery::{load_inode, read_checkpoint, scan, superblock, Scan};
 
 /// Largest file size (so every byte offset fits an `i64`, as `off_t` needs).
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
@@ -117,8 +119,14 @@ pub struct Store {
     /// Set after an internal inconsistency: the store refuses further writes.
     failed: std::sync::atomic::AtomicBool,
     faults: Faults,
-    /// Kept last: the mapping outlives every pointer into it.
-    region: Region,
+    /// `loaded[i]`: slot `i` holds its inode, or is free. After a clean mount a slot in use
+    /// is read from its log on first use (under its write lock).
+    loaded: Box<[AtomicBool]>,
+    /// Whether this mount used the clean-unmount checkpoint.
+    quick: bool,
+    /// Kept last: the mapping outlives every pointer into it. `None` once handed back by
+    /// [`Store::into_region`].
+    region: Option<Region>,
 }
 
 pub(crate) fn now_ns() -> i64 {
@@ -147,6 +155,18 @@ fn ftype(mode: u32) -> u8 {
 struct Faults {
     /// Log entries are stored but not flushed before the tail commit.
     skip_entry_flush: std::sync::atomic::AtomicBool,
+}
+
+/// What a mount rebuilt, before the store is assembled around it.
+struct Mounted {
+    sb: Superblock,
+    used_replica: bool,
+    alloc: Allocator,
+    slots: Box<[Slot]>,
+    loaded: Box<[AtomicBool]>,
+    free_inodes: Vec<u64>,
+    orphans: Vec<u64>,
+    quick: bool,
 }
 
 /// Where appended entries went before their commit.
@@ -210,10 +230,12 @@ impl Store {
         Store::mount(region, mover)
     }
 
-    /// Mounts a formatted region: validates the superblock (falling back to its replica),
-    /// undoes an interrupted multi-inode operation, rebuilds the DRAM indexes and free lists
-    /// from the logs, and frees inodes that were unlinked while open. A damaged image is
-    /// refused with the first problem found (`switchyard fsck` lists them all).
+    /// Mounts a formatted region: validates the superblock (falling back to its replica).
+    /// After a clean unmount it reads the free-space checkpoint and the inode table only, and
+    /// each inode's log on its first use. Otherwise it undoes an interrupted multi-inode
+    /// operation, rebuilds the DRAM indexes and free lists from every log, and frees inodes
+    /// that were unlinked while open. A damaged image is refused with the first problem found
+    /// (`switchyard fsck` lists them all); a damaged checkpoint only costs the full scan.
     pub fn mount(region: Region, mover: Arc<Mover>) -> Result<Store, MountError> {
         let pm = Pm::new(&region);
         let path = region.path().display().to_string();
@@ -221,61 +243,48 @@ impl Store {
             path: path.clone(),
             problem,
         };
-        let image = pm.bytes(0, pm.len());
-        let Scan {
+        let (sb, used_replica) = superblock(pm.bytes(0, pm.len())).map_err(corrupt)?;
+        let mounted = match Self::clean_state(&pm, sb, used_replica) {
+            Some(m) => m,
+            None => Self::scanned_state(&pm).map_err(corrupt)?,
+        };
+        let Mounted {
             mut sb,
             used_replica,
-            undo,
-            inodes,
-            owner,
+            alloc,
+            slots,
+            loaded,
+            mut free_inodes,
             orphans,
-            problems,
-        } = scan(image).map_err(corrupt)?;
-        if let Some(p) = problems.into_iter().next() {
-            return Err(corrupt(p));
-        }
-        // Undo an interrupted transaction, then retire the journal.
-        if !undo.is_empty() {
-            for &(off, old) in undo.iter().rev() {
-                pm.store_u64(off, old);
-            }
-            pm.fence();
-            pm.store_u64(sb.journal_block * BLOCK, 0);
-            pm.fence();
-        }
+            quick,
+        } = mounted;
         if used_replica {
             pm.write(0, &sb.encode());
             pm.fence();
         }
         sb.clean = false;
+        sb.checkpoint = 0;
         sb.mount_count += 1;
         let enc = sb.encode();
         pm.write(0, &enc);
         pm.fence();
         pm.write(BLOCK, &enc);
         pm.fence();
-        let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| owner[b as usize] != 0);
-        let mut slots: Vec<Slot> = (0..sb.inode_slots).map(|_| RwLock::new(None)).collect();
-        let mut free_inodes: Vec<u64> = (ROOT + 1..sb.inode_slots)
-            .rev()
-            .filter(|i| !inodes.contains_key(i))
-            .collect();
-        for (ino, inode) in inodes {
-            slots[ino as usize] = RwLock::new(Some(inode));
-        }
         let store = Store {
             pm,
             geo: sb,
             sb: Mutex::new(sb),
             mover,
-            slots: slots.into_boxed_slice(),
+            slots,
+            loaded,
             free_inodes: Mutex::new(Vec::new()),
             alloc,
             journal: Mutex::new(0),
             rename: Mutex::new(()),
             failed: Default::default(),
             faults: Faults::default(),
-            region,
+            quick,
+            region: Some(region),
         };
         for ino in orphans {
             let mut g = store.slots[ino as usize].write();
@@ -291,15 +300,126 @@ impl Store {
         Ok(store)
     }
 
+    /// The state after a clean unmount, from its checkpoint and the inode table, or `None`
+    /// when the store was not unmounted cleanly or the checkpoint does not check out.
+    fn clean_state(pm: &Pm, sb: Superblock, used_replica: bool) -> Option<Mounted> {
+        let journal = decode_journal(pm.bytes(sb.journal_block * BLOCK, BLOCK));
+        if !sb.clean || sb.checkpoint == 0 || !journal.is_empty() {
+            return None;
+        }
+        let page = |b: u64| pm.bytes(b * BLOCK, BLOCK);
+        let extents = read_checkpoint(&page, &sb).ok()?;
+        let head = |ino: u64| pm.load_u64(sb.slot_offset(ino));
+        if head(ROOT) == 0 {
+            return None;
+        }
+        let mut free = vec![false; sb.total_blocks as usize];
+        for (start, len) in extents {
+            free[start as usize..(start + len) as usize].fill(true);
+        }
+        let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| !free[b as usize]);
+        let in_use: Vec<bool> = (0..sb.inode_slots)
+            .map(|ino| ino >= ROOT && head(ino) != 0)
+            .collect();
+        Some(Mounted {
+            sb,
+            used_replica,
+            alloc,
+            slots: (0..sb.inode_slots).map(|_| RwLock::new(None)).collect(),
+            // A slot in use is read from its log on first use; the others are known free.
+            loaded: in_use.iter().map(|&u| AtomicBool::new(!u)).collect(),
+            free_inodes: (ROOT + 1..sb.inode_slots)
+                .rev()
+                .filter(|&i| !in_use[i as usize])
+                .collect(),
+            orphans: Vec::new(),
+            quick: true,
+        })
+    }
+
+    /// The state rebuilt from every log, after undoing an interrupted transaction.
+    fn scanned_state(pm: &Pm) -> Result<Mounted, Corruption> {
+        let Scan {
+            sb,
+            used_replica,
+            undo,
+            inodes,
+            owner,
+            orphans,
+            problems,
+        } = scan(pm.bytes(0, pm.len()))?;
+        if let Some(p) = problems.into_iter().next() {
+            return Err(p);
+        }
+        // Undo an interrupted transaction, then retire the journal.
+        if !undo.is_empty() {
+            for &(off, old) in undo.iter().rev() {
+                pm.store_u64(off, old);
+            }
+            pm.fence();
+            pm.store_u64(sb.journal_block * BLOCK, 0);
+            pm.fence();
+        }
+        let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| owner[b as usize] != 0);
+        let mut slots: Vec<Slot> = (0..sb.inode_slots).map(|_| RwLock::new(None)).collect();
+        let free_inodes: Vec<u64> = (ROOT + 1..sb.inode_slots)
+            .rev()
+            .filter(|i| !inodes.contains_key(i))
+            .collect();
+        for (ino, inode) in inodes {
+            slots[ino as usize] = RwLock::new(Some(inode));
+        }
+        Ok(Mounted {
+            sb,
+            used_replica,
+            alloc,
+            slots: slots.into_boxed_slice(),
+            loaded: (0..sb.inode_slots).map(|_| AtomicBool::new(true)).collect(),
+            free_inodes,
+            orphans,
+            quick: false,
+        })
+    }
+
+    /// Whether this mount trusted a clean unmount's checkpoint instead of scanning every log.
+    pub fn mounted_quickly(&self) -> bool {
+        self.quick
+    }
+
     /// Marks the superblock clean and unmaps the region.
     pub fn unmount(self) -> Result<(), Errno> {
         drop(self);
         Ok(())
     }
 
+    /// Unmounts cleanly (as [`Store::unmount`]) and hands the region back, still mapped, to
+    /// be mounted again.
+    pub fn into_region(mut self) -> Region {
+        if !self.failed.load(Ordering::Relaxed) {
+            self.mark_clean();
+        }
+        self.region
+            .take()
+            .expect("a mounted store holds its region")
+    }
+
+    /// Frees inodes unlinked while open (their handles end with the mount), writes the
+    /// free-space checkpoint, then marks the superblock clean with a pointer to it.
     fn mark_clean(&self) {
+        for (ino, slot) in self.slots.iter().enumerate() {
+            if self.loaded[ino].load(Ordering::Acquire) {
+                let mut g = slot.write();
+                if g.as_ref().is_some_and(|i| i.attr.nlink == 0) && self.free_inode(&mut g).is_err()
+                {
+                    return;
+                }
+            }
+        }
+        let checkpoint = self.write_checkpoint();
+        self.pm.fence();
         let mut sb = self.sb.lock();
         sb.clean = true;
+        sb.checkpoint = checkpoint;
         let enc = sb.encode();
         self.pm.write(0, &enc);
         self.pm.fence();
@@ -307,17 +427,64 @@ impl Store {
         self.pm.fence();
     }
 
+    /// Writes the free extents into pages taken from the free space (and listed as free
+    /// themselves); returns the first page, or 0 if there is no room (the next mount scans).
+    fn write_checkpoint(&self) -> u64 {
+        let mut want = 1;
+        loop {
+            let Ok(got) = self.alloc.alloc(want as u64) else {
+                return 0;
+            };
+            let pages: Vec<u64> = got.iter().flat_map(|e| e.start..e.start + e.len).collect();
+            let mut listed: Vec<(u64, u64)> = self
+                .alloc
+                .free_extents()
+                .iter()
+                .map(|e| (e.start, e.len))
+                .chain(pages.iter().map(|&p| (p, 1)))
+                .collect();
+            listed.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(listed.len());
+            for (s, l) in listed {
+                match merged.last_mut() {
+                    Some(last) if last.0 + last.1 == s => last.1 += l,
+                    _ => merged.push((s, l)),
+                }
+            }
+            let need = merged.len().div_ceil(CHECKPOINT_CAPACITY).max(1);
+            if need > pages.len() {
+                for e in got {
+                    self.alloc.free(e);
+                }
+                want = need + 1;
+                continue;
+            }
+            let mount_count = self.sb.lock().mount_count;
+            let chunks: Vec<&[(u64, u64)]> = if merged.is_empty() {
+                vec![&[]]
+            } else {
+                merged.chunks(CHECKPOINT_CAPACITY).collect()
+            };
+            for (i, chunk) in chunks.iter().enumerate() {
+                let next = pages.get(i + 1).filter(|_| i + 1 < chunks.len());
+                let b = encode_checkpoint_page(chunk, next.copied().unwrap_or(0), mount_count);
+                self.pm.write(pages[i] * BLOCK, &b);
+            }
+            return pages[0];
+        }
+    }
+
     /// Test fault injection: from now on, log entries are not flushed before their commit
     /// (a missing-flush bug the crash harness must catch). Never use outside tests.
     pub fn inject_missing_entry_flush(&self) {
-        self.faults
-            .skip_entry_flush
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.faults.skip_entry_flush.store(true, Ordering::Relaxed);
     }
 
     /// The region this store lives in.
     pub fn region(&self) -> &Region {
-        &self.region
+        self.region
+            .as_ref()
+            .expect("a mounted store holds its region")
     }
 
     /// The mover every data copy goes through.
@@ -339,18 +506,36 @@ impl Store {
     }
 
     fn check_writable(&self) -> Result<(), Errno> {
-        if self.failed.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.failed.load(Ordering::Relaxed) {
             Err(Errno::EROFS)
         } else {
             Ok(())
         }
     }
 
+    /// Inode `ino`'s slot, its inode read from the log first if this is its first use.
     fn slot(&self, ino: u64) -> Result<&Slot, Errno> {
-        self.slots
-            .get(usize::try_from(ino).map_err(|_| Errno::ENOENT)?)
-            .filter(|_| ino >= ROOT)
-            .ok_or(Errno::ENOENT)
+        let i = usize::try_from(ino)
+            .ok()
+            .filter(|&i| ino >= ROOT && i < self.slots.len())
+            .ok_or(Errno::ENOENT)?;
+        let slot = &self.slots[i];
+        if !self.loaded[i].load(Ordering::Acquire) {
+            let mut g = slot.write();
+            if !self.loaded[i].load(Ordering::Acquire) {
+                let off = self.slot_offset(ino);
+                let (head, tail) = (self.pm.load_u64(off), self.pm.load_u64(off + 8));
+                let page = |b: u64| self.pm.bytes(b * BLOCK, BLOCK);
+                let Ok(inode) = load_inode(&page, &self.geo, ino, head, tail) else {
+                    // The image disagrees with its clean checkpoint: stop writing to it.
+                    self.failed.store(true, Ordering::Relaxed);
+                    return Err(Errno::EIO);
+                };
+                *g = Some(inode);
+                self.loaded[i].store(true, Ordering::Release);
+            }
+        }
+        Ok(slot)
     }
 
     fn slot_offset(&self, ino: u64) -> u64 {
@@ -387,11 +572,7 @@ impl Store {
                 new_pages.push(page);
                 pos = page * BLOCK + LOG_ENTRIES_AT;
             }
-            if self
-                .faults
-                .skip_entry_flush
-                .load(std::sync::atomic::Ordering::Relaxed)
-            {
+            if self.faults.skip_entry_flush.load(Ordering::Relaxed) {
                 self.pm.write_unflushed(pos, &bytes);
             } else {
                 self.pm.write(pos, &bytes);
@@ -465,11 +646,12 @@ impl Store {
     /// Rewrites a log that is mostly dead entries into a fresh chain holding only the live
     /// state, swapped in through the journal.
     fn maybe_compact(&self, inode: &mut Inode) {
-        if inode.pages.len() < 4 {
+        if inode.pages.len() < 4 || inode.log_bytes < inode.compact_check_at {
             return;
         }
         let live = inode.live_bytes();
         if live * 2 > inode.log_bytes {
+            inode.compact_check_at = inode.log_bytes + inode.log_bytes / 4;
             return;
         }
         let entries = inode.snapshot();
@@ -494,6 +676,7 @@ impl Store {
         inode.pages.extend(a.new_pages);
         inode.tail = a.tail;
         inode.log_bytes = a.bytes;
+        inode.compact_check_at = 2 * a.bytes;
         self.free_blocks(&old);
     }
 
@@ -1399,7 +1582,7 @@ impl Inode {
 
 impl Drop for Store {
     fn drop(&mut self) {
-        if !self.failed.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.region.is_some() && !self.failed.load(Ordering::Relaxed) {
             self.mark_clean();
         }
     }

@@ -327,3 +327,131 @@ proptest! {
         switchyard_store::crash::probe_image(&data);
     }
 }
+
+/// The free-space checkpoint's first page, as the primary superblock names it.
+fn checkpoint_page(img: &[u8]) -> usize {
+    u64::from_le_bytes(img[88..96].try_into().unwrap()) as usize * 4096
+}
+
+#[test]
+fn a_clean_unmount_mounts_quickly_and_a_crash_scans_every_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 16 << 20);
+    fs.mkdir("/d", 0o755).unwrap();
+    for i in 0..50u8 {
+        let fd = fs
+            .open(&format!("/d/f{i}"), OpenFlags::CREATE, 0o644)
+            .unwrap();
+        fs.write(fd, &vec![i; 3000 * (i as usize % 5 + 1)]).unwrap();
+        fs.close(fd).unwrap();
+    }
+    // Unlinked while open: the clean unmount frees it.
+    let fd = fs.open("/d/f7", OpenFlags::READ, 0).unwrap();
+    fs.unlink("/d/f7").unwrap();
+    let free_open = fs.statfs();
+    fs.close(fd).unwrap();
+    let free_closed = fs.statfs();
+    assert!(free_closed.free_blocks > free_open.free_blocks);
+    let fs = remount(&dir, fs);
+    assert!(fs.store().mounted_quickly());
+    assert_eq!(
+        fs.statfs(),
+        free_closed,
+        "the checkpoint restores the free space"
+    );
+    assert_eq!(fs.read_all("/d/f9").unwrap(), vec![9; 15000]);
+    assert_eq!(fs.stat("/d/f7").unwrap_err(), Errno::ENOENT);
+    // Work after a quick mount, then "crash": the image as it is while mounted.
+    fs.unlink("/d/f3").unwrap();
+    let fd = fs.open("/d/new", OpenFlags::CREATE, 0o600).unwrap();
+    fs.write(fd, &[1; 9000]).unwrap();
+    fs.close(fd).unwrap();
+    let crashed = image(&dir);
+    let report = switchyard_store::fsck::check(&crashed);
+    assert!(report.healthy() && !report.clean, "{:?}", report.problems);
+    let stat = fs.statfs();
+    drop(fs);
+    std::fs::write(dir.path().join("r"), &crashed).unwrap();
+    let region = Region::open(dir.path().join("r"), 0, Persist::detect()).unwrap();
+    let fs = Fs::new(Store::mount(region, mover()).unwrap());
+    assert!(
+        !fs.store().mounted_quickly(),
+        "after a crash every log is read"
+    );
+    assert_eq!(fs.statfs(), stat);
+    assert_eq!(fs.read_all("/d/new").unwrap(), vec![1; 9000]);
+    assert_eq!(fs.readdir("/d").unwrap().len(), 49);
+    fs.unmount().unwrap();
+    assert!(switchyard_store::fsck::check(&image(&dir)).healthy());
+}
+
+#[test]
+fn a_damaged_checkpoint_costs_a_scan_and_a_lying_one_fails_fsck() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 8 << 20);
+    let fd = fs.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    fs.write(fd, &[5; 40_000]).unwrap();
+    fs.close(fd).unwrap();
+    let stat = fs.statfs();
+    fs.unmount().unwrap();
+    let good = image(&dir);
+    let at = checkpoint_page(&good);
+    assert!(at > 0, "a clean unmount names its checkpoint");
+    assert!(switchyard_store::fsck::check(&good).healthy());
+    // Damaged: the mount falls back to reading every log.
+    let mut bad = good.clone();
+    bad[at + 70] ^= 0x40;
+    let report = switchyard_store::fsck::check(&bad);
+    assert!(report.healthy() && !report.recoverable.is_empty());
+    std::fs::write(dir.path().join("r"), &bad).unwrap();
+    let region = Region::open(dir.path().join("r"), 0, Persist::detect()).unwrap();
+    let fs = Fs::new(Store::mount(region, mover()).unwrap());
+    assert!(!fs.store().mounted_quickly());
+    assert_eq!(fs.statfs(), stat);
+    assert_eq!(fs.read_all("/f").unwrap(), vec![5; 40_000]);
+    drop(fs);
+    // Lying (valid checksum, wrong free list): fsck says so.
+    let mut lie = good.clone();
+    let page = &lie[at..at + 4096];
+    let count = u32::from_le_bytes(page[4..8].try_into().unwrap()) as usize;
+    let mut extents: Vec<(u64, u64)> = (0..count)
+        .map(|i| {
+            let e = &page[64 + 16 * i..];
+            (
+                u64::from_le_bytes(e[..8].try_into().unwrap()),
+                u64::from_le_bytes(e[8..16].try_into().unwrap()),
+            )
+        })
+        .collect();
+    extents[0].1 -= 1;
+    let next = u64::from_le_bytes(page[8..16].try_into().unwrap());
+    let mount_count = u64::from_le_bytes(page[16..24].try_into().unwrap());
+    let page = switchyard_store::format::encode_checkpoint_page(&extents, next, mount_count);
+    lie[at..at + 4096].copy_from_slice(&page);
+    let report = switchyard_store::fsck::check(&lie);
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.to_string().contains("checkpoint")),
+        "{:?}",
+        report.problems
+    );
+}
+
+#[test]
+fn logs_of_overwritten_files_are_compacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 16 << 20);
+    let before = fs.statfs().free_blocks;
+    let fd = fs.open("/hot", OpenFlags::CREATE, 0o644).unwrap();
+    // 5,000 overwrites of 2 pages append 5,000 write entries (about 60 log pages).
+    for i in 0..5000u32 {
+        fs.pwrite(fd, &[i as u8; 8192], 0).unwrap();
+    }
+    let used = before - fs.statfs().free_blocks;
+    assert!(used <= 2 + 8, "{used} blocks in use for a 2-page file");
+    let fs = remount(&dir, fs);
+    assert_eq!(fs.read_all("/hot").unwrap(), vec![4999u32 as u8; 8192]);
+    assert!(switchyard_store::fsck::check(&image(&dir)).healthy());
+}
