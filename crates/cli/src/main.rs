@@ -3,6 +3,7 @@
 mod copy_bench;
 mod cpu_time;
 mod decide_bench;
+mod fs_bench;
 mod idle_bench;
 mod pmdk;
 mod size;
@@ -51,6 +52,9 @@ enum Bench {
     /// Copy throughput, latency and CPU cost of glibc memcpy, PMDK, and Switchyard's cpu-only,
     /// engine-only and scheduled paths, over sizes, threads and both directions.
     Copy(copy_bench::CopyArgs),
+    /// The file store's reads, writes and appends, 1..N threads, against fio's libpmem engine
+    /// (the hardware ceiling) and psync on tmpfs, in one run; and mount times.
+    Fs(fs_bench::FsArgs),
     /// Cost of one scheduling decision (median over batches).
     Decide(decide_bench::DecideArgs),
     /// CPU used by an idle engine after a burst of work.
@@ -92,6 +96,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Bench(Bench::Copy(a)) => copy_bench::run(&a),
+        Command::Bench(Bench::Fs(a)) => fs_bench::run(&a),
         Command::Bench(Bench::Decide(a)) => decide_bench::run(&a),
         Command::Bench(Bench::Idle(a)) => idle_bench::run(&a),
         Command::Stat(a) => stat::run(&a),

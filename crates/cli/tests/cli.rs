@@ -200,3 +200,64 @@ fn store_commands_refuse_what_is_not_a_store() {
         .failure()
         .stderr(contains("no store at absent"));
 }
+
+#[test]
+fn fs_bench_compares_the_store_with_fio_and_times_mounts() {
+    let d = tempfile::tempdir().unwrap();
+    let out = sy(d.path())
+        .args([
+            "bench",
+            "fs",
+            "--json",
+            "--ops",
+            "write,randwrite",
+            "--sizes",
+            "4K,64K",
+            "--threads",
+            "1,2",
+            "--rounds",
+            "1",
+            "--seconds",
+            "0.05",
+            "--file-size",
+            "1M",
+            "--mount-files",
+            "200",
+            "--dir",
+        ])
+        .arg(d.path())
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2 * 2 * 2 + 1, "8 points and a summary");
+    for p in &lines[..8] {
+        assert!(p["store_gib_s"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["libpmem_gib_s"].as_f64().unwrap() > 0.0, "fio ran: {p}");
+        assert!(p["psync_gib_s"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    let s = &lines[8];
+    assert!(s["rand4k_write_vs_libpmem_min"][0].as_f64().unwrap() > 0.0);
+    assert_eq!(s["write4k_scaling"].as_array().unwrap().len(), 2);
+    assert_eq!(s["mount"]["files"], 200);
+    // Nothing is left behind in the scratch directory's parent.
+    let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn fs_bench_refuses_bad_sizes() {
+    let d = tempfile::tempdir().unwrap();
+    sy(d.path())
+        .args(["bench", "fs", "--no-fio", "--sizes", "1000", "--dir"])
+        .arg(d.path())
+        .assert()
+        .failure()
+        .stderr(contains("multiple of 4K"));
+}

@@ -1,0 +1,675 @@
+//! `switchyard bench fs`: the store's data path against the hardware ceiling, in one run.
+//!
+//! For every (operation, request size, threads) point, three systems run in interleaved rounds
+//! (the order rotates each round, so drift on a noisy machine hits them alike):
+//!
+//! - `store`: Switchyard's file store in process — `pread`/`pwrite`/`append` through [`Fs`],
+//!   every write durable and atomic when it returns, each thread on its own file;
+//! - `libpmem`: fio with `ioengine=libpmem` on raw files in the same directory (`sync=1`: a
+//!   drain after every write, so its writes are as durable as the store's; with
+//!   `PMEM_IS_PMEM_FORCE=1` it flushes with cache-line instructions rather than `msync`). No
+//!   metadata, no allocation, no crash consistency: the ceiling of what the media gives;
+//! - `psync`: fio with `ioengine=psync` in the same directory — the kernel file system's
+//!   `pread`/`pwrite` (tmpfs by default), a reference with no durability at all.
+//!
+//! Each point reports each system's median GiB/s over rounds, the store's median latency, and
+//! the store's ratio to each baseline as the median of per-round ratios. An appending store
+//! is compared with fio's sequential writes (fio cannot append to a mapped file). A separate
+//! line times mounting a store full of small files after a clean unmount (the free-space
+//! checkpoint and lazy inode loads) and after a crash (every log read), on the same image.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+use switchyard_media::Region;
+use switchyard_mover::{Config, Mover};
+use switchyard_store::{Fd, Fs, OpenFlags, Owner, Store};
+
+use crate::size;
+
+/// `bench fs` options.
+#[derive(Args)]
+pub struct FsArgs {
+    /// Directory for the store and fio's files, removed afterwards (default /dev/shm when it
+    /// exists: memory, as slow memory is; else the working directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Configuration file for the mover (TOML).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// About 2 minutes: 4K, 64K, 256K and 1M, 1 and 8 threads, 3 rounds of 0.3 s.
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON record per point (and a summary record) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Operations (default all).
+    #[arg(long, value_delimiter = ',')]
+    ops: Vec<Work>,
+    /// Comma-separated request sizes (default 4K,16K,64K,256K,1M).
+    #[arg(long, value_delimiter = ',', value_parser = size::parse)]
+    sizes: Vec<u64>,
+    /// Comma-separated thread counts, each thread on its own file (default 1,2,8).
+    #[arg(long, value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Rounds per point (default 3).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Seconds each system runs per round (default 1; 0.3 with --quick).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Size of each thread's file (default 32M; 16M with --quick).
+    #[arg(long, value_parser = size::parse)]
+    file_size: Option<u64>,
+    /// Files in the store whose mount is timed (default 20000).
+    #[arg(long)]
+    mount_files: Option<usize>,
+    /// Skip the fio baselines (the store alone).
+    #[arg(long)]
+    no_fio: bool,
+}
+
+/// One data-path operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Work {
+    /// Sequential reads.
+    Read,
+    /// Sequential overwrites.
+    Write,
+    /// Reads at random aligned offsets.
+    Randread,
+    /// Overwrites at random aligned offsets.
+    Randwrite,
+    /// Appends (the file is truncated when it reaches the file size).
+    Append,
+}
+
+impl Work {
+    const ALL: [Work; 5] = [
+        Work::Read,
+        Work::Write,
+        Work::Randread,
+        Work::Randwrite,
+        Work::Append,
+    ];
+    fn name(self) -> &'static str {
+        match self {
+            Work::Read => "read",
+            Work::Write => "write",
+            Work::Randread => "randread",
+            Work::Randwrite => "randwrite",
+            Work::Append => "append",
+        }
+    }
+    fn fio_rw(self) -> &'static str {
+        match self {
+            Work::Append => "write",
+            w => w.name(),
+        }
+    }
+    fn writes(self) -> bool {
+        matches!(self, Work::Write | Work::Randwrite | Work::Append)
+    }
+    fn random(self) -> bool {
+        matches!(self, Work::Randread | Work::Randwrite)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum System {
+    Store,
+    Libpmem,
+    Psync,
+}
+
+/// One round's result of one system.
+#[derive(Debug, Clone, Copy)]
+struct Measured {
+    gib_s: f64,
+    p50_us: f64,
+}
+
+/// One point: every system's median and the store's paired ratios.
+#[derive(Debug, Clone, Serialize)]
+struct Record {
+    op: Work,
+    size: u64,
+    threads: usize,
+    store_gib_s: f64,
+    store_p50_us: f64,
+    libpmem_gib_s: Option<f64>,
+    psync_gib_s: Option<f64>,
+    /// Median over rounds of store ÷ libpmem in the same round.
+    vs_libpmem: Option<f64>,
+    /// Median over rounds of store ÷ psync in the same round.
+    vs_psync: Option<f64>,
+}
+
+/// Mount times of one image, after a clean unmount and after a crash.
+#[derive(Debug, Clone, Serialize)]
+struct MountTimes {
+    files: usize,
+    clean_ms: f64,
+    crash_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Summary {
+    summary: bool,
+    /// Worst store ÷ libpmem over sequential reads and writes of 64K..1M, every thread count.
+    seq_vs_libpmem_min: Option<(f64, String)>,
+    /// Worst store ÷ libpmem over 4K random writes, every thread count.
+    rand4k_write_vs_libpmem_min: Option<(f64, String)>,
+    /// Store GiB/s at the most threads ÷ at one thread, 4K writes (sequential, random).
+    write4k_scaling: Vec<(String, f64)>,
+    /// The same ratio for libpmem (what the machine allows).
+    libpmem_write4k_scaling: Vec<(String, f64)>,
+    mount: Option<MountTimes>,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Runs the benchmark.
+pub fn run(a: &FsArgs) -> anyhow::Result<()> {
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+        None => PathBuf::from("."),
+    };
+    let work = tempfile::Builder::new()
+        .prefix("switchyard-bench-fs.")
+        .tempdir_in(&dir)
+        .with_context(|| format!("creating a scratch directory in {}", dir.display()))?;
+    let ops = if a.ops.is_empty() {
+        Work::ALL.to_vec()
+    } else {
+        a.ops.clone()
+    };
+    let sizes = if !a.sizes.is_empty() {
+        a.sizes.clone()
+    } else if a.quick {
+        vec![4 << 10, 64 << 10, 256 << 10, 1 << 20]
+    } else {
+        vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]
+    };
+    let threads = if !a.threads.is_empty() {
+        a.threads.clone()
+    } else if a.quick {
+        vec![1, 8]
+    } else {
+        vec![1, 2, 8]
+    };
+    let rounds = a.rounds.unwrap_or(3).max(1);
+    let secs = a.seconds.unwrap_or(if a.quick { 0.3 } else { 1.0 });
+    let file_size = a
+        .file_size
+        .unwrap_or(if a.quick { 16 << 20 } else { 32 << 20 });
+    if threads.contains(&0) || secs <= 0.0 {
+        bail!("--threads and --seconds must be positive");
+    }
+    if let Some(&s) = sizes
+        .iter()
+        .find(|&&s| s == 0 || s % 4096 != 0 || s > file_size)
+    {
+        bail!(
+            "request size {s} must be a multiple of 4K and at most the file size ({})",
+            size::show(file_size)
+        );
+    }
+    let fio = if a.no_fio { None } else { fio_version() };
+    if fio.is_none() && !a.no_fio {
+        eprintln!("note: fio not found; the baselines are skipped (install fio, or pass --no-fio)");
+    }
+    let cfg = match &a.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    let mover = Arc::new(Mover::start(&cfg)?);
+    let max_t = *threads.iter().max().expect("threads");
+    // Data files, append files, and room for copy-on-write and logs.
+    let region_len = (3 * max_t as u64 * file_size) * 5 / 4 + (64 << 20);
+    let store_path = work.path().join("store.region");
+    let region = Region::create(&store_path, region_len, cfg.persist())?;
+    let fs = Fs::new(Store::format(region, mover.clone(), Owner::current())?);
+    let files = prepare(&fs, max_t, file_size)?;
+
+    let mut points: Vec<(Work, u64, usize)> = Vec::new();
+    for &o in &ops {
+        for &s in &sizes {
+            points.extend(threads.iter().map(|&t| (o, s, t)));
+        }
+    }
+    let bar = indicatif::ProgressBar::new(points.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points {msg} ({eta} left)")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    eprintln!(
+        "store and fio files in {}; {} rounds × {secs} s per system and point; {} per thread{}",
+        work.path().display(),
+        rounds,
+        size::show(file_size),
+        match &fio {
+            Some(v) => format!("; {v}"),
+            None => String::new(),
+        }
+    );
+    let systems: Vec<System> = if fio.is_some() {
+        vec![System::Store, System::Libpmem, System::Psync]
+    } else {
+        vec![System::Store]
+    };
+    let mut records = Vec::new();
+    for &(op, bs, t) in &points {
+        bar.set_message(format!("{} {} ×{t}", op.name(), size::show(bs)));
+        let mut got: Vec<Vec<Measured>> = vec![Vec::new(); systems.len()];
+        for round in 0..rounds {
+            for k in 0..systems.len() {
+                let i = (k + round) % systems.len();
+                let m = match systems[i] {
+                    System::Store => store_point(&fs, &files, op, bs, t, file_size, secs)?,
+                    System::Libpmem => {
+                        fio_point(work.path(), "libpmem", op, bs, t, file_size, secs)?
+                    }
+                    System::Psync => fio_point(work.path(), "psync", op, bs, t, file_size, secs)?,
+                };
+                got[i].push(m);
+            }
+        }
+        let gib = |i: usize| median(&mut got[i].iter().map(|m| m.gib_s).collect::<Vec<_>>());
+        let ratio = |i: usize| {
+            median(
+                &mut (0..rounds)
+                    .map(|r| got[0][r].gib_s / got[i][r].gib_s)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        let at = |s: System| systems.iter().position(|&x| x == s);
+        records.push(Record {
+            op,
+            size: bs,
+            threads: t,
+            store_gib_s: gib(0),
+            store_p50_us: median(&mut got[0].iter().map(|m| m.p50_us).collect::<Vec<_>>()),
+            libpmem_gib_s: at(System::Libpmem).map(gib),
+            psync_gib_s: at(System::Psync).map(gib),
+            vs_libpmem: at(System::Libpmem).map(ratio),
+            vs_psync: at(System::Psync).map(ratio),
+        });
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    drop(files);
+    fs.unmount()?;
+    std::fs::remove_file(&store_path)?;
+    let mount_files = a.mount_files.unwrap_or(20_000);
+    let mount = if mount_files > 0 {
+        Some(mount_times(work.path(), mount_files, &cfg, &mover)?)
+    } else {
+        None
+    };
+    let summary = summarise(&records, mount);
+    if a.json {
+        for r in &records {
+            println!("{}", serde_json::to_string(r)?);
+        }
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        print_table(&records, &summary);
+    }
+    Ok(())
+}
+
+/// Per-thread files: `/f{i}` written whole (for reads and overwrites), `/a{i}` for appends.
+struct Files {
+    data: Vec<Fd>,
+    append: Vec<Fd>,
+}
+
+fn prepare(fs: &Fs, threads: usize, file_size: u64) -> anyhow::Result<Files> {
+    let rw = OpenFlags {
+        write: true,
+        ..OpenFlags::CREATE
+    };
+    let mut files = Files {
+        data: Vec::new(),
+        append: Vec::new(),
+    };
+    let chunk = vec![0xA5u8; 1 << 20];
+    for i in 0..threads {
+        let fd = fs.open(&format!("/f{i}"), rw, 0o644)?;
+        let mut off = 0;
+        while off < file_size {
+            let n = chunk.len().min((file_size - off) as usize);
+            fs.pwrite(fd, &chunk[..n], off)?;
+            off += n as u64;
+        }
+        files.data.push(fd);
+        let append = OpenFlags { append: true, ..rw };
+        files
+            .append
+            .push(fs.open(&format!("/a{i}"), append, 0o644)?);
+    }
+    Ok(files)
+}
+
+/// `threads` threads, each on its own file, for `secs`.
+fn store_point(
+    fs: &Fs,
+    files: &Files,
+    op: Work,
+    bs: u64,
+    threads: usize,
+    file_size: u64,
+    secs: f64,
+) -> anyhow::Result<Measured> {
+    let barrier = Barrier::new(threads + 1);
+    let dur = Duration::from_secs_f64(secs);
+    let slots = file_size / bs;
+    let results: Vec<anyhow::Result<(u64, Vec<u32>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || -> anyhow::Result<(u64, Vec<u32>)> {
+                    let mut buf = vec![t as u8 ^ 0x5A; bs as usize];
+                    let mut lat = Vec::with_capacity(1 << 16);
+                    let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64 + 1);
+                    let mut cursor = 0;
+                    let mut bytes = 0u64;
+                    barrier.wait();
+                    let end = Instant::now() + dur;
+                    loop {
+                        let off = if op.random() {
+                            rng ^= rng << 13;
+                            rng ^= rng >> 7;
+                            rng ^= rng << 17;
+                            (rng % slots) * bs
+                        } else {
+                            let o = cursor;
+                            cursor = if cursor + 2 * bs > file_size {
+                                0
+                            } else {
+                                cursor + bs
+                            };
+                            o
+                        };
+                        let t0 = Instant::now();
+                        if t0 >= end {
+                            break;
+                        }
+                        match op {
+                            Work::Read | Work::Randread => {
+                                fs.pread(files.data[t], &mut buf, off)?;
+                            }
+                            Work::Write | Work::Randwrite => {
+                                fs.pwrite(files.data[t], &buf, off)?;
+                            }
+                            Work::Append => {
+                                if fs.lseek(files.append[t], 0, switchyard_store::Whence::End)? + bs
+                                    > file_size
+                                {
+                                    fs.ftruncate(files.append[t], 0)?;
+                                }
+                                fs.write(files.append[t], &buf)?;
+                            }
+                        }
+                        lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32);
+                        bytes += bs;
+                    }
+                    Ok((bytes, lat))
+                })
+            })
+            .collect();
+        barrier.wait();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("bench thread"))
+            .collect()
+    });
+    let mut bytes = 0;
+    let mut lat = Vec::new();
+    for r in results {
+        let (b, l) = r?;
+        bytes += b;
+        lat.extend(l);
+    }
+    lat.sort_unstable();
+    Ok(Measured {
+        gib_s: bytes as f64 / secs / (1u64 << 30) as f64,
+        p50_us: lat.get(lat.len() / 2).copied().unwrap_or(0) as f64 / 1000.0,
+    })
+}
+
+fn fio_version() -> Option<String> {
+    let out = Command::new("fio").arg("--version").output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// One fio run: `threads` jobs, each on its own file in `dir`.
+fn fio_point(
+    dir: &Path,
+    engine: &str,
+    op: Work,
+    bs: u64,
+    threads: usize,
+    file_size: u64,
+    secs: f64,
+) -> anyhow::Result<Measured> {
+    let mut cmd = Command::new("fio");
+    cmd.args([
+        "--name=bench",
+        "--thread",
+        "--group_reporting",
+        "--time_based",
+        "--norandommap",
+        "--randrepeat=0",
+        "--output-format=json",
+        &format!("--directory={}", dir.display()),
+        &format!("--filename_format=fio-{engine}.$jobnum"),
+        &format!("--ioengine={engine}"),
+        &format!("--rw={}", op.fio_rw()),
+        &format!("--bs={bs}"),
+        &format!("--size={file_size}"),
+        &format!("--numjobs={threads}"),
+        &format!("--runtime={}ms", (secs * 1000.0).round() as u64),
+    ]);
+    if engine == "libpmem" {
+        // A drain after every write: each returns durable, as the store's do.
+        cmd.arg("--sync=1").env("PMEM_IS_PMEM_FORCE", "1");
+    }
+    let out = cmd.output().context("running fio")?;
+    if !out.status.success() {
+        bail!(
+            "fio ({engine}) failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    // fio may print notes before its JSON.
+    let json = text
+        .find('{')
+        .map(|i| &text[i..])
+        .context("fio printed no JSON")?;
+    let v: serde_json::Value = serde_json::from_str(json).context("parsing fio's JSON")?;
+    let dir_key = if op.writes() { "write" } else { "read" };
+    let job = &v["jobs"][0][dir_key];
+    let bw = job["bw_bytes"]
+        .as_f64()
+        .context("fio JSON without bw_bytes")?;
+    let p50 = job["clat_ns"]["percentile"]["50.000000"]
+        .as_f64()
+        .unwrap_or(0.0);
+    Ok(Measured {
+        gib_s: bw / (1u64 << 30) as f64,
+        p50_us: p50 / 1000.0,
+    })
+}
+
+/// Fills a store with `files` one-block files in 100 directories, snapshots its image while
+/// mounted (a crash image), unmounts cleanly, and times mounting each image.
+fn mount_times(
+    dir: &Path,
+    files: usize,
+    cfg: &Config,
+    mover: &Arc<Mover>,
+) -> anyhow::Result<MountTimes> {
+    let clean = dir.join("mount-clean.region");
+    let crashed = dir.join("mount-crash.region");
+    // One inode slot per 16 KiB of region: room for twice the files, their logs and data.
+    let len = files as u64 * (32 << 10) + (64 << 20);
+    let region = Region::create(&clean, len, cfg.persist())?;
+    let fs = Fs::new(Store::format(region, mover.clone(), Owner::current())?);
+    for d in 0..100 {
+        fs.mkdir(&format!("/d{d}"), 0o755)?;
+    }
+    let block = [0x3Cu8; 4096];
+    for i in 0..files {
+        let fd = fs.open(&format!("/d{}/f{i}", i % 100), OpenFlags::CREATE, 0o644)?;
+        fs.write(fd, &block)?;
+        fs.close(fd)?;
+    }
+    // The file as it is while mounted: what a crash leaves.
+    std::fs::copy(&clean, &crashed)?;
+    fs.unmount()?;
+    let time = |path: &Path, quick: bool| -> anyhow::Result<f64> {
+        let region = Region::open(path, 0, cfg.persist())?;
+        let t0 = Instant::now();
+        let store = Store::mount(region, mover.clone())?;
+        let ms = t0.elapsed().as_secs_f64() * 1000.0;
+        if store.mounted_quickly() != quick {
+            bail!("{} mounted with the wrong path", path.display());
+        }
+        // A clean unmount: the scan image is copied afresh from the crash image each round.
+        drop(store);
+        Ok(ms)
+    };
+    let (mut c, mut s) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        c.push(time(&clean, true)?);
+        std::fs::copy(&crashed, dir.join("mount-scan.region"))?;
+        s.push(time(&dir.join("mount-scan.region"), false)?);
+    }
+    for p in [&clean, &crashed] {
+        std::fs::remove_file(p)?;
+    }
+    std::fs::remove_file(dir.join("mount-scan.region"))?;
+    Ok(MountTimes {
+        files,
+        clean_ms: median(&mut c),
+        crash_ms: median(&mut s),
+    })
+}
+
+fn summarise(records: &[Record], mount: Option<MountTimes>) -> Summary {
+    let label = |r: &Record| format!("{} {} ×{}", r.op.name(), size::show(r.size), r.threads);
+    let worst = |pick: &dyn Fn(&Record) -> bool| {
+        records
+            .iter()
+            .filter(|r| pick(r))
+            .filter_map(|r| r.vs_libpmem.map(|v| (v, label(r))))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+    };
+    let seq = |r: &Record| {
+        matches!(r.op, Work::Read | Work::Write) && (64 << 10..=1 << 20).contains(&r.size)
+    };
+    let rand4k = |r: &Record| r.op == Work::Randwrite && r.size == 4096;
+    let scaling = |get: &dyn Fn(&Record) -> Option<f64>| {
+        let mut out = Vec::new();
+        for op in [Work::Write, Work::Randwrite] {
+            let at = |t: usize| {
+                records
+                    .iter()
+                    .find(|r| r.op == op && r.size == 4096 && r.threads == t)
+            };
+            let most = records.iter().map(|r| r.threads).max().unwrap_or(1);
+            if let (Some(one), Some(many)) = (at(1), at(most)) {
+                if most > 1 {
+                    if let (Some(a), Some(b)) = (get(one), get(many)) {
+                        out.push((format!("{} 4K ×{most} ÷ ×1", op.name()), b / a));
+                    }
+                }
+            }
+        }
+        out
+    };
+    Summary {
+        summary: true,
+        seq_vs_libpmem_min: worst(&seq),
+        rand4k_write_vs_libpmem_min: worst(&rand4k),
+        write4k_scaling: scaling(&|r| Some(r.store_gib_s)),
+        libpmem_write4k_scaling: scaling(&|r| r.libpmem_gib_s),
+        mount,
+    }
+}
+
+fn print_table(records: &[Record], s: &Summary) {
+    let opt = |v: Option<f64>, w: usize, p: usize| match v {
+        Some(v) => format!("{v:>w$.p$}"),
+        None => format!("{:>w$}", "-"),
+    };
+    println!(
+        "{:<10} {:>6} {:>4} {:>12} {:>9} {:>14} {:>12} {:>10} {:>9}",
+        "op",
+        "size",
+        "thr",
+        "store GiB/s",
+        "p50 µs",
+        "libpmem GiB/s",
+        "psync GiB/s",
+        "÷libpmem",
+        "÷psync"
+    );
+    for r in records {
+        println!(
+            "{:<10} {:>6} {:>4} {:>12.2} {:>9.2} {} {} {} {}",
+            r.op.name(),
+            size::show(r.size),
+            r.threads,
+            r.store_gib_s,
+            r.store_p50_us,
+            opt(r.libpmem_gib_s, 14, 2),
+            opt(r.psync_gib_s, 12, 2),
+            opt(r.vs_libpmem, 10, 3),
+            opt(r.vs_psync, 9, 3),
+        );
+    }
+    println!();
+    if let Some((v, at)) = &s.seq_vs_libpmem_min {
+        println!("sequential 64K–1M, store ÷ libpmem: worst {v:.3} at {at} (target ≥ 0.8)");
+    }
+    if let Some((v, at)) = &s.rand4k_write_vs_libpmem_min {
+        println!("random 4K writes, store ÷ libpmem: worst {v:.3} at {at} (target ≥ 0.5)");
+    }
+    for ((what, v), (_, p)) in s.write4k_scaling.iter().zip(
+        s.libpmem_write4k_scaling
+            .iter()
+            .map(|x| (x.0.clone(), Some(x.1)))
+            .chain(std::iter::repeat((String::new(), None))),
+    ) {
+        println!(
+            "scaling, {what}: store {v:.2}{} (target ≥ 1.6)",
+            p.map(|p| format!(", libpmem {p:.2}")).unwrap_or_default()
+        );
+    }
+    if let Some(m) = &s.mount {
+        println!(
+            "mount of {} files: {:.1} ms after a clean unmount, {:.1} ms after a crash ({:.1}×)",
+            m.files,
+            m.clean_ms,
+            m.crash_ms,
+            m.crash_ms / m.clean_ms
+        );
+    }
+}
