@@ -376,13 +376,13 @@ fn store_point(
     let barrier = Barrier::new(threads + 1);
     let dur = Duration::from_secs_f64(secs);
     let slots = file_size / bs;
-    let results: Vec<anyhow::Result<(u64, Vec<u32>)>> = std::thread::scope(|s| {
+    let results: Vec<anyhow::Result<(u64, Latency)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 let barrier = &barrier;
-                s.spawn(move || -> anyhow::Result<(u64, Vec<u32>)> {
+                s.spawn(move || -> anyhow::Result<(u64, Latency)> {
                     let mut buf = vec![t as u8 ^ 0x5A; bs as usize];
-                    let mut lat = Vec::with_capacity(1 << 16);
+                    let mut lat = Latency::new();
                     let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64 + 1);
                     let mut cursor = 0;
                     let mut bytes = 0u64;
@@ -423,7 +423,7 @@ fn store_point(
                                 fs.write(files.append[t], &buf)?;
                             }
                         }
-                        lat.push(t0.elapsed().as_nanos().min(u32::MAX as u128) as u32);
+                        lat.record(t0.elapsed());
                         bytes += bs;
                     }
                     Ok((bytes, lat))
@@ -437,17 +437,50 @@ fn store_point(
             .collect()
     });
     let mut bytes = 0;
-    let mut lat = Vec::new();
+    let mut lat = Latency::new();
     for r in results {
         let (b, l) = r?;
         bytes += b;
-        lat.extend(l);
+        lat.merge(&l);
     }
-    lat.sort_unstable();
     Ok(Measured {
         gib_s: bytes as f64 / secs / (1u64 << 30) as f64,
-        p50_us: lat.get(lat.len() / 2).copied().unwrap_or(0) as f64 / 1000.0,
+        p50_us: lat.median_ns() / 1000.0,
     })
+}
+
+/// A latency histogram with 10 ns buckets up to 100 µs (and one above): recording costs no
+/// allocation, so the measuring thread does nothing the measured one would not.
+struct Latency(Vec<u64>);
+
+impl Latency {
+    const BUCKET_NS: u128 = 10;
+    const BUCKETS: usize = 10_000;
+
+    fn new() -> Latency {
+        Latency(vec![0; Self::BUCKETS + 1])
+    }
+    fn record(&mut self, d: Duration) {
+        let b = (d.as_nanos() / Self::BUCKET_NS).min(Self::BUCKETS as u128) as usize;
+        self.0[b] += 1;
+    }
+    fn merge(&mut self, o: &Latency) {
+        for (a, b) in self.0.iter_mut().zip(&o.0) {
+            *a += b;
+        }
+    }
+    /// The bucket midpoint holding the median sample (0 with no samples).
+    fn median_ns(&self) -> f64 {
+        let total: u64 = self.0.iter().sum();
+        let mut seen = 0;
+        for (i, &n) in self.0.iter().enumerate() {
+            seen += n;
+            if n > 0 && seen * 2 >= total {
+                return (i as f64 + 0.5) * Self::BUCKET_NS as f64;
+            }
+        }
+        0.0
+    }
 }
 
 fn fio_version() -> Option<String> {

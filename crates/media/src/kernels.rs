@@ -5,6 +5,7 @@
 //! | [`CopyMode::Temporal`]    | `memcpy`       | —               | —         |
 //! | [`CopyMode::NonTemporal`] | streaming      | temporal        | `sfence`  |
 //! | [`CopyMode::Durable`]     | streaming (≥ `nt_threshold`) or temporal + flush | flushed | `sfence` |
+//! | [`CopyMode::Flushed`]     | as `Durable`   | flushed         | —         |
 //!
 //! Non-temporal stores need a 64-byte aligned destination, so the kernels copy the unaligned
 //! head (up to the first line boundary) and the sub-line tail with ordinary stores and, for
@@ -24,6 +25,10 @@ pub enum CopyMode {
     NonTemporal,
     /// Durable when the call returns: every destination line streamed or flushed, then fenced.
     Durable,
+    /// As `Durable` without the closing fence: durable once the calling thread next fences.
+    /// For callers that fence anyway before relying on the data (a commit), so one fence
+    /// drains this copy and their own flushes together.
+    Flushed,
 }
 
 /// The SIMD width used by the non-temporal kernels.
@@ -84,17 +89,20 @@ impl Persist {
                 unsafe { self.copy_streaming(dst, src, len, false) };
                 self.fence();
             }
-            CopyMode::Durable if len < self.nt_threshold => {
-                // SAFETY: `src` is readable for `len` bytes (this function's contract).
-                unsafe { trace::record_store(dst, src, len, false) };
-                // SAFETY: forwarded from this function's contract.
-                unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
-                self.persist(dst, len);
-            }
-            CopyMode::Durable => {
-                // SAFETY: forwarded from this function's contract.
-                unsafe { self.copy_streaming(dst, src, len, true) };
-                self.fence();
+            CopyMode::Durable | CopyMode::Flushed => {
+                if len < self.nt_threshold {
+                    // SAFETY: `src` is readable for `len` bytes (this function's contract).
+                    unsafe { trace::record_store(dst, src, len, false) };
+                    // SAFETY: forwarded from this function's contract.
+                    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+                    self.flush(dst, len);
+                } else {
+                    // SAFETY: forwarded from this function's contract.
+                    unsafe { self.copy_streaming(dst, src, len, true) };
+                }
+                if mode == CopyMode::Durable {
+                    self.fence();
+                }
             }
         }
     }
@@ -318,7 +326,8 @@ mod tests {
         prop_oneof![
             Just(CopyMode::Temporal),
             Just(CopyMode::NonTemporal),
-            Just(CopyMode::Durable)
+            Just(CopyMode::Durable),
+            Just(CopyMode::Flushed)
         ]
     }
 

@@ -229,6 +229,20 @@ mod tests {
             unsafe { p.copy(d, src.as_ptr(), len, CopyMode::Durable) };
             prop_assert_eq!(rec.first_non_durable(d as usize, len), None);
         }
+
+        #[test]
+        fn flushed_copies_are_durable_after_the_callers_fence(len in 1usize..9000, off in 0usize..64, nt in 0usize..2048) {
+            let rec = Recorder::install();
+            let p = Persist { nt_threshold: nt, ..Persist::detect() };
+            let src = vec![1u8; len];
+            let mut dst = vec![0u8; len + off];
+            let d = dst[off..].as_mut_ptr();
+            // SAFETY: ranges are inside their vectors.
+            unsafe { p.copy(d, src.as_ptr(), len, CopyMode::Flushed) };
+            prop_assert!(rec.first_non_durable(d as usize, len).is_some(), "no fence yet");
+            p.fence();
+            prop_assert_eq!(rec.first_non_durable(d as usize, len), None);
+        }
     }
 
     #[test]

@@ -41,6 +41,10 @@ pub struct Hints {
     pub direction: Direction,
     /// The destination must be durable when the copy completes.
     pub durable: bool,
+    /// With `durable`: a CPU copy leaves its closing fence to the caller, and is durable once
+    /// the calling thread next fences (one fence then drains the copy and the caller's own
+    /// flushes, as before a commit). Engine copies are durable on return either way.
+    pub defer_fence: bool,
     /// Latency matters more than CPU cost: never wait behind queued engine work.
     pub latency_critical: bool,
     /// The slow memory is on another NUMA node.

@@ -209,6 +209,7 @@ impl Mover {
             return;
         }
         let mode = match (hints.durable, hints.direction) {
+            (true, _) if hints.defer_fence => CopyMode::Flushed,
             (true, _) => CopyMode::Durable,
             (false, Direction::ToSlow) if len >= self.persist.nt_threshold => CopyMode::NonTemporal,
             _ => CopyMode::Temporal,

@@ -327,7 +327,13 @@ fn finish(mut b: Vec<u8>, kind: u8) -> Vec<u8> {
 impl Entry {
     /// Encodes with header and checksum.
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; 8];
+        // One allocation of the final size (the write path encodes an entry per write).
+        let name_len = match self {
+            Entry::DirAdd { name, .. } | Entry::DirRemove { name } => name.len(),
+            _ => 0,
+        };
+        let mut b = Vec::with_capacity((64 + name_len).div_ceil(8) * 8);
+        b.extend_from_slice(&[0u8; 8]);
         match self {
             Entry::Attr(a) => {
                 for v in [a.mode, a.uid, a.gid, a.nlink] {

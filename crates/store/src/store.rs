@@ -627,6 +627,11 @@ impl Store {
     }
 
     fn free_blocks(&self, blocks: &[u64]) {
+        if let [b] = blocks {
+            // The common case (one overwritten page): no sorting buffer.
+            self.alloc.free(Extent { start: *b, len: 1 });
+            return;
+        }
         let mut sorted = blocks.to_vec();
         sorted.sort_unstable();
         let mut i = 0;
@@ -872,9 +877,11 @@ impl Store {
             unreachable!("checked above");
         };
         let old_size = inode.attr.size;
+        // The commit's first fence drains these copies with the log entries.
         let hints = Hints {
             direction: Direction::ToSlow,
             durable: true,
+            defer_fence: true,
             ..Hints::default()
         };
         // Fill the new blocks: whole pages straight from `data`, edge pages assembled from
