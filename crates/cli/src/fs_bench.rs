@@ -42,7 +42,7 @@ pub struct FsArgs {
     /// Configuration file for the mover (TOML).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// About 2 minutes: 4K, 64K, 256K and 1M, 1 and 8 threads, 3 rounds of 0.3 s.
+    /// About 3 minutes: 4K, 64K, 256K and 1M, 1 and 8 threads, 3 rounds of 0.3 s.
     #[arg(long)]
     quick: bool,
     /// Print one JSON record per point (and a summary record) instead of the table.
