@@ -276,12 +276,17 @@ pub fn run(a: &FsArgs) -> anyhow::Result<()> {
         for round in 0..rounds {
             for k in 0..systems.len() {
                 let i = (k + round) % systems.len();
+                let p = Point {
+                    op,
+                    bs,
+                    threads: t,
+                    file_size,
+                    secs,
+                };
                 let m = match systems[i] {
-                    System::Store => store_point(&fs, &files, op, bs, t, file_size, secs)?,
-                    System::Libpmem => {
-                        fio_point(work.path(), "libpmem", op, bs, t, file_size, secs)?
-                    }
-                    System::Psync => fio_point(work.path(), "psync", op, bs, t, file_size, secs)?,
+                    System::Store => store_point(&fs, &files, p)?,
+                    System::Libpmem => fio_point(work.path(), "libpmem", p)?,
+                    System::Psync => fio_point(work.path(), "psync", p)?,
                 };
                 got[i].push(m);
             }
@@ -363,16 +368,26 @@ fn prepare(fs: &Fs, threads: usize, file_size: u64) -> anyhow::Result<Files> {
     Ok(files)
 }
 
-/// `threads` threads, each on its own file, for `secs`.
-fn store_point(
-    fs: &Fs,
-    files: &Files,
+/// What one measurement runs: `threads` threads (or fio jobs), each on its own file of
+/// `file_size` bytes, doing `op` in requests of `bs` bytes for `secs` seconds.
+#[derive(Debug, Clone, Copy)]
+struct Point {
     op: Work,
     bs: u64,
     threads: usize,
     file_size: u64,
     secs: f64,
-) -> anyhow::Result<Measured> {
+}
+
+/// The store at one point.
+fn store_point(fs: &Fs, files: &Files, p: Point) -> anyhow::Result<Measured> {
+    let Point {
+        op,
+        bs,
+        threads,
+        file_size,
+        secs,
+    } = p;
     let barrier = Barrier::new(threads + 1);
     let dur = Duration::from_secs_f64(secs);
     let slots = file_size / bs;
@@ -490,16 +505,8 @@ fn fio_version() -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// One fio run: `threads` jobs, each on its own file in `dir`.
-fn fio_point(
-    dir: &Path,
-    engine: &str,
-    op: Work,
-    bs: u64,
-    threads: usize,
-    file_size: u64,
-    secs: f64,
-) -> anyhow::Result<Measured> {
+/// One fio run at one point, its files in `dir`.
+fn fio_point(dir: &Path, engine: &str, p: Point) -> anyhow::Result<Measured> {
     let mut cmd = Command::new("fio");
     cmd.args([
         "--name=bench",
@@ -512,11 +519,11 @@ fn fio_point(
         &format!("--directory={}", dir.display()),
         &format!("--filename_format=fio-{engine}.$jobnum"),
         &format!("--ioengine={engine}"),
-        &format!("--rw={}", op.fio_rw()),
-        &format!("--bs={bs}"),
-        &format!("--size={file_size}"),
-        &format!("--numjobs={threads}"),
-        &format!("--runtime={}ms", (secs * 1000.0).round() as u64),
+        &format!("--rw={}", p.op.fio_rw()),
+        &format!("--bs={}", p.bs),
+        &format!("--size={}", p.file_size),
+        &format!("--numjobs={}", p.threads),
+        &format!("--runtime={}ms", (p.secs * 1000.0).round() as u64),
     ]);
     if engine == "libpmem" {
         // A drain after every write: each returns durable, as the store's do.
@@ -536,7 +543,7 @@ fn fio_point(
         .map(|i| &text[i..])
         .context("fio printed no JSON")?;
     let v: serde_json::Value = serde_json::from_str(json).context("parsing fio's JSON")?;
-    let dir_key = if op.writes() { "write" } else { "read" };
+    let dir_key = if p.op.writes() { "write" } else { "read" };
     let job = &v["jobs"][0][dir_key];
     let bw = job["bw_bytes"]
         .as_f64()

@@ -339,44 +339,38 @@ impl Store {
 
     /// The state rebuilt from every log, after undoing an interrupted transaction.
     fn scanned_state(pm: &Pm) -> Result<Mounted, Corruption> {
-        let Scan {
-            sb,
-            used_replica,
-            undo,
-            inodes,
-            owner,
-            orphans,
-            problems,
-        } = scan(pm.bytes(0, pm.len()))?;
-        if let Some(p) = problems.into_iter().next() {
+        let found: Scan = scan(pm.bytes(0, pm.len()))?;
+        if let Some(p) = found.problems.into_iter().next() {
             return Err(p);
         }
+        let sb = found.sb;
         // Undo an interrupted transaction, then retire the journal.
-        if !undo.is_empty() {
-            for &(off, old) in undo.iter().rev() {
+        if !found.undo.is_empty() {
+            for &(off, old) in found.undo.iter().rev() {
                 pm.store_u64(off, old);
             }
             pm.fence();
             pm.store_u64(sb.journal_block * BLOCK, 0);
             pm.fence();
         }
+        let owner = found.owner;
         let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| owner[b as usize] != 0);
         let mut slots: Vec<Slot> = (0..sb.inode_slots).map(|_| RwLock::new(None)).collect();
         let free_inodes: Vec<u64> = (ROOT + 1..sb.inode_slots)
             .rev()
-            .filter(|i| !inodes.contains_key(i))
+            .filter(|i| !found.inodes.contains_key(i))
             .collect();
-        for (ino, inode) in inodes {
+        for (ino, inode) in found.inodes {
             slots[ino as usize] = RwLock::new(Some(inode));
         }
         Ok(Mounted {
             sb,
-            used_replica,
+            used_replica: found.used_replica,
             alloc,
             slots: slots.into_boxed_slice(),
             loaded: (0..sb.inode_slots).map(|_| AtomicBool::new(true)).collect(),
             free_inodes,
-            orphans,
+            orphans: found.orphans,
             quick: false,
         })
     }
