@@ -5,6 +5,7 @@ mod cpu_time;
 mod decide_bench;
 mod fs_bench;
 mod idle_bench;
+mod mount_cmd;
 mod pmdk;
 mod size;
 mod stat;
@@ -42,6 +43,10 @@ enum Command {
     Ls(store_cmd::LsArgs),
     /// Copy a file into (`store:/path` as destination), out of, or within the store.
     Cp(store_cmd::CpArgs),
+    /// Mount the store as a file system (FUSE) in the foreground; Ctrl-C unmounts cleanly.
+    Mount(mount_cmd::MountArgs),
+    /// Unmount a store mounted with `switchyard mount`.
+    Umount(mount_cmd::UmountArgs),
     /// Crash-state testing: crash images at every fence, recovered and checked against an
     /// oracle.
     Crashtest(store_cmd::CrashArgs),
@@ -105,6 +110,8 @@ fn main() -> ExitCode {
         Command::Ls(a) => store_cmd::ls(&a),
         Command::Cp(a) => store_cmd::cp(&a),
         Command::Crashtest(a) => store_cmd::crashtest(&a),
+        Command::Mount(a) => mount_cmd::mount(&a),
+        Command::Umount(a) => mount_cmd::umount(&a),
     };
     match r.context("switchyard") {
         Ok(()) => ExitCode::SUCCESS,

@@ -40,10 +40,14 @@ impl StoreArgs {
         Ok(Arc::new(Mover::start(&self.common.load_config()?)?))
     }
 
-    /// Mounts the store.
+    /// Mounts the store (in this process).
     pub fn mount(&self) -> anyhow::Result<Fs> {
-        let store = Store::mount(self.region()?, self.mover()?)?;
-        Ok(Fs::new(store))
+        Ok(Fs::new(self.open()?))
+    }
+
+    /// Opens the store: recovery runs if it was not unmounted cleanly.
+    pub fn open(&self) -> anyhow::Result<Store> {
+        Ok(Store::mount(self.region()?, self.mover()?)?)
     }
 }
 

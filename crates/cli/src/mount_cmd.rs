@@ -1,0 +1,119 @@
+//! `switchyard mount` and `switchyard umount`: the store as a file system for unmodified
+//! programs (FUSE).
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+
+use crate::store_cmd::StoreArgs;
+
+/// `mount` options.
+#[derive(Args)]
+pub struct MountArgs {
+    #[command(flatten)]
+    at: StoreArgs,
+    /// Empty directory to mount the store on.
+    dir: PathBuf,
+    /// Request worker threads (default: the number of cores, at least 2).
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
+/// `umount` options.
+#[derive(Args)]
+pub struct UmountArgs {
+    /// Where a store is mounted.
+    dir: PathBuf,
+}
+
+/// Blocks the stop signals in this thread (and so in every thread it starts) and returns
+/// their set, to be taken with `sigwait` by the one thread that handles them.
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it before any other use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t; the signal numbers are valid; blocking signals in
+    // this thread has no other effect on memory.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    set
+}
+
+/// Mounts the store on `dir` in the foreground until SIGINT, SIGTERM or SIGHUP, or until it
+/// is unmounted from outside; either way the store is unmounted cleanly before this returns.
+pub fn mount(a: &MountArgs) -> anyhow::Result<()> {
+    if !a.dir.is_dir() {
+        bail!("{} is not a directory", a.dir.display());
+    }
+    let set = block_stop_signals();
+    let store = a.at.open()?;
+    let quick = store.mounted_quickly();
+    let workers = a.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .max(2)
+    });
+    let m = switchyard_fuse::mount(store, &a.dir, workers)
+        .with_context(|| format!("mounting on {}", a.dir.display()))?;
+    println!(
+        "mounted {} on {} ({} request workers; {}).",
+        a.at.store.display(),
+        a.dir.display(),
+        workers,
+        if quick {
+            "clean since the last unmount"
+        } else {
+            "recovered: every log checked"
+        }
+    );
+    println!(
+        "stop with Ctrl-C, `kill {}`, or `switchyard umount {}`",
+        std::process::id(),
+        a.dir.display()
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sig = 0;
+        // SAFETY: `set` is an initialised signal set blocked in every thread of the process.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        let _ = tx.send(sig);
+    });
+    loop {
+        if let Ok(sig) = rx.recv_timeout(Duration::from_millis(100)) {
+            eprintln!("signal {sig}: unmounting");
+            m.unmount().context("unmounting")?;
+            break;
+        }
+        if m.finished() {
+            m.join().context("the mount ended")?;
+            break;
+        }
+    }
+    println!("unmounted; the store is clean");
+    Ok(())
+}
+
+/// Unmounts a store mounted with `switchyard mount` (its process then exits).
+pub fn umount(a: &UmountArgs) -> anyhow::Result<()> {
+    let out = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&a.dir)
+        .output()
+        .context("running fusermount3 (Debian package fuse3)")?;
+    if !out.status.success() {
+        bail!(
+            "fusermount3 -u {}: {}",
+            a.dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,278 @@
+//! The store mounted with `switchyard mount` (FUSE), used by real, unmodified programs. Each
+//! test writes, unmounts (SIGTERM: a clean unmount), mounts again and then checks.
+
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_switchyard")
+}
+
+fn mounted(dir: &Path) -> bool {
+    let dir = std::fs::canonicalize(dir).unwrap();
+    std::fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(1) == Some(dir.to_str().unwrap()))
+}
+
+/// A `switchyard mount` process; dropping it unmounts.
+struct Mount {
+    child: Option<Child>,
+    store: PathBuf,
+    dir: PathBuf,
+}
+
+impl Mount {
+    fn new(work: &Path) -> Mount {
+        let store = work.join("s.store");
+        let ok = Command::new(bin())
+            .args(["mkfs", "--size", "512M", "--store"])
+            .arg(&store)
+            .current_dir(work)
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let dir = work.join("mnt");
+        std::fs::create_dir_all(&dir).unwrap();
+        Mount::start(store, dir)
+    }
+
+    fn start(store: PathBuf, dir: PathBuf) -> Mount {
+        let child = Command::new(bin())
+            .arg("mount")
+            .arg("--store")
+            .arg(&store)
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while !mounted(&dir) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "mount did not appear"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Mount {
+            child: Some(child),
+            store,
+            dir,
+        }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.join(p)
+    }
+
+    /// Clean unmount (SIGTERM), then mount again.
+    fn remount(mut self) -> Mount {
+        self.stop();
+        Mount::start(self.store.clone(), self.dir.clone())
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SAFETY: kill has no memory effects; the pid is our child's.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let status = c.wait().unwrap();
+            assert!(status.success(), "mount exited with {status}");
+            assert!(!mounted(&self.dir), "still mounted after SIGTERM");
+        }
+    }
+
+    fn fsck(&self) {
+        let out = Command::new(bin())
+            .args(["fsck", "--store"])
+            .arg(&self.store)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+            let _ = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.dir)
+                .status();
+        }
+    }
+}
+
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn errno(r: std::io::Result<impl Sized>) -> i32 {
+    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+#[test]
+fn posix_operations_and_errnos_through_the_mount() {
+    let work = tempfile::tempdir().unwrap();
+    let m = Mount::new(work.path());
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 31 % 251) as u8).collect();
+    std::fs::write(m.path("a"), &data).unwrap();
+    std::fs::create_dir(m.path("d")).unwrap();
+    std::fs::write(m.path("d/x"), b"x").unwrap();
+    std::os::unix::fs::symlink("a", m.path("s")).unwrap();
+    std::fs::hard_link(m.path("a"), m.path("h")).unwrap();
+    std::fs::rename(m.path("d/x"), m.path("d/y")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(m.path("d/y"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .append(true)
+        .open(m.path("d/y"))
+        .unwrap();
+    std::io::Write::write_all(&mut &f, b"yz").unwrap();
+    drop(f);
+    assert_eq!(errno(std::fs::read(m.path("nope"))), libc::ENOENT);
+    assert_eq!(errno(std::fs::create_dir(m.path("d"))), libc::EEXIST);
+    assert_eq!(errno(std::fs::remove_dir(m.path("d"))), libc::ENOTEMPTY);
+    assert_eq!(errno(std::fs::read(m.path("a/b"))), libc::ENOTDIR);
+    assert_eq!(errno(std::fs::write(m.path("d"), b"")), libc::EISDIR);
+    let long = "n".repeat(300);
+    assert_eq!(
+        errno(std::fs::write(m.path(&long), b"")),
+        libc::ENAMETOOLONG
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&m.dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a", "d", "h", "s"]);
+    let m = m.remount();
+    assert_eq!(std::fs::read(m.path("a")).unwrap(), data);
+    assert_eq!(std::fs::read(m.path("s")).unwrap(), data);
+    assert_eq!(std::fs::read_link(m.path("s")).unwrap(), Path::new("a"));
+    assert_eq!(std::fs::read(m.path("d/y")).unwrap(), b"xyz");
+    let meta = std::fs::metadata(m.path("h")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.nlink(), meta.len()), (2, data.len() as u64));
+    assert_eq!(
+        std::fs::metadata(m.path("d/y")).unwrap().mode() & 0o777,
+        0o600
+    );
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(m.path("a"))
+        .unwrap();
+    f.set_len(10).unwrap();
+    assert_eq!(std::fs::read(m.path("a")).unwrap(), &data[..10]);
+    assert_eq!(
+        std::fs::read_dir(m.path("missing")).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    m.fsck();
+}
+
+#[test]
+fn tar_cp_and_git_on_the_mount() {
+    let work = tempfile::tempdir().unwrap();
+    let m = Mount::new(work.path());
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    // cp -a of a source tree, and a tar archive of it extracted on the mount.
+    run(Command::new("cp").arg("-a").arg(&src).arg(m.path("tree")));
+    let tar_args = |c: &mut Command| {
+        c.args([
+            "--sort=name",
+            "--mtime=2020-01-01",
+            "--owner=0",
+            "--group=0",
+            "--numeric-owner",
+            "--format=gnu",
+        ]);
+    };
+    let archive = work.path().join("a.tar");
+    let mut c = Command::new("tar");
+    tar_args(&mut c);
+    run(c.arg("-cf").arg(&archive).arg("-C").arg(&src).arg("."));
+    std::fs::create_dir(m.path("x")).unwrap();
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(&archive)
+        .arg("-C")
+        .arg(m.path("x")));
+    // git: a repository on the mount.
+    let git = |args: &[&str]| {
+        let mut c = Command::new("git");
+        c.arg("-C")
+            .arg(m.path("repo"))
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args);
+        run(&mut c)
+    };
+    run(Command::new("cp").arg("-a").arg(&src).arg(m.path("repo")));
+    git(&["init", "-q"]);
+    git(&["add", "."]);
+    git(&["commit", "-q", "-m", "on the mount"]);
+    let head = git(&["rev-parse", "HEAD"]);
+    let m = m.remount();
+    run(Command::new("diff").arg("-r").arg(&src).arg(m.path("tree")));
+    let again = work.path().join("b.tar");
+    let mut c = Command::new("tar");
+    tar_args(&mut c);
+    run(c.arg("-cf").arg(&again).arg("-C").arg(m.path("x")).arg("."));
+    assert!(
+        std::fs::read(&archive).unwrap() == std::fs::read(&again).unwrap(),
+        "the archive re-created from the mount differs"
+    );
+    let git = |args: &[&str]| {
+        let mut c = Command::new("git");
+        c.arg("-C").arg(m.path("repo")).args(args);
+        run(&mut c)
+    };
+    assert_eq!(git(&["rev-parse", "HEAD"]), head);
+    git(&["fsck", "--full", "--strict"]);
+    assert!(git(&["status", "--porcelain"]).is_empty());
+    m.fsck();
+}
+
+#[test]
+fn sqlite_builds_a_database_with_thousands_of_transactions() {
+    let work = tempfile::tempdir().unwrap();
+    let m = Mount::new(work.path());
+    let mut sql = String::from("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT);\n");
+    for i in 0..3000 {
+        sql.push_str(&format!(
+            "BEGIN; INSERT INTO t (v) VALUES ('{}'); COMMIT;\n",
+            "v".repeat(i % 200)
+        ));
+    }
+    sql.push_str("CREATE INDEX tv ON t (v);\n");
+    let db = m.path("db.sqlite");
+    let mut c = Command::new("sqlite3")
+        .arg(&db)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(c.stdin.as_mut().unwrap(), sql.as_bytes()).unwrap();
+    drop(c.stdin.take());
+    assert!(c.wait().unwrap().success());
+    let m = m.remount();
+    let db = m.path("db.sqlite");
+    let q = |s: &str| run(Command::new("sqlite3").arg(&db).arg(s));
+    assert_eq!(q("PRAGMA integrity_check;").trim(), "ok");
+    assert_eq!(q("SELECT count(*) FROM t;").trim(), "3000");
+    m.fsck();
+}
