@@ -276,3 +276,131 @@ fn sqlite_builds_a_database_with_thousands_of_transactions() {
     assert_eq!(q("SELECT count(*) FROM t;").trim(), "3000");
     m.fsck();
 }
+
+/// One fio job on the mount: `extra` adds or overrides options.
+fn fio(dir: &Path, name: &str, extra: &[&str]) -> serde_json::Value {
+    let out = Command::new("fio")
+        .args([
+            &format!("--name={name}"),
+            &format!("--directory={}", dir.display()),
+            "--size=16M",
+            "--verify=crc32c",
+            "--output-format=json",
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "fio {name} {extra:?}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap()
+}
+
+#[test]
+fn fio_jobs_write_and_verify_across_a_remount() {
+    let work = tempfile::tempdir().unwrap();
+    let m = Mount::new(work.path());
+    let jobs: [(&str, &[&str]); 6] = [
+        ("seq4k", &["--ioengine=psync", "--rw=write", "--bs=4k"]),
+        ("seq1m", &["--ioengine=psync", "--rw=write", "--bs=1m"]),
+        ("rand4k", &["--ioengine=psync", "--rw=randwrite", "--bs=4k"]),
+        (
+            "rand64k",
+            &["--ioengine=psync", "--rw=randwrite", "--bs=64k"],
+        ),
+        (
+            "aio1m",
+            &[
+                "--ioengine=libaio",
+                "--direct=1",
+                "--iodepth=8",
+                "--rw=write",
+                "--bs=1m",
+            ],
+        ),
+        (
+            "aio4k",
+            &[
+                "--ioengine=libaio",
+                "--direct=1",
+                "--iodepth=8",
+                "--rw=randwrite",
+                "--bs=4k",
+            ],
+        ),
+    ];
+    for (name, args) in jobs {
+        // Written and verified in one run...
+        fio(&m.dir, name, args);
+    }
+    let m = m.remount();
+    for (name, args) in jobs {
+        // ...and verified again from the store after a clean unmount.
+        let mut a = args.to_vec();
+        a.push("--verify_only");
+        fio(&m.dir, name, &a);
+    }
+    m.fsck();
+}
+
+#[test]
+fn a_killed_mount_loses_no_write_that_fio_saw_complete() {
+    let work = tempfile::tempdir().unwrap();
+    let mut m = Mount::new(work.path());
+    let dir = m.dir.clone();
+    let fio = std::thread::spawn(move || {
+        Command::new("fio")
+            .args([
+                "--name=killed",
+                &format!("--directory={}", dir.display()),
+                "--ioengine=psync",
+                "--rw=write",
+                "--bs=4k",
+                "--size=256M",
+                "--verify=crc32c",
+                "--do_verify=0",
+                "--output-format=json",
+            ])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut child = m.child.take().unwrap();
+    child.kill().unwrap(); // SIGKILL, mid-job
+    child.wait().unwrap();
+    let out = fio.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&text[text.find('{').expect("fio JSON")..])
+        .expect("fio JSON after its error");
+    let done = v["jobs"][0]["write"]["io_bytes"].as_u64().unwrap();
+    assert!(
+        done > 0 && done < 256 << 20,
+        "fio wrote {done} bytes before the kill"
+    );
+    run(Command::new("fusermount3").arg("-u").arg(&m.dir));
+    let m = Mount::start(m.store.clone(), m.dir.clone());
+    m.fsck();
+    // Every 4K block fio saw complete is there, with fio's checksum and offset.
+    let out = Command::new("fio")
+        .args([
+            "--name=killed",
+            &format!("--directory={}", m.dir.display()),
+            "--ioengine=psync",
+            "--rw=write",
+            "--bs=4k",
+            &format!("--size={}", done / 4096 * 4096),
+            "--verify=crc32c",
+            "--verify_only",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "verify after the kill: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
