@@ -43,6 +43,9 @@ enum Command {
     Ls(store_cmd::LsArgs),
     /// Copy a file into (`store:/path` as destination), out of, or within the store.
     Cp(store_cmd::CpArgs),
+    /// The main job: format ./switchyard.store if it is missing and mount it on ./mnt (FUSE)
+    /// in the foreground; Ctrl-C unmounts cleanly.
+    Up(mount_cmd::UpArgs),
     /// Mount the store as a file system (FUSE) in the foreground; Ctrl-C unmounts cleanly.
     Mount(mount_cmd::MountArgs),
     /// Unmount a store mounted with `switchyard mount`.
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
         Command::Ls(a) => store_cmd::ls(&a),
         Command::Cp(a) => store_cmd::cp(&a),
         Command::Crashtest(a) => store_cmd::crashtest(&a),
+        Command::Up(a) => mount_cmd::up(&a),
         Command::Mount(a) => mount_cmd::mount(&a),
         Command::Umount(a) => mount_cmd::umount(&a),
     };

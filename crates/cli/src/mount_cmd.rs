@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use crate::store_cmd::StoreArgs;
+use crate::size;
+use crate::store_cmd::{self, MkfsArgs, StoreArgs};
 
 /// `mount` options.
 #[derive(Args)]
@@ -17,6 +18,22 @@ pub struct MountArgs {
     at: StoreArgs,
     /// Empty directory to mount the store on.
     dir: PathBuf,
+    /// Request worker threads (default: the number of cores, at least 2).
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
+/// `up` options.
+#[derive(Args)]
+pub struct UpArgs {
+    #[command(flatten)]
+    at: StoreArgs,
+    /// Where to mount (created if missing).
+    #[arg(long, default_value = "mnt")]
+    dir: PathBuf,
+    /// Size of the store file when it is created (K/M/G; sparse until written).
+    #[arg(long, default_value = "1G", value_parser = size::parse)]
+    size: u64,
     /// Request worker threads (default: the number of cores, at least 2).
     #[arg(long)]
     workers: Option<usize>,
@@ -99,6 +116,30 @@ pub fn mount(a: &MountArgs) -> anyhow::Result<()> {
     }
     println!("unmounted; the store is clean");
     Ok(())
+}
+
+/// The main job: formats the store file if there is none, and mounts it on `./mnt` in the
+/// foreground.
+pub fn up(a: &UpArgs) -> anyhow::Result<()> {
+    if a.at.store.exists() {
+        println!("using the store in {}", a.at.store.display());
+    } else {
+        store_cmd::mkfs(&MkfsArgs {
+            at: a.at.clone(),
+            size: a.size,
+            force: false,
+        })?;
+    }
+    println!(
+        "engine profile: none (automatic tuning is not built yet); the mover uses its \
+         built-in thresholds"
+    );
+    std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
+    mount(&MountArgs {
+        at: a.at.clone(),
+        dir: a.dir.clone(),
+        workers: a.workers,
+    })
 }
 
 /// Unmounts a store mounted with `switchyard mount` (its process then exits).

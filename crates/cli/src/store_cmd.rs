@@ -55,13 +55,13 @@ impl StoreArgs {
 #[derive(Args)]
 pub struct MkfsArgs {
     #[command(flatten)]
-    at: StoreArgs,
+    pub at: StoreArgs,
     /// Size of the store file (K/M/G suffixes; the file is sparse until written).
     #[arg(long, default_value = "1G", value_parser = size::parse)]
-    size: u64,
+    pub size: u64,
     /// Format even if the file already holds a store (everything in it is lost).
     #[arg(long)]
-    force: bool,
+    pub force: bool,
 }
 
 /// Formats a store.

@@ -404,3 +404,44 @@ fn a_killed_mount_loses_no_write_that_fio_saw_complete() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn up_formats_once_and_mounts_on_mnt() {
+    let work = tempfile::tempdir().unwrap();
+    let up = || {
+        let child = Command::new(bin())
+            .args(["up", "--size", "256M"])
+            .current_dir(work.path())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while !work.path().join("mnt").is_dir() || !mounted(&work.path().join("mnt")) {
+            assert!(t0.elapsed() < Duration::from_secs(10), "no mount on ./mnt");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child
+    };
+    let stop = |c: Child| {
+        // SAFETY: kill has no memory effects; the pid is our child's.
+        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let c = up();
+    std::fs::write(work.path().join("mnt/hello"), b"world").unwrap();
+    let said = stop(c);
+    assert!(
+        said.contains("formatted") && said.contains("unmounted"),
+        "{said}"
+    );
+    let c = up();
+    assert_eq!(
+        std::fs::read(work.path().join("mnt/hello")).unwrap(),
+        b"world"
+    );
+    let said = stop(c);
+    assert!(said.contains("using the store"), "{said}");
+    assert!(work.path().join("switchyard.store").exists());
+}
