@@ -142,6 +142,15 @@ fn owner(req: &Request) -> Owner {
     }
 }
 
+/// The handle of an open file: it records `O_APPEND`, whose writes go to the end.
+fn handle(flags: i32) -> FileHandle {
+    FileHandle(if flags & libc::O_APPEND != 0 {
+        FH_APPEND
+    } else {
+        0
+    })
+}
+
 fn open_flags(flags: OpenFlags) -> FopenFlags {
     if flags.0 & libc::O_DIRECT != 0 {
         FopenFlags::FOPEN_DIRECT_IO
@@ -345,14 +354,7 @@ impl Filesystem for StoreFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.store.open(ino.0) {
-            Ok(_) => {
-                let fh = if flags.0 & libc::O_APPEND != 0 {
-                    FH_APPEND
-                } else {
-                    0
-                };
-                reply.opened(FileHandle(fh), open_flags(flags));
-            }
+            Ok(_) => reply.opened(handle(flags.0), open_flags(flags)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -524,20 +526,13 @@ impl Filesystem for StoreFs {
             .create(parent.0, name.as_bytes(), mode, owner(req))
             .and_then(|(ino, a)| self.store.open(ino).map(|_| (ino, a)));
         match made {
-            Ok((ino, a)) => {
-                let fh = if flags & libc::O_APPEND != 0 {
-                    FH_APPEND
-                } else {
-                    0
-                };
-                reply.created(
-                    &TTL,
-                    &file_attr(ino, &a),
-                    Generation(0),
-                    FileHandle(fh),
-                    open_flags(OpenFlags(flags)),
-                );
-            }
+            Ok((ino, a)) => reply.created(
+                &TTL,
+                &file_attr(ino, &a),
+                Generation(0),
+                handle(flags),
+                open_flags(OpenFlags(flags)),
+            ),
             Err(e) => reply.error(errno(e)),
         }
     }
