@@ -80,11 +80,23 @@ impl Mount {
     }
 }
 
+/// A directory as `opendir` found it.
+struct Listing {
+    /// The directory's parent (for "..").
+    parent: u64,
+    entries: Vec<DirEntry>,
+}
+
+/// The permission bits a new inode gets: `mode` less the caller's umask.
+fn masked(mode: u32, umask: u32) -> u32 {
+    mode & !umask & 0o7777
+}
+
 /// The store, served over FUSE.
 pub struct StoreFs {
     store: Store,
     /// Directory snapshots by handle, taken at `opendir`.
-    dirs: Mutex<HashMap<u64, Arc<Vec<DirEntry>>>>,
+    dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_dir: AtomicU64,
 }
 
@@ -263,7 +275,7 @@ impl Filesystem for StoreFs {
             // Devices, FIFOs and sockets have no place in the store.
             return reply.error(fuser::Errno::EPERM);
         }
-        let mode = mode & !umask & 0o7777;
+        let mode = masked(mode, umask);
         let r = self
             .store
             .create(parent.0, name.as_bytes(), mode, owner(req));
@@ -279,7 +291,7 @@ impl Filesystem for StoreFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let mode = mode & !umask & 0o7777;
+        let mode = masked(mode, umask);
         let r = self
             .store
             .mkdir(parent.0, name.as_bytes(), mode, owner(req));
@@ -370,11 +382,18 @@ impl Filesystem for StoreFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        let mut buf = vec![0u8; size as usize];
-        match self.store.read(ino.0, offset, &mut buf) {
-            Ok(n) => reply.data(&buf[..n]),
-            Err(e) => reply.error(errno(e)),
-        }
+        // One buffer per worker thread: a 1 MiB read neither allocates nor zeroes 1 MiB.
+        thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
+        BUF.with_borrow_mut(|buf| {
+            if buf.len() < size as usize {
+                buf.resize(size as usize, 0);
+            }
+            let buf = &mut buf[..size as usize];
+            match self.store.read(ino.0, offset, buf) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(errno(e)),
+            }
+        })
     }
 
     fn write(
@@ -437,7 +456,13 @@ impl Filesystem for StoreFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.store.readdir(ino.0) {
+        let listing = self.store.getattr(ino.0).and_then(|a| {
+            Ok(Listing {
+                parent: a.parent,
+                entries: self.store.readdir(ino.0)?,
+            })
+        });
+        match listing {
             Ok(list) => {
                 let fh = self.next_dir.fetch_add(1, Ordering::Relaxed);
                 self.dirs.lock().insert(fh, Arc::new(list));
@@ -458,19 +483,15 @@ impl Filesystem for StoreFs {
         let Some(list) = self.dirs.lock().get(&fh.0).cloned() else {
             return reply.error(fuser::Errno::EBADF);
         };
-        let parent = match self.store.getattr(ino.0) {
-            Ok(a) => a.parent,
-            Err(e) => return reply.error(errno(e)),
-        };
         // Offsets: 1 after ".", 2 after "..", 3 + i after entry i.
-        let dots = [(ino.0, "."), (parent, "..")];
+        let dots = [(ino.0, "."), (list.parent, "..")];
         for (i, &(n, name)) in dots.iter().enumerate().skip(offset as usize) {
             if reply.add(INodeNo(n), i as u64 + 1, FileType::Directory, name) {
                 return reply.ok();
             }
         }
         let skip = (offset as usize).saturating_sub(2);
-        for (i, e) in list.iter().enumerate().skip(skip) {
+        for (i, e) in list.entries.iter().enumerate().skip(skip) {
             let name = OsStr::from_bytes(&e.name);
             if reply.add(INodeNo(e.ino), i as u64 + 3, kind(e.kind), name) {
                 break;
@@ -520,7 +541,7 @@ impl Filesystem for StoreFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let mode = mode & !umask & 0o7777;
+        let mode = masked(mode, umask);
         let made = self
             .store
             .create(parent.0, name.as_bytes(), mode, owner(req))
