@@ -20,6 +20,7 @@ use serde::Serialize;
 use switchyard_media::{Region, MIN_REGION};
 use switchyard_mover::{Config, Direction, Hints, Mover, Policy};
 
+use crate::measure::median;
 use crate::{cpu_time, pmdk::Pmdk, size, Common};
 
 /// `bench copy` options.
@@ -256,11 +257,6 @@ fn percentile(sorted: &[u32], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 /// Runs the benchmark.
 pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
     let cfg = a.common.load_config()?;
@@ -384,8 +380,16 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
                 bytes,
             } = a;
             lat_ns.sort_unstable();
-            let half =
-                |parity: usize| median(gibs.iter().skip(parity).step_by(2).copied().collect());
+            let half = |parity: usize| {
+                median(
+                    &mut gibs
+                        .iter()
+                        .skip(parity)
+                        .step_by(2)
+                        .copied()
+                        .collect::<Vec<_>>(),
+                )
+            };
             let self_ratio = (rounds >= 2).then(|| half(1) / half(0));
             records.push(Record {
                 path: p.name(),
@@ -395,7 +399,7 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
                 durable: dir == Direction::ToSlow,
                 p50_us: percentile(&lat_ns, 0.5),
                 p99_us: percentile(&lat_ns, 0.99),
-                gib_per_s: median(gibs.clone()),
+                gib_per_s: median(&mut gibs.clone()),
                 round_gib_per_s: gibs,
                 self_ratio,
                 cpu_s_per_gib: cpu.as_secs_f64() / (bytes as f64 / (1u64 << 30) as f64),
@@ -471,11 +475,12 @@ fn print_table(rs: &[Record]) {
 /// ran in the same round, a few slices apart, so drift slower than a round cancels out.
 fn paired(a: &Record, b: &Record) -> f64 {
     median(
-        a.round_gib_per_s
+        &mut a
+            .round_gib_per_s
             .iter()
             .zip(&b.round_gib_per_s)
             .map(|(x, y)| x / y)
-            .collect(),
+            .collect::<Vec<_>>(),
     )
 }
 

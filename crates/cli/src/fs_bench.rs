@@ -19,7 +19,6 @@
 //! checkpoint and lazy inode loads) and after a crash (every log read), on the same image.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -30,6 +29,8 @@ use switchyard_media::Region;
 use switchyard_mover::{Config, Mover};
 use switchyard_store::{Fd, Fs, OpenFlags, Owner, Store};
 
+use crate::fio;
+use crate::measure::{median, Measured, Rounds};
 use crate::size;
 
 /// `bench fs` options.
@@ -113,9 +114,6 @@ impl Work {
             w => w.name(),
         }
     }
-    fn writes(self) -> bool {
-        matches!(self, Work::Write | Work::Randwrite | Work::Append)
-    }
     fn random(self) -> bool {
         matches!(self, Work::Randread | Work::Randwrite)
     }
@@ -126,13 +124,6 @@ enum System {
     Store,
     Libpmem,
     Psync,
-}
-
-/// One round's result of one system.
-#[derive(Debug, Clone, Copy)]
-struct Measured {
-    gib_s: f64,
-    p50_us: f64,
 }
 
 /// One point: every system's median and the store's paired ratios.
@@ -171,11 +162,6 @@ struct Summary {
     /// The same ratio for libpmem (what the machine allows).
     libpmem_write4k_scaling: Vec<(String, f64)>,
     mount: Option<MountTimes>,
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Runs the benchmark.
@@ -225,7 +211,7 @@ pub fn run(a: &FsArgs) -> anyhow::Result<()> {
             size::show(file_size)
         );
     }
-    let fio = if a.no_fio { None } else { fio_version() };
+    let fio = if a.no_fio { None } else { fio::version() };
     if fio.is_none() && !a.no_fio {
         eprintln!("note: fio not found; the baselines are skipped (install fio, or pass --no-fio)");
     }
@@ -272,44 +258,29 @@ pub fn run(a: &FsArgs) -> anyhow::Result<()> {
     let mut records = Vec::new();
     for &(op, bs, t) in &points {
         bar.set_message(format!("{} {} ×{t}", op.name(), size::show(bs)));
-        let mut got: Vec<Vec<Measured>> = vec![Vec::new(); systems.len()];
-        for round in 0..rounds {
-            for k in 0..systems.len() {
-                let i = (k + round) % systems.len();
-                let p = Point {
-                    op,
-                    bs,
-                    threads: t,
-                    file_size,
-                    secs,
-                };
-                let m = match systems[i] {
-                    System::Store => store_point(&fs, &files, p)?,
-                    System::Libpmem => fio_point(work.path(), "libpmem", p)?,
-                    System::Psync => fio_point(work.path(), "psync", p)?,
-                };
-                got[i].push(m);
-            }
-        }
-        let gib = |i: usize| median(&mut got[i].iter().map(|m| m.gib_s).collect::<Vec<_>>());
-        let ratio = |i: usize| {
-            median(
-                &mut (0..rounds)
-                    .map(|r| got[0][r].gib_s / got[i][r].gib_s)
-                    .collect::<Vec<_>>(),
-            )
+        let p = Point {
+            op,
+            bs,
+            threads: t,
+            file_size,
+            secs,
         };
+        let got = Rounds::run(systems.len(), rounds, |i| match systems[i] {
+            System::Store => store_point(&fs, &files, p),
+            System::Libpmem => fio_point(work.path(), "libpmem", p),
+            System::Psync => fio_point(work.path(), "psync", p),
+        })?;
         let at = |s: System| systems.iter().position(|&x| x == s);
         records.push(Record {
             op,
             size: bs,
             threads: t,
-            store_gib_s: gib(0),
-            store_p50_us: median(&mut got[0].iter().map(|m| m.p50_us).collect::<Vec<_>>()),
-            libpmem_gib_s: at(System::Libpmem).map(gib),
-            psync_gib_s: at(System::Psync).map(gib),
-            vs_libpmem: at(System::Libpmem).map(ratio),
-            vs_psync: at(System::Psync).map(ratio),
+            store_gib_s: got.gib_s(0),
+            store_p50_us: got.p50_us(0),
+            libpmem_gib_s: at(System::Libpmem).map(|i| got.gib_s(i)),
+            psync_gib_s: at(System::Psync).map(|i| got.gib_s(i)),
+            vs_libpmem: at(System::Libpmem).map(|i| got.ratio(0, i)),
+            vs_psync: at(System::Psync).map(|i| got.ratio(0, i)),
         });
         bar.inc(1);
     }
@@ -498,63 +469,25 @@ impl Latency {
     }
 }
 
-fn fio_version() -> Option<String> {
-    let out = Command::new("fio").arg("--version").output().ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 /// One fio run at one point, its files in `dir`.
 fn fio_point(dir: &Path, engine: &str, p: Point) -> anyhow::Result<Measured> {
-    let mut cmd = Command::new("fio");
-    cmd.args([
-        "--name=bench",
-        "--thread",
-        "--group_reporting",
-        "--time_based",
-        "--norandommap",
-        "--randrepeat=0",
-        "--output-format=json",
-        &format!("--directory={}", dir.display()),
-        &format!("--filename_format=fio-{engine}.$jobnum"),
-        &format!("--ioengine={engine}"),
-        &format!("--rw={}", p.op.fio_rw()),
-        &format!("--bs={}", p.bs),
-        &format!("--size={}", p.file_size),
-        &format!("--numjobs={}", p.threads),
-        &format!("--runtime={}ms", (p.secs * 1000.0).round() as u64),
-    ]);
+    let job = fio::Job {
+        dir,
+        prefix: &format!("fio-{engine}"),
+        engine,
+        rw: p.op.fio_rw(),
+        bs: p.bs,
+        size: p.file_size,
+        jobs: p.threads,
+        secs: p.secs,
+        direct: false,
+    };
     if engine == "libpmem" {
         // A drain after every write: each returns durable, as the store's do.
-        cmd.arg("--sync=1").env("PMEM_IS_PMEM_FORCE", "1");
+        job.run(&["--sync=1"], &[("PMEM_IS_PMEM_FORCE", "1")])
+    } else {
+        job.run(&[], &[])
     }
-    let out = cmd.output().context("running fio")?;
-    if !out.status.success() {
-        bail!(
-            "fio ({engine}) failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    // fio may print notes before its JSON.
-    let json = text
-        .find('{')
-        .map(|i| &text[i..])
-        .context("fio printed no JSON")?;
-    let v: serde_json::Value = serde_json::from_str(json).context("parsing fio's JSON")?;
-    let dir_key = if p.op.writes() { "write" } else { "read" };
-    let job = &v["jobs"][0][dir_key];
-    let bw = job["bw_bytes"]
-        .as_f64()
-        .context("fio JSON without bw_bytes")?;
-    let p50 = job["clat_ns"]["percentile"]["50.000000"]
-        .as_f64()
-        .unwrap_or(0.0);
-    Ok(Measured {
-        gib_s: bw / (1u64 << 30) as f64,
-        p50_us: p50 / 1000.0,
-    })
 }
 
 /// Fills a store with `files` one-block files in 100 directories, snapshots its image while

@@ -3,8 +3,11 @@
 mod copy_bench;
 mod cpu_time;
 mod decide_bench;
+mod fio;
 mod fs_bench;
 mod idle_bench;
+mod measure;
+mod mount_bench;
 mod mount_cmd;
 mod pmdk;
 mod size;
@@ -63,6 +66,9 @@ enum Bench {
     /// The file store's reads, writes and appends, 1..N threads, against fio's libpmem engine
     /// (the hardware ceiling) and psync on tmpfs, in one run; and mount times.
     Fs(fs_bench::FsArgs),
+    /// The same fio jobs on the store's FUSE mount, on a passthrough FUSE file system (FUSE's
+    /// own cost) and on tmpfs, in one run.
+    Mount(mount_bench::MountBenchArgs),
     /// Cost of one scheduling decision (median over batches).
     Decide(decide_bench::DecideArgs),
     /// CPU used by an idle engine after a burst of work.
@@ -105,6 +111,7 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Bench(Bench::Copy(a)) => copy_bench::run(&a),
         Command::Bench(Bench::Fs(a)) => fs_bench::run(&a),
+        Command::Bench(Bench::Mount(a)) => mount_bench::run(&a),
         Command::Bench(Bench::Decide(a)) => decide_bench::run(&a),
         Command::Bench(Bench::Idle(a)) => idle_bench::run(&a),
         Command::Stat(a) => stat::run(&a),

@@ -72,12 +72,7 @@ pub fn mount(a: &MountArgs) -> anyhow::Result<()> {
     let set = block_stop_signals();
     let store = a.at.open()?;
     let quick = store.mounted_quickly();
-    let workers = a.workers.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-            .max(2)
-    });
+    let workers = a.workers.unwrap_or_else(switchyard_fuse::default_workers);
     let m = switchyard_fuse::mount(store, &a.dir, workers)
         .with_context(|| format!("mounting on {}", a.dir.display()))?;
     println!(

@@ -445,3 +445,51 @@ fn up_formats_once_and_mounts_on_mnt() {
     assert!(said.contains("using the store"), "{said}");
     assert!(work.path().join("switchyard.store").exists());
 }
+
+#[test]
+fn bench_mount_runs_every_job_on_the_store_the_floor_and_tmpfs() {
+    let work = tempfile::tempdir().unwrap();
+    let out = run(Command::new(bin())
+        .args([
+            "bench",
+            "mount",
+            "--quick",
+            "--json",
+            "--rounds",
+            "1",
+            "--seconds",
+            "0.1",
+            "--file-size",
+            "4M",
+            "--dir",
+        ])
+        .arg(work.path()));
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines.len(),
+        8 + 1,
+        "4 jobs buffered and direct, and a summary"
+    );
+    for j in &lines[..8] {
+        for k in [
+            "store_gib_s",
+            "passthrough_gib_s",
+            "tmpfs_gib_s",
+            "vs_floor",
+        ] {
+            assert!(j[k].as_f64().unwrap() > 0.0, "{k} in {j}");
+        }
+    }
+    assert_eq!(lines[4]["direct"], true);
+    let s = &lines[8];
+    assert!(s["seq_1m_vs_floor_min"][0].as_f64().unwrap() > 0.0);
+    assert!(s["randread_4k_vs_floor_min"][0].as_f64().unwrap() > 0.0);
+    // Both mounts are gone and the scratch directory is removed.
+    assert!(!std::fs::read_to_string("/proc/self/mounts")
+        .unwrap()
+        .contains("switchyard-bench-mount"));
+    assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
+}

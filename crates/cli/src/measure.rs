@@ -1,0 +1,58 @@
+//! How the benchmarks that compare systems measure: interleaved rounds with a rotating order
+//! (so drift on a noisy machine hits every system alike), medians, and ratios paired within
+//! a round.
+
+/// One round's result of one system.
+#[derive(Debug, Clone, Copy)]
+pub struct Measured {
+    pub gib_s: f64,
+    pub p50_us: f64,
+}
+
+/// The median of `v` (the upper one of an even count); `v` must not be empty.
+pub fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Every system's results over rounds, indexed `[system][round]`.
+pub struct Rounds(Vec<Vec<Measured>>);
+
+impl Rounds {
+    /// Runs `rounds` rounds of `systems` systems; round `r` starts at system `r % systems`.
+    pub fn run(
+        systems: usize,
+        rounds: usize,
+        mut measure: impl FnMut(usize) -> anyhow::Result<Measured>,
+    ) -> anyhow::Result<Rounds> {
+        let mut got = vec![Vec::with_capacity(rounds); systems];
+        for round in 0..rounds {
+            for k in 0..systems {
+                let i = (k + round) % systems;
+                got[i].push(measure(i)?);
+            }
+        }
+        Ok(Rounds(got))
+    }
+
+    /// System `i`'s median GiB/s.
+    pub fn gib_s(&self, i: usize) -> f64 {
+        median(&mut self.0[i].iter().map(|m| m.gib_s).collect::<Vec<_>>())
+    }
+
+    /// System `i`'s median of per-round median latencies.
+    pub fn p50_us(&self, i: usize) -> f64 {
+        median(&mut self.0[i].iter().map(|m| m.p50_us).collect::<Vec<_>>())
+    }
+
+    /// Median over rounds of system `a`'s GiB/s ÷ system `b`'s in the same round.
+    pub fn ratio(&self, a: usize, b: usize) -> f64 {
+        median(
+            &mut self.0[a]
+                .iter()
+                .zip(&self.0[b])
+                .map(|(x, y)| x.gib_s / y.gib_s)
+                .collect::<Vec<_>>(),
+        )
+    }
+}
