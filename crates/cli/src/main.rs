@@ -13,6 +13,7 @@ mod pmdk;
 mod size;
 mod stat;
 mod store_cmd;
+mod tune_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,6 +54,9 @@ enum Command {
     Mount(mount_cmd::MountArgs),
     /// Unmount a store mounted with `switchyard mount`.
     Umount(mount_cmd::UmountArgs),
+    /// Profile this machine's copy paths (CPU, engine, split; both directions; aligned and
+    /// unaligned; 1..N threads) and write the engine profile every later command loads.
+    Tune(tune_cmd::TuneArgs),
     /// Crash-state testing: crash images at every fence, recovered and checked against an
     /// oracle.
     Crashtest(store_cmd::CrashArgs),
@@ -84,15 +88,31 @@ pub struct Common {
     /// Configuration file (TOML; every knob is documented in `switchyard-mover`'s config).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Engine profile from `switchyard tune` [default: ./switchyard.profile.toml, if it
+    /// exists]. A profile measured on another machine or engine is refused.
+    #[arg(long)]
+    pub profile: Option<PathBuf>,
+    /// Ignore any engine profile: the configuration's (or built-in) thresholds.
+    #[arg(long, conflicts_with = "profile")]
+    pub no_profile: bool,
 }
 
 impl Common {
     /// The configuration: the file if given, else the defaults.
     pub fn load_config(&self) -> anyhow::Result<Config> {
-        match &self.config {
-            Some(p) => Ok(Config::load(p)?),
-            None => Ok(Config::default()),
-        }
+        let cfg = match &self.config {
+            Some(p) => Config::load(p)?,
+            None => Config::default(),
+        };
+        let default = PathBuf::from(tune_cmd::DEFAULT_PROFILE);
+        Ok(match &self.profile {
+            _ if self.no_profile => cfg,
+            Some(p) => cfg.with_profile(p)?,
+            None if cfg.applied_profile.is_none() && default.exists() => {
+                cfg.with_profile(&default)?
+            }
+            None => cfg,
+        })
     }
 
     /// Where the counters of the last run are kept.
@@ -119,6 +139,7 @@ fn main() -> ExitCode {
         Command::Fsck(a) => store_cmd::fsck(&a),
         Command::Ls(a) => store_cmd::ls(&a),
         Command::Cp(a) => store_cmd::cp(&a),
+        Command::Tune(a) => tune_cmd::run(&a),
         Command::Crashtest(a) => store_cmd::crashtest(&a),
         Command::Up(a) => mount_cmd::up(&a),
         Command::Mount(a) => mount_cmd::mount(&a),

@@ -1,15 +1,17 @@
 //! `switchyard mount` and `switchyard umount`: the store as a file system for unmodified
 //! programs (FUSE).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
 
-use crate::size;
+use switchyard_mover::Config;
+
 use crate::store_cmd::{self, MkfsArgs, StoreArgs};
+use crate::{size, tune_cmd};
 
 /// `mount` options.
 #[derive(Args)]
@@ -125,10 +127,43 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
             force: false,
         })?;
     }
-    println!(
-        "engine profile: none (automatic tuning is not built yet); the mover uses its \
-         built-in thresholds"
-    );
+    let common = &a.at.common;
+    let profile = common
+        .profile
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(tune_cmd::DEFAULT_PROFILE));
+    if common.no_profile {
+        println!("engine profile: ignored (--no-profile); the mover uses its built-in thresholds");
+    } else if profile.exists() {
+        // Loading checks that it was measured here; the mount loads it again.
+        let cfg = common.load_config()?;
+        let p = cfg.applied_profile.as_ref().expect("a profile was applied");
+        println!(
+            "engine profile: {}, {}",
+            profile.display(),
+            tune_cmd::describe(p)
+        );
+    } else {
+        println!(
+            "engine profile: none yet; tuning this machine's copy paths (`switchyard tune \
+             --quick`, about 10 s)"
+        );
+        let cfg = match &common.config {
+            Some(p) => Config::load(p)?,
+            None => Config::default(),
+        };
+        let dir =
+            a.at.store
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
+        let (p, _) = tune_cmd::tune_to(&cfg, dir, &profile, true)?;
+        println!(
+            "engine profile: wrote {}, {}",
+            profile.display(),
+            tune_cmd::describe(&p)
+        );
+    }
     std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
     mount(&MountArgs {
         at: a.at.clone(),

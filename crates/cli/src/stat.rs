@@ -108,6 +108,16 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
         cfg.engine.effective_channels(),
         cfg.mover.policy
     );
+    match &cfg.applied_profile {
+        Some(prof) => println!(
+            "engine profile: {}, {}",
+            cfg.mover.profile,
+            crate::tune_cmd::describe(prof)
+        ),
+        None => println!(
+            "engine profile: none (built-in thresholds; `switchyard tune` measures this machine)"
+        ),
+    }
     if a.at.store.exists() {
         println!("{}", crate::store_cmd::usage(&a.at));
     } else {

@@ -1,6 +1,7 @@
 //! The `switchyard` command: main paths and bad input.
 
 use assert_cmd::Command;
+use predicates::prelude::*;
 use predicates::str::contains;
 
 fn sy(dir: &std::path::Path) -> Command {
@@ -260,4 +261,71 @@ fn fs_bench_refuses_bad_sizes() {
         .assert()
         .failure()
         .stderr(contains("multiple of 4K"));
+}
+
+#[test]
+fn tune_finds_the_thresholds_writes_a_profile_and_commands_load_only_their_own() {
+    let d = tempfile::tempdir().unwrap();
+    let out = sy(d.path())
+        .args(["tune", "--quick", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let m = &v["measurements"];
+    // Both directions, aligned and not, every coarse size; the scaling curves and NT sweep.
+    for dir in ["to_slow", "from_slow"] {
+        for aligned in [true, false] {
+            let n = m["sweep"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["direction"] == dir && p["aligned"] == aligned)
+                .count();
+            assert!(n >= 6, "{dir} aligned={aligned}: {n} points");
+        }
+    }
+    assert!(m["engine_scaling"].as_array().unwrap().len() >= 2);
+    assert!(m["writer_scaling"].as_array().unwrap().len() >= 2);
+    assert_eq!(m["nt"].as_array().unwrap().len(), 9);
+    let p = &v["profile"];
+    assert_eq!(p["version"], 1);
+    assert!(p["tuned"]["concurrency_limit"].as_u64().unwrap() >= 1);
+    assert_eq!(p["bins"].as_array().unwrap().len(), 16);
+    let t = &p["tuned"]["thresholds"]["from_slow"]["local_aligned"];
+    assert!(t.as_u64().unwrap() >= 4096, "{t}");
+
+    // The default profile in the working directory is loaded, and shown.
+    let profile = d.path().join("switchyard.profile.toml");
+    assert!(profile.exists());
+    sy(d.path())
+        .args(["stat"])
+        .assert()
+        .success()
+        .stdout(contains("switchyard.profile.toml"));
+
+    // One measured elsewhere is refused, with both machines named.
+    let text = std::fs::read_to_string(&profile).unwrap();
+    let cpu_line = text.lines().find(|l| l.starts_with("cpu = ")).unwrap();
+    let moved = text.replace(cpu_line, "cpu = \"Some Other CPU\"");
+    std::fs::write(&profile, moved).unwrap();
+    sy(d.path())
+        .args(["stat"])
+        .assert()
+        .failure()
+        .stderr(contains("measured on Some Other CPU").and(contains("switchyard tune")));
+    // --no-profile runs on the built-in thresholds.
+    sy(d.path())
+        .args(["stat", "--no-profile"])
+        .assert()
+        .success();
+    // A newer format is named as such.
+    std::fs::write(&profile, "version = 9\n").unwrap();
+    sy(d.path())
+        .args(["stat"])
+        .assert()
+        .failure()
+        .stderr(contains("format version 9"));
 }

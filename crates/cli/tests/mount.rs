@@ -417,7 +417,8 @@ fn up_formats_once_and_mounts_on_mnt() {
             .unwrap();
         let t0 = Instant::now();
         while !work.path().join("mnt").is_dir() || !mounted(&work.path().join("mnt")) {
-            assert!(t0.elapsed() < Duration::from_secs(10), "no mount on ./mnt");
+            // The first run tunes the engine first (`tune --quick`).
+            assert!(t0.elapsed() < Duration::from_secs(120), "no mount on ./mnt");
             std::thread::sleep(Duration::from_millis(20));
         }
         child
@@ -433,9 +434,10 @@ fn up_formats_once_and_mounts_on_mnt() {
     std::fs::write(work.path().join("mnt/hello"), b"world").unwrap();
     let said = stop(c);
     assert!(
-        said.contains("formatted") && said.contains("unmounted"),
+        said.contains("formatted") && said.contains("tuning") && said.contains("unmounted"),
         "{said}"
     );
+    assert!(work.path().join("switchyard.profile.toml").exists());
     let c = up();
     assert_eq!(
         std::fs::read(work.path().join("mnt/hello")).unwrap(),
@@ -443,6 +445,10 @@ fn up_formats_once_and_mounts_on_mnt() {
     );
     let said = stop(c);
     assert!(said.contains("using the store"), "{said}");
+    assert!(
+        said.contains("engine profile: switchyard.profile.toml") && !said.contains("tuning"),
+        "the profile is reused: {said}"
+    );
     assert!(work.path().join("switchyard.store").exists());
 }
 

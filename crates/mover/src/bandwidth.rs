@@ -54,6 +54,13 @@ impl Ewma {
         f64::from_bits(self.0.load(Ordering::Relaxed))
     }
 
+    /// Replaces the value (a measured prior, from a profile).
+    pub fn set(&self, v: f64) {
+        if v.is_finite() && v > 0.0 {
+            self.0.store(v.to_bits(), Ordering::Relaxed);
+        }
+    }
+
     /// Folds in a sample.
     pub fn update(&self, sample: f64) {
         if sample.is_finite() && sample > 0.0 {

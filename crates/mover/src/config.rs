@@ -22,6 +22,7 @@
 //! cpu_writers = 0            # cap on concurrent CPU writers into slow memory; 0 = none
 //! align_writes = true        # §5.2: writes with unequal 64 B offsets stay on the CPU
 //! wait_spin = 2000           # polls of a completion before parking
+//! profile = ""               # engine profile from `switchyard tune`; "" = none
 //!
 //! [mover.thresholds]         # bytes at or above which a request uses the engine
 //! to_slow   = { local_aligned = 8388608, local_unaligned = 8388608, remote_aligned = 131072, remote_unaligned = 131072 }
@@ -30,11 +31,16 @@
 //! ```
 //!
 //! The threshold defaults were measured on a 2-core machine with the threads engine and a
-//! DRAM-backed region (`switchyard bench copy`); `switchyard tune` will derive them per machine.
+//! DRAM-backed region (`switchyard bench copy`). `switchyard tune` measures them on this
+//! machine and writes a profile (see [`crate::profile`]); naming it in `mover.profile` (or
+//! passing it with [`Config::with_profile`]) replaces the thresholds, M, the CPU-writer cap and
+//! the non-temporal threshold with the measured ones, and seeds the live bandwidth estimates.
 
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use switchyard_media::{FlushKind, Persist};
+
+use crate::profile::{Profile, ProfileError};
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -46,6 +52,9 @@ pub struct Config {
     pub media: MediaConfig,
     /// The scheduler.
     pub mover: MoverConfig,
+    /// The profile applied by [`Config::with_profile`] (its bandwidths seed the mover).
+    #[serde(skip)]
+    pub applied_profile: Option<std::sync::Arc<Profile>>,
 }
 
 /// `[engine]`.
@@ -196,6 +205,8 @@ pub struct MoverConfig {
     pub wait_spin: u32,
     /// Engine thresholds.
     pub thresholds: Thresholds,
+    /// Engine profile to load at start (`switchyard tune`); empty for none.
+    pub profile: String,
 }
 
 impl Default for MoverConfig {
@@ -209,6 +220,7 @@ impl Default for MoverConfig {
             align_writes: true,
             wait_spin: 2000,
             thresholds: Thresholds::default(),
+            profile: String::new(),
         }
     }
 }
@@ -235,6 +247,9 @@ pub enum ConfigError {
     /// A value is out of range.
     #[error("config: {0}")]
     Invalid(String),
+    /// The profile named cannot be used here.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
 }
 
 impl Config {
@@ -250,7 +265,24 @@ impl Config {
             message: e.to_string(),
         })?;
         cfg.validate()?;
-        Ok(cfg)
+        if cfg.mover.profile.is_empty() {
+            Ok(cfg)
+        } else {
+            let p = PathBuf::from(&cfg.mover.profile);
+            cfg.with_profile(&p)
+        }
+    }
+
+    /// Loads the profile at `path`, refuses it if it was measured on another machine or
+    /// engine, and applies it (see [`Profile::apply`]).
+    pub fn with_profile(mut self, path: &Path) -> Result<Config, ConfigError> {
+        let prof = Profile::load(path)?;
+        prof.check(path, &self)?;
+        prof.apply(&mut self);
+        self.mover.profile = path.display().to_string();
+        self.applied_profile = Some(std::sync::Arc::new(prof));
+        self.validate()?;
+        Ok(self)
     }
 
     /// Checks ranges and names.

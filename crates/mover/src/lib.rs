@@ -18,7 +18,9 @@ pub mod counters;
 mod decide;
 pub mod hints;
 pub mod plan;
+pub mod profile;
 mod transfer;
+pub mod tune;
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
@@ -118,6 +120,10 @@ impl Mover {
         };
         let info = engine.info();
         let thresholds = [row(&t.to_slow), row(&t.from_slow), row(&t.dram)];
+        let bandwidth = Bandwidth::default();
+        if let Some(p) = &config.applied_profile {
+            p.seed(&bandwidth);
+        }
         Mover {
             policy: m.policy,
             min_threshold: thresholds
@@ -152,7 +158,7 @@ impl Mover {
                 .saturating_sub(info.channels)
                 .max(1),
             active_bulk: CachePadded::new(AtomicUsize::new(0)),
-            bandwidth: Bandwidth::default(),
+            bandwidth,
             counters: Default::default(),
         }
     }

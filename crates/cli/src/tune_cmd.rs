@@ -1,0 +1,130 @@
+//! `switchyard tune`: profiles this machine's copy paths and writes the engine profile that
+//! every later command loads (see `switchyard_mover::tune` for what is measured and how).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+use switchyard_media::Region;
+use switchyard_mover::profile::{Profile, NEVER};
+use switchyard_mover::tune::{self, Effort, Measurements};
+use switchyard_mover::Config;
+
+use crate::size;
+
+/// Where the profile lives unless told otherwise: the working directory, next to the store.
+pub const DEFAULT_PROFILE: &str = "switchyard.profile.toml";
+
+/// `tune` options.
+#[derive(Args)]
+pub struct TuneArgs {
+    /// Configuration file (TOML): the engine to profile. Its thresholds are not read.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Where to write the profile.
+    #[arg(long, default_value = DEFAULT_PROFILE)]
+    out: PathBuf,
+    /// Directory for the scratch region (the medium measured), removed afterwards. Default:
+    /// the working directory, where the main job keeps its store.
+    #[arg(long, default_value = ".")]
+    dir: PathBuf,
+    /// Within 30 s: a coarser sweep, fewer rounds (within 2 minutes without it).
+    #[arg(long)]
+    quick: bool,
+    /// Print the profile and every measurement as one JSON object (for `switchyard report`).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct Output<'a> {
+    tune: bool,
+    profile: &'a Profile,
+    measurements: &'a Measurements,
+}
+
+/// Runs the tuner with a progress bar and saves the profile; returns it.
+pub fn tune_to(
+    config: &Config,
+    dir: &Path,
+    out: &Path,
+    quick: bool,
+) -> anyhow::Result<(Profile, Measurements)> {
+    let scratch = tempfile::Builder::new()
+        .prefix("switchyard-tune.")
+        .suffix(".region")
+        .tempfile_in(dir)
+        .with_context(|| format!("creating a scratch region in {}", dir.display()))?;
+    let region = Region::create(scratch.path(), 256 << 20, config.persist())?;
+    let bar = indicatif::ProgressBar::new(1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("tuning {bar:40} {pos}/{len} {msg} ({eta} left)")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    let effort = if quick { Effort::QUICK } else { Effort::FULL };
+    let (profile, m) = tune::tune(&region, config, effort, quick, &mut |what, done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+        bar.set_message(what.to_string());
+    })?;
+    bar.finish_and_clear();
+    drop(region);
+    profile.save(out)?;
+    Ok((profile, m))
+}
+
+/// A threshold as a person reads it.
+fn threshold(v: usize) -> String {
+    if v >= NEVER {
+        "never".into()
+    } else {
+        size::show(v as u64)
+    }
+}
+
+/// One paragraph saying what a profile sets.
+pub fn describe(p: &Profile) -> String {
+    let t = &p.tuned.thresholds;
+    format!(
+        "measured in {:.1} s on {} with engine {}:\n  engine thresholds: writes {} (unaligned {}), \
+         reads {} (unaligned {})\n  M = {}, CPU writers cap = {}, non-temporal from {}",
+        p.measured.seconds,
+        p.machine,
+        p.engine,
+        threshold(t.to_slow.local_aligned),
+        threshold(t.to_slow.local_unaligned),
+        threshold(t.from_slow.local_aligned),
+        threshold(t.from_slow.local_unaligned),
+        p.tuned.concurrency_limit,
+        if p.tuned.cpu_writers == 0 {
+            "none".to_string()
+        } else {
+            p.tuned.cpu_writers.to_string()
+        },
+        threshold(p.tuned.nt_threshold),
+    )
+}
+
+/// Runs `switchyard tune`.
+pub fn run(a: &TuneArgs) -> anyhow::Result<()> {
+    let config = match &a.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    let (profile, m) = tune_to(&config, &a.dir, &a.out, a.quick)?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&Output {
+                tune: true,
+                profile: &profile,
+                measurements: &m,
+            })?
+        );
+    } else {
+        println!("wrote {}, {}", a.out.display(), describe(&profile));
+    }
+    Ok(())
+}

@@ -1,0 +1,571 @@
+//! Automatic profiling: measures this machine's copy paths and derives what the scheduler
+//! needs (Fastmove §6.3.2 does this by hand from FIO sweeps and leaves automation as future
+//! work; here it is one call).
+//!
+//! What it measures, each as paired rounds (the two paths of a comparison alternate, and a
+//! ratio is the median of per-round ratios, so drift on a noisy machine cancels):
+//!
+//! 1. **Turning points.** For each direction (to slow memory, durable; from slow memory) and
+//!    alignment (64 B aligned; both ends 8 bytes off), one thread copies with the CPU alone
+//!    and with a mover that offloads every request (engine, or the CPU + engine split of bulk
+//!    reads — what the scheduler does above a threshold). A coarse sweep of sizes finds the
+//!    smallest size from which offloading wins (by [`WIN`]) at every larger size; bisection
+//!    between it and the size below narrows it. No win anywhere gives [`NEVER`].
+//! 2. **Per-bin bandwidths** of the CPU and the engine alone, 16 KiB to 2 MiB, one thread,
+//!    and the engine's start-up delay (a 4 KiB request's time beyond its transfer time).
+//! 3. **M**, the engine's saturation point: engine-only 64 KiB reads from 1 to N concurrent
+//!    callers; M is the fewest reaching [`SATURATED`] of the peak.
+//! 4. **The CPU-writer cap**: CPU-only durable 64 KiB writes from 1 to N threads; the cap is the
+//!    fewest reaching [`SATURATED`] of the peak, or none if the most threads are needed.
+//! 5. **The non-temporal threshold**: durable copies of 256 B to 64 KiB with streaming stores
+//!    against temporal stores + flush; the smallest size from which streaming wins at every
+//!    larger size.
+//!
+//! The tuner never reads the configured thresholds: it finds them.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use switchyard_engine::Engine;
+use switchyard_media::{CopyMode, Persist, Region};
+
+use crate::config::{Config, ConfigError, Locality, Policy, Thresholds};
+use crate::hints::{Direction, Hints};
+use crate::profile::{self, Bin, EngineId, Machine, Profile, Startup, Tuned, NEVER};
+use crate::Mover;
+
+/// Offloading must beat the CPU by this factor to count as a win (noise margin).
+pub const WIN: f64 = 1.03;
+/// Share of the peak bandwidth that counts as saturated.
+pub const SATURATED: f64 = 0.95;
+
+/// How long and how carefully to measure.
+#[derive(Debug, Clone, Copy)]
+pub struct Effort {
+    /// Rounds per comparison.
+    pub rounds: usize,
+    /// Length of one path's slice in a round.
+    pub slice: Duration,
+    /// Bisection steps per turning point.
+    pub bisect: usize,
+    /// Coarse sweep: every power of 2 (else every power of 4).
+    pub fine_sweep: bool,
+}
+
+impl Effort {
+    /// `switchyard tune --quick`: well within 30 s on a 2-core machine.
+    pub const QUICK: Effort = Effort {
+        rounds: 5,
+        slice: Duration::from_millis(10),
+        bisect: 2,
+        fine_sweep: false,
+    };
+    /// `switchyard tune`: well within 2 minutes on a 2-core machine.
+    pub const FULL: Effort = Effort {
+        rounds: 9,
+        slice: Duration::from_millis(20),
+        bisect: 3,
+        fine_sweep: true,
+    };
+}
+
+/// One point of a turning-point sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct SweepPoint {
+    /// `to_slow` or `from_slow`.
+    pub direction: &'static str,
+    /// Both ends 64 B aligned.
+    pub aligned: bool,
+    /// Request size.
+    pub size: usize,
+    /// CPU-only GiB/s (median over rounds).
+    pub cpu_gib_s: f64,
+    /// Offload-everything GiB/s.
+    pub offload_gib_s: f64,
+    /// Median per-round offload ÷ CPU.
+    pub ratio: f64,
+    /// Whether bisection (not the coarse sweep) measured it.
+    pub bisected: bool,
+}
+
+/// Aggregate bandwidth at one thread count.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScalePoint {
+    /// Concurrent callers.
+    pub threads: usize,
+    /// Total GiB/s.
+    pub gib_s: f64,
+}
+
+/// Durable copy bandwidths at one size, streaming against temporal + flush.
+#[derive(Debug, Clone, Serialize)]
+pub struct NtPoint {
+    /// Copy size.
+    pub size: usize,
+    /// Non-temporal GiB/s.
+    pub nt_gib_s: f64,
+    /// Temporal + flush GiB/s.
+    pub temporal_gib_s: f64,
+}
+
+/// Everything the tuner measured (for `switchyard report`), with the profile it derived.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurements {
+    /// Turning-point sweeps.
+    pub sweep: Vec<SweepPoint>,
+    /// Engine-only 64 KiB reads by callers.
+    pub engine_scaling: Vec<ScalePoint>,
+    /// CPU-only durable 64 KiB writes by threads.
+    pub writer_scaling: Vec<ScalePoint>,
+    /// Non-temporal against temporal durable copies.
+    pub nt: Vec<NtPoint>,
+}
+
+/// What the caller is told as the tuner goes: a step's name, steps done, steps planned.
+pub type Progress<'a> = &'a mut dyn FnMut(&str, usize, usize);
+
+/// Progress of a run.
+struct Steps<'p> {
+    done: usize,
+    total: usize,
+    progress: Progress<'p>,
+}
+
+impl Steps<'_> {
+    fn tick(&mut self, what: &str) {
+        self.done += 1;
+        (self.progress)(what, self.done.min(self.total), self.total);
+    }
+}
+
+/// Copy paths compared.
+struct Lab<'r> {
+    region: &'r Region,
+    dram: Vec<u8>,
+    dram_off: usize,
+    span: usize,
+    cpu: Mover,
+    engine: Mover,
+    offload: Mover,
+    persist: Persist,
+}
+
+impl Lab<'_> {
+    /// Aggregate GiB/s of `threads` callers copying `size`-byte requests in direction `dir`
+    /// with `mover` for `dur`; each caller in its own slice of the region and of DRAM, its
+    /// ends `misalign` bytes past a 64 B boundary.
+    fn rate(
+        &self,
+        mover: &Mover,
+        dir: Direction,
+        size: usize,
+        threads: usize,
+        misalign: usize,
+        dur: Duration,
+    ) -> f64 {
+        let per = self.span / threads;
+        let stride = size + misalign.next_multiple_of(64);
+        let slots = (per / stride).max(1);
+        let barrier = Barrier::new(threads);
+        let stop = AtomicBool::new(false);
+        let totals: Vec<(u64, Duration)> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (barrier, stop) = (&barrier, &stop);
+                    s.spawn(move || {
+                        let hints = Hints {
+                            direction: dir,
+                            durable: dir == Direction::ToSlow,
+                            ..Hints::default()
+                        };
+                        barrier.wait();
+                        let begin = Instant::now();
+                        let (mut bytes, mut k) = (0u64, 0usize);
+                        while !stop.load(Ordering::Relaxed) {
+                            let off = t * per + (k % slots) * stride + misalign;
+                            // SAFETY: off + size <= (t + 1) * per <= span, within both the
+                            // region and the DRAM buffer; each thread has its own slice.
+                            unsafe {
+                                let r = self.region.as_mut_ptr().add(off);
+                                let d = self.dram.as_ptr().add(self.dram_off + off) as *mut u8;
+                                let (dst, src) = match dir {
+                                    Direction::FromSlow => (d, r as *const u8),
+                                    _ => (r, d as *const u8),
+                                };
+                                mover.copy_raw(dst, src, size, hints);
+                            }
+                            bytes += size as u64;
+                            k += 1;
+                            if t == 0 && begin.elapsed() >= dur {
+                                stop.store(true, Ordering::Relaxed);
+                            }
+                        }
+                        (bytes, begin.elapsed())
+                    })
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().expect("tune thread"))
+                .collect()
+        });
+        let bytes: u64 = totals.iter().map(|t| t.0).sum();
+        let wall = totals.iter().map(|t| t.1).max().unwrap_or_default();
+        bytes as f64 / wall.as_secs_f64().max(1e-9) / (1u64 << 30) as f64
+    }
+
+    /// GiB/s of durable single-thread copies of `size` bytes with non-temporal threshold `nt`.
+    fn durable_rate(&self, size: usize, nt: usize, dur: Duration) -> f64 {
+        let p = Persist {
+            nt_threshold: nt,
+            ..self.persist
+        };
+        let slots = (self.span / size).max(1);
+        let begin = Instant::now();
+        let (mut bytes, mut k) = (0u64, 0usize);
+        while begin.elapsed() < dur {
+            // Many copies per clock read: small copies take well under a microsecond.
+            for _ in 0..64 {
+                let off = (k % slots) * size;
+                // SAFETY: off + size <= span, within the region and the DRAM buffer; no
+                // other thread runs.
+                unsafe {
+                    p.copy(
+                        self.region.as_mut_ptr().add(off),
+                        self.dram.as_ptr().add(self.dram_off + off),
+                        size,
+                        CopyMode::Durable,
+                    );
+                }
+                bytes += size as u64;
+                k += 1;
+            }
+        }
+        bytes as f64 / begin.elapsed().as_secs_f64() / (1u64 << 30) as f64
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Two measurements in `rounds` alternating rounds: (median a, median b, median a ÷ b).
+fn paired(rounds: usize, mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> [f64; 3] {
+    let (mut xa, mut xb, mut r) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..rounds {
+        let (x, y) = if i % 2 == 0 {
+            let x = a();
+            (x, b())
+        } else {
+            let y = b();
+            (a(), y)
+        };
+        xa.push(x);
+        xb.push(y);
+        r.push(x / y);
+    }
+    [median(xa), median(xb), median(r)]
+}
+
+/// Sizes of the coarse sweep.
+fn sweep_sizes(e: &Effort) -> Vec<usize> {
+    let step = if e.fine_sweep { 1 } else { 2 };
+    (12..=22).step_by(step).map(|s| 1usize << s).collect()
+}
+
+/// The smallest size from which `won` holds at every larger measured size.
+fn turning_point(points: &[(usize, bool)]) -> Option<usize> {
+    let mut at = None;
+    for &(size, won) in points.iter().rev() {
+        if !won {
+            break;
+        }
+        at = Some(size);
+    }
+    at
+}
+
+/// Profiles this machine's paths on `region` with the engine `config` starts. `quick` picks
+/// [`Effort::QUICK`], else [`Effort::FULL`]. The region's contents are overwritten.
+pub fn tune(
+    region: &Region,
+    config: &Config,
+    effort: Effort,
+    quick: bool,
+    progress: Progress<'_>,
+) -> Result<(Profile, Measurements), ConfigError> {
+    let t_start = Instant::now();
+    let engine: Arc<dyn Engine> = crate::start_engine(config)?;
+    let persist = config.persist();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let max_callers = (2 * cores).clamp(2, 8);
+    let mover = |policy: Policy, thresholds: Thresholds| {
+        let mut c = config.clone();
+        c.mover.policy = policy;
+        c.mover.thresholds = thresholds;
+        c.mover.concurrency_limit = 0;
+        c.mover.cpu_writers = 0;
+        c.applied_profile = None;
+        Mover::with_engine(&c, engine.clone(), persist)
+    };
+    let all = |v: usize| Locality {
+        local_aligned: v,
+        local_unaligned: v,
+        remote_aligned: v,
+        remote_unaligned: v,
+    };
+    let zero = Thresholds {
+        to_slow: all(0),
+        from_slow: all(0),
+        dram: all(0),
+    };
+    let span = region.len().min(256 << 20);
+    let mut dram = vec![0u8; span + 4096];
+    let dram_off = dram.as_ptr().align_offset(4096);
+    // Fault every page in before measuring.
+    // SAFETY: the region is mapped for `span` bytes and nothing else uses it.
+    unsafe { std::ptr::write_bytes(region.as_mut_ptr(), 1, span) };
+    dram.iter_mut().for_each(|b| *b = 2);
+    let lab = Lab {
+        region,
+        dram,
+        dram_off,
+        span,
+        cpu: mover(Policy::Cpu, zero),
+        engine: mover(Policy::Engine, zero),
+        offload: mover(Policy::Auto, zero),
+        persist,
+    };
+
+    let sizes = sweep_sizes(&effort);
+    let bins: Vec<usize> = (0..crate::bandwidth::BINS)
+        .map(|i| crate::bandwidth::MIN_SAMPLED << i)
+        .collect();
+    let nt_sizes: Vec<usize> = (8..=16).map(|s| 1usize << s).collect();
+    let dirs = [Direction::ToSlow, Direction::FromSlow];
+    let total = dirs.len() * 2 * (sizes.len() + effort.bisect)
+        + dirs.len() * (bins.len() + 1)
+        + 2 * max_callers
+        + nt_sizes.len();
+    let mut steps = Steps {
+        done: 0,
+        total,
+        progress,
+    };
+    let (rounds, slice) = (effort.rounds, effort.slice);
+
+    // 1. Turning points.
+    let mut m = Measurements {
+        sweep: Vec::new(),
+        engine_scaling: Vec::new(),
+        writer_scaling: Vec::new(),
+        nt: Vec::new(),
+    };
+    let mut found = [[NEVER; 2]; 2];
+    for (di, &dir) in dirs.iter().enumerate() {
+        for (ai, misalign) in [0usize, 8].into_iter().enumerate() {
+            let name = Profile::direction_name(dir);
+            let label = format!(
+                "turning point {name} {}",
+                if misalign == 0 {
+                    "aligned"
+                } else {
+                    "unaligned"
+                }
+            );
+            let mut measure = |size: usize, bisected: bool| {
+                let [off, cpu, ratio] = paired(
+                    rounds,
+                    || lab.rate(&lab.offload, dir, size, 1, misalign, slice),
+                    || lab.rate(&lab.cpu, dir, size, 1, misalign, slice),
+                );
+                m.sweep.push(SweepPoint {
+                    direction: name,
+                    aligned: misalign == 0,
+                    size,
+                    cpu_gib_s: cpu,
+                    offload_gib_s: off,
+                    ratio,
+                    bisected,
+                });
+                ratio >= WIN
+            };
+            let mut points = Vec::new();
+            for &s in &sizes {
+                points.push((s, measure(s, false)));
+                steps.tick(&label);
+            }
+            let Some(mut hi) = turning_point(&points) else {
+                steps.done += effort.bisect;
+                continue;
+            };
+            let mut lo = sizes.iter().rev().find(|&&s| s < hi).copied().unwrap_or(hi);
+            for _ in 0..effort.bisect {
+                let mid = (((lo as f64) * (hi as f64)).sqrt() as usize).next_multiple_of(4096);
+                if mid <= lo || mid >= hi {
+                    break;
+                }
+                if measure(mid, true) {
+                    hi = mid;
+                } else {
+                    lo = mid;
+                }
+                steps.tick(&label);
+            }
+            found[di][ai] = hi;
+        }
+    }
+
+    // 2. Per-bin bandwidths and start-up delays.
+    let mut bin_out = Vec::new();
+    let mut startup = Vec::new();
+    for &dir in &dirs {
+        let name = Profile::direction_name(dir);
+        for &size in &bins {
+            let [cpu, eng, _] = paired(
+                rounds,
+                || lab.rate(&lab.cpu, dir, size, 1, 0, slice),
+                || lab.rate(&lab.engine, dir, size, 1, 0, slice),
+            );
+            bin_out.push(Bin {
+                direction: name.to_string(),
+                size,
+                cpu_gib_s: cpu,
+                engine_gib_s: eng,
+            });
+            steps.tick(&format!("bandwidth {name}"));
+        }
+        // A 4 KiB engine request's time beyond moving 4 KiB at the smallest bin's bandwidth.
+        let small = median(
+            (0..rounds)
+                .map(|_| lab.rate(&lab.engine, dir, 4096, 1, 0, slice))
+                .collect(),
+        );
+        let per_request_ns = 4096.0 / (small * 1.073_741_824);
+        let transfer_ns = 4096.0 / (bin_out.last().map_or(1.0, |b| b.engine_gib_s) * 1.073_741_824);
+        startup.push(Startup {
+            direction: name.to_string(),
+            ns: (per_request_ns - transfer_ns).max(1.0),
+        });
+        steps.tick(&format!("start-up {name}"));
+    }
+
+    // 3. M, and 4. the CPU-writer cap.
+    let mut scale = |mover: &Mover, dir: Direction, what: &str| {
+        let mut out = Vec::new();
+        for t in 1..=max_callers {
+            let gib_s = median(
+                (0..rounds)
+                    .map(|_| lab.rate(mover, dir, 64 << 10, t, 0, slice))
+                    .collect(),
+            );
+            out.push(ScalePoint { threads: t, gib_s });
+            steps.tick(what);
+        }
+        out
+    };
+    let saturation = |pts: &[ScalePoint]| {
+        let peak = pts.iter().map(|p| p.gib_s).fold(0.0, f64::max);
+        pts.iter()
+            .find(|p| p.gib_s >= SATURATED * peak)
+            .map_or(1, |p| p.threads)
+    };
+    let engine_scaling = scale(&lab.engine, Direction::FromSlow, "engine saturation (M)");
+    let writer_scaling = scale(&lab.cpu, Direction::ToSlow, "CPU writers");
+    let concurrency_limit = saturation(&engine_scaling);
+    let writers = saturation(&writer_scaling);
+    let cpu_writers = if writers >= max_callers { 0 } else { writers };
+
+    // 5. Non-temporal threshold.
+    let mut nt_points = Vec::new();
+    for &size in &nt_sizes {
+        let [nt, temporal, ratio] = paired(
+            rounds,
+            || lab.durable_rate(size, 0, slice),
+            || lab.durable_rate(size, usize::MAX, slice),
+        );
+        nt_points.push((size, ratio >= 1.0));
+        m.nt.push(NtPoint {
+            size,
+            nt_gib_s: nt,
+            temporal_gib_s: temporal,
+        });
+        steps.tick("non-temporal threshold");
+    }
+    let nt_threshold = turning_point(&nt_points).unwrap_or(NEVER);
+    m.engine_scaling = engine_scaling;
+    m.writer_scaling = writer_scaling;
+
+    let locality = |dir: usize| Locality {
+        local_aligned: found[dir][0],
+        local_unaligned: found[dir][1],
+        // No NUMA here: remote memory is local memory.
+        remote_aligned: found[dir][0],
+        remote_unaligned: found[dir][1],
+    };
+    let thresholds = Thresholds {
+        to_slow: locality(0),
+        from_slow: locality(1),
+        // DRAM-to-DRAM copies behave as reads from slow memory on a machine whose slow
+        // memory is DRAM; elsewhere the engine is at least no worse there.
+        dram: locality(1),
+    };
+    let profile = Profile {
+        version: profile::PROFILE_VERSION,
+        machine: Machine::this(&persist),
+        engine: EngineId::of(config),
+        measured: profile::Measured {
+            unix_time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            seconds: t_start.elapsed().as_secs_f64(),
+            quick,
+        },
+        tuned: Tuned {
+            thresholds,
+            concurrency_limit,
+            cpu_writers,
+            nt_threshold,
+        },
+        bins: bin_out,
+        startup,
+    };
+    Ok((profile, m))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_turning_point_is_where_every_larger_size_wins() {
+        assert_eq!(turning_point(&[(1, false), (2, true), (4, true)]), Some(2));
+        assert_eq!(turning_point(&[(1, true), (2, false), (4, true)]), Some(4));
+        assert_eq!(turning_point(&[(1, true), (2, true), (4, false)]), None);
+        assert_eq!(turning_point(&[(1, true), (2, true)]), Some(1));
+        assert_eq!(turning_point(&[]), None);
+    }
+
+    #[test]
+    fn paired_rounds_alternate_and_take_medians() {
+        let mut calls = Vec::new();
+        let a = std::cell::RefCell::new(&mut calls);
+        let r = paired(
+            3,
+            || {
+                a.borrow_mut().push('a');
+                4.0
+            },
+            || {
+                a.borrow_mut().push('b');
+                2.0
+            },
+        );
+        assert_eq!(r, [4.0, 2.0, 2.0]);
+        assert_eq!(calls.iter().collect::<String>(), "abbaab");
+    }
+}
