@@ -87,6 +87,7 @@ impl Job<'_> {
         Ok(Measured {
             gib_s: bw / (1u64 << 30) as f64,
             p50_us: p50 / 1000.0,
+            cpu_s_per_gib: None,
         })
     }
 }

@@ -432,6 +432,7 @@ fn store_point(fs: &Fs, files: &Files, p: Point) -> anyhow::Result<Measured> {
     Ok(Measured {
         gib_s: bytes as f64 / secs / (1u64 << 30) as f64,
         p50_us: lat.median_ns() / 1000.0,
+        cpu_s_per_gib: None,
     })
 }
 

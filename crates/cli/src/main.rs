@@ -7,6 +7,7 @@ mod fio;
 mod fs_bench;
 mod idle_bench;
 mod measure;
+mod mix_bench;
 mod mount_bench;
 mod mount_cmd;
 mod pmdk;
@@ -73,6 +74,10 @@ enum Bench {
     /// The same fio jobs on the store's FUSE mount, on a passthrough FUSE file system (FUSE's
     /// own cost) and on tmpfs, in one run.
     Mount(mount_bench::MountBenchArgs),
+    /// Request-size mixes (Fastmove's bulk and mixed, and Table 1's TPC-C, fileserver and
+    /// graph-walk mixes), reads and writes, 1..N threads, through cpu-only, engine-only,
+    /// default and tuned scheduling; with --grid, the best static setting for comparison.
+    Mix(mix_bench::MixArgs),
     /// Cost of one scheduling decision (median over batches).
     Decide(decide_bench::DecideArgs),
     /// CPU used by an idle engine after a burst of work.
@@ -132,6 +137,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Copy(a)) => copy_bench::run(&a),
         Command::Bench(Bench::Fs(a)) => fs_bench::run(&a),
         Command::Bench(Bench::Mount(a)) => mount_bench::run(&a),
+        Command::Bench(Bench::Mix(a)) => mix_bench::run(&a),
         Command::Bench(Bench::Decide(a)) => decide_bench::run(&a),
         Command::Bench(Bench::Idle(a)) => idle_bench::run(&a),
         Command::Stat(a) => stat::run(&a),

@@ -6,7 +6,10 @@
 #[derive(Debug, Clone, Copy)]
 pub struct Measured {
     pub gib_s: f64,
+    /// Median latency, µs (0 where the system does not report one).
     pub p50_us: f64,
+    /// Process CPU time per GiB moved, where measured.
+    pub cpu_s_per_gib: Option<f64>,
 }
 
 /// The median of `v` (the upper one of an even count); `v` must not be empty.
@@ -43,6 +46,12 @@ impl Rounds {
     /// System `i`'s median of per-round median latencies.
     pub fn p50_us(&self, i: usize) -> f64 {
         median(&mut self.0[i].iter().map(|m| m.p50_us).collect::<Vec<_>>())
+    }
+
+    /// System `i`'s median CPU seconds per GiB, where measured.
+    pub fn cpu_s_per_gib(&self, i: usize) -> Option<f64> {
+        let v: Option<Vec<f64>> = self.0[i].iter().map(|m| m.cpu_s_per_gib).collect();
+        v.map(|mut v| median(&mut v))
     }
 
     /// Median over rounds of system `a`'s GiB/s ÷ system `b`'s in the same round.

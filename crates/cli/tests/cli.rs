@@ -329,3 +329,55 @@ fn tune_finds_the_thresholds_writes_a_profile_and_commands_load_only_their_own()
         .failure()
         .stderr(contains("format version 9"));
 }
+
+#[test]
+fn mix_bench_runs_every_workload_and_policy_and_the_grid() {
+    let d = tempfile::tempdir().unwrap();
+    let out = sy(d.path())
+        .args([
+            "bench",
+            "mix",
+            "--json",
+            "--grid",
+            "--threads",
+            "1",
+            "--rounds",
+            "1",
+            "--slice-ms",
+            "2",
+            "--dir",
+        ])
+        .arg(d.path())
+        .assert()
+        .success()
+        .stderr(contains("tuning first"))
+        .get_output()
+        .stdout
+        .clone();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 9 + 1, "9 workload-directions and a summary");
+    for r in &lines[..9] {
+        let policies = r["gib_s"].as_array().unwrap();
+        let breakdown = matches!(r["workload"].as_str().unwrap(), "bulk" | "mixed");
+        assert_eq!(policies.len(), if breakdown { 6 } else { 4 }, "{r}");
+        assert!(policies.iter().all(|p| p[1].as_f64().unwrap() > 0.0), "{r}");
+        assert_eq!(r["grid"].is_object(), breakdown, "{r}");
+        if breakdown {
+            assert!(r["grid"]["settings"].as_u64().unwrap() >= 36);
+        }
+    }
+    let s = &lines[9];
+    assert!(s["table1_tuned_vs_cpu_min"][0].as_f64().unwrap() > 0.0);
+    assert!(s["grid_tuned_vs_best_min"][0].as_f64().unwrap() > 0.0);
+    // The profile it tuned is kept for the next run; the scratch region is gone.
+    assert!(d.path().join("switchyard.profile.toml").exists());
+    assert!(!std::fs::read_dir(d.path()).unwrap().any(|e| e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .contains("bench-mix")));
+}

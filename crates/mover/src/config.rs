@@ -19,6 +19,7 @@
 //! concurrency_limit = 0      # M: engine requests in flight; 0 = number of channels
 //! split = true               # split bulk from-slow copies between engine and CPU (§5.3)
 //! split_min_bytes = 262144   # smallest request that is split
+//! split_share = 0.0          # engine's share of a split; 0 = from live bandwidth estimates
 //! cpu_writers = 0            # cap on concurrent CPU writers into slow memory; 0 = none
 //! align_writes = true        # §5.2: writes with unequal 64 B offsets stay on the CPU
 //! wait_spin = 2000           # polls of a completion before parking
@@ -197,6 +198,9 @@ pub struct MoverConfig {
     pub split: bool,
     /// Smallest split request, bytes.
     pub split_min_bytes: usize,
+    /// The engine's fixed share of a split request, in (0, 1); 0 = from the live bandwidth
+    /// estimates (§5.3). A fixed share is for experiments (the grid of `bench mix`).
+    pub split_share: f64,
     /// Cap on concurrent CPU writers into slow memory; 0 = no cap.
     pub cpu_writers: usize,
     /// Keep writes with unequal 64 B offsets on the CPU.
@@ -216,6 +220,7 @@ impl Default for MoverConfig {
             concurrency_limit: 0,
             split: true,
             split_min_bytes: 256 << 10,
+            split_share: 0.0,
             cpu_writers: 0,
             align_writes: true,
             wait_spin: 2000,
@@ -304,6 +309,12 @@ impl Config {
             return bad(format!(
                 "engine.descriptor_bytes = {}: must be a power of two >= 4096",
                 self.engine.descriptor_bytes
+            ));
+        }
+        if !(0.0..1.0).contains(&self.mover.split_share) {
+            return bad(format!(
+                "mover.split_share = {}: must be 0 (live estimates) or between 0 and 1",
+                self.mover.split_share
             ));
         }
         if self.media.flush != "auto" {

@@ -118,7 +118,11 @@ impl Mover {
             && hints.direction == Direction::FromSlow
             && body >= self.split_min_bytes
         {
-            let engine_bytes = self.bandwidth.engine_share(hints.direction, body, 4096);
+            let engine_bytes = if self.split_share > 0.0 {
+                (body as f64 * self.split_share) as usize / 4096 * 4096
+            } else {
+                self.bandwidth.engine_share(hints.direction, body, 4096)
+            };
             if engine_bytes < 4096 {
                 self.inflight.fetch_sub(1, Ordering::Release);
                 return Decision::CPU;

@@ -17,6 +17,7 @@ pub mod config;
 pub mod counters;
 mod decide;
 pub mod hints;
+pub mod lab;
 pub mod plan;
 pub mod profile;
 mod transfer;
@@ -79,6 +80,7 @@ pub struct Mover {
     pub(crate) concurrency_limit: usize,
     pub(crate) split: bool,
     pub(crate) split_min_bytes: usize,
+    pub(crate) split_share: f64,
     pub(crate) align_writes: bool,
     pub(crate) wait_spin: u32,
     pub(crate) cpu_writers: usize,
@@ -142,6 +144,7 @@ impl Mover {
             },
             split: m.split,
             split_min_bytes: m.split_min_bytes,
+            split_share: m.split_share,
             align_writes: m.align_writes,
             wait_spin: m.wait_spin,
             cpu_writers: m.cpu_writers,

@@ -23,16 +23,16 @@
 //!
 //! The tuner never reads the configured thresholds: it finds them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use switchyard_engine::Engine;
-use switchyard_media::{CopyMode, Persist, Region};
+use switchyard_media::Region;
 
 use crate::config::{Config, ConfigError, Locality, Policy, Thresholds};
-use crate::hints::{Direction, Hints};
+use crate::hints::Direction;
+use crate::lab::Lab;
 use crate::profile::{self, Bin, EngineId, Machine, Profile, Startup, Tuned, NEVER};
 use crate::Mover;
 
@@ -140,110 +140,12 @@ impl Steps<'_> {
     }
 }
 
-/// Copy paths compared.
-struct Lab<'r> {
-    region: &'r Region,
-    dram: Vec<u8>,
-    dram_off: usize,
-    span: usize,
+/// The paths compared: the CPU alone, the engine alone, and a mover that offloads every
+/// request it may (thresholds 0).
+struct Paths {
     cpu: Mover,
     engine: Mover,
     offload: Mover,
-    persist: Persist,
-}
-
-impl Lab<'_> {
-    /// Aggregate GiB/s of `threads` callers copying `size`-byte requests in direction `dir`
-    /// with `mover` for `dur`; each caller in its own slice of the region and of DRAM, its
-    /// ends `misalign` bytes past a 64 B boundary.
-    fn rate(
-        &self,
-        mover: &Mover,
-        dir: Direction,
-        size: usize,
-        threads: usize,
-        misalign: usize,
-        dur: Duration,
-    ) -> f64 {
-        let per = self.span / threads;
-        let stride = size + misalign.next_multiple_of(64);
-        let slots = (per / stride).max(1);
-        let barrier = Barrier::new(threads);
-        let stop = AtomicBool::new(false);
-        let totals: Vec<(u64, Duration)> = std::thread::scope(|s| {
-            let hs: Vec<_> = (0..threads)
-                .map(|t| {
-                    let (barrier, stop) = (&barrier, &stop);
-                    s.spawn(move || {
-                        let hints = Hints {
-                            direction: dir,
-                            durable: dir == Direction::ToSlow,
-                            ..Hints::default()
-                        };
-                        barrier.wait();
-                        let begin = Instant::now();
-                        let (mut bytes, mut k) = (0u64, 0usize);
-                        while !stop.load(Ordering::Relaxed) {
-                            let off = t * per + (k % slots) * stride + misalign;
-                            // SAFETY: off + size <= (t + 1) * per <= span, within both the
-                            // region and the DRAM buffer; each thread has its own slice.
-                            unsafe {
-                                let r = self.region.as_mut_ptr().add(off);
-                                let d = self.dram.as_ptr().add(self.dram_off + off) as *mut u8;
-                                let (dst, src) = match dir {
-                                    Direction::FromSlow => (d, r as *const u8),
-                                    _ => (r, d as *const u8),
-                                };
-                                mover.copy_raw(dst, src, size, hints);
-                            }
-                            bytes += size as u64;
-                            k += 1;
-                            if t == 0 && begin.elapsed() >= dur {
-                                stop.store(true, Ordering::Relaxed);
-                            }
-                        }
-                        (bytes, begin.elapsed())
-                    })
-                })
-                .collect();
-            hs.into_iter()
-                .map(|h| h.join().expect("tune thread"))
-                .collect()
-        });
-        let bytes: u64 = totals.iter().map(|t| t.0).sum();
-        let wall = totals.iter().map(|t| t.1).max().unwrap_or_default();
-        bytes as f64 / wall.as_secs_f64().max(1e-9) / (1u64 << 30) as f64
-    }
-
-    /// GiB/s of durable single-thread copies of `size` bytes with non-temporal threshold `nt`.
-    fn durable_rate(&self, size: usize, nt: usize, dur: Duration) -> f64 {
-        let p = Persist {
-            nt_threshold: nt,
-            ..self.persist
-        };
-        let slots = (self.span / size).max(1);
-        let begin = Instant::now();
-        let (mut bytes, mut k) = (0u64, 0usize);
-        while begin.elapsed() < dur {
-            // Many copies per clock read: small copies take well under a microsecond.
-            for _ in 0..64 {
-                let off = (k % slots) * size;
-                // SAFETY: off + size <= span, within the region and the DRAM buffer; no
-                // other thread runs.
-                unsafe {
-                    p.copy(
-                        self.region.as_mut_ptr().add(off),
-                        self.dram.as_ptr().add(self.dram_off + off),
-                        size,
-                        CopyMode::Durable,
-                    );
-                }
-                bytes += size as u64;
-                k += 1;
-            }
-        }
-        bytes as f64 / begin.elapsed().as_secs_f64() / (1u64 << 30) as f64
-    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -323,22 +225,11 @@ pub fn tune(
         from_slow: all(0),
         dram: all(0),
     };
-    let span = region.len().min(256 << 20);
-    let mut dram = vec![0u8; span + 4096];
-    let dram_off = dram.as_ptr().align_offset(4096);
-    // Fault every page in before measuring.
-    // SAFETY: the region is mapped for `span` bytes and nothing else uses it.
-    unsafe { std::ptr::write_bytes(region.as_mut_ptr(), 1, span) };
-    dram.iter_mut().for_each(|b| *b = 2);
-    let lab = Lab {
-        region,
-        dram,
-        dram_off,
-        span,
+    let lab = Lab::new(region);
+    let paths = Paths {
         cpu: mover(Policy::Cpu, zero),
         engine: mover(Policy::Engine, zero),
         offload: mover(Policy::Auto, zero),
-        persist,
     };
 
     let sizes = sweep_sizes(&effort);
@@ -380,8 +271,8 @@ pub fn tune(
             let mut measure = |size: usize, bisected: bool| {
                 let [off, cpu, ratio] = paired(
                     rounds,
-                    || lab.rate(&lab.offload, dir, size, 1, misalign, slice),
-                    || lab.rate(&lab.cpu, dir, size, 1, misalign, slice),
+                    || lab.rate(&paths.offload, dir, &[size], 1, misalign, slice),
+                    || lab.rate(&paths.cpu, dir, &[size], 1, misalign, slice),
                 );
                 m.sweep.push(SweepPoint {
                     direction: name,
@@ -428,8 +319,8 @@ pub fn tune(
         for &size in &bins {
             let [cpu, eng, _] = paired(
                 rounds,
-                || lab.rate(&lab.cpu, dir, size, 1, 0, slice),
-                || lab.rate(&lab.engine, dir, size, 1, 0, slice),
+                || lab.rate(&paths.cpu, dir, &[size], 1, 0, slice),
+                || lab.rate(&paths.engine, dir, &[size], 1, 0, slice),
             );
             bin_out.push(Bin {
                 direction: name.to_string(),
@@ -442,7 +333,7 @@ pub fn tune(
         // A 4 KiB engine request's time beyond moving 4 KiB at the smallest bin's bandwidth.
         let small = median(
             (0..rounds)
-                .map(|_| lab.rate(&lab.engine, dir, 4096, 1, 0, slice))
+                .map(|_| lab.rate(&paths.engine, dir, &[4096], 1, 0, slice))
                 .collect(),
         );
         let per_request_ns = 4096.0 / (small * 1.073_741_824);
@@ -460,7 +351,7 @@ pub fn tune(
         for t in 1..=max_callers {
             let gib_s = median(
                 (0..rounds)
-                    .map(|_| lab.rate(mover, dir, 64 << 10, t, 0, slice))
+                    .map(|_| lab.rate(mover, dir, &[64 << 10], t, 0, slice))
                     .collect(),
             );
             out.push(ScalePoint { threads: t, gib_s });
@@ -474,8 +365,8 @@ pub fn tune(
             .find(|p| p.gib_s >= SATURATED * peak)
             .map_or(1, |p| p.threads)
     };
-    let engine_scaling = scale(&lab.engine, Direction::FromSlow, "engine saturation (M)");
-    let writer_scaling = scale(&lab.cpu, Direction::ToSlow, "CPU writers");
+    let engine_scaling = scale(&paths.engine, Direction::FromSlow, "engine saturation (M)");
+    let writer_scaling = scale(&paths.cpu, Direction::ToSlow, "CPU writers");
     let concurrency_limit = saturation(&engine_scaling);
     let writers = saturation(&writer_scaling);
     let cpu_writers = if writers >= max_callers { 0 } else { writers };
@@ -485,8 +376,8 @@ pub fn tune(
     for &size in &nt_sizes {
         let [nt, temporal, ratio] = paired(
             rounds,
-            || lab.durable_rate(size, 0, slice),
-            || lab.durable_rate(size, usize::MAX, slice),
+            || lab.durable_rate(persist, size, 0, slice),
+            || lab.durable_rate(persist, size, usize::MAX, slice),
         );
         nt_points.push((size, ratio >= 1.0));
         m.nt.push(NtPoint {

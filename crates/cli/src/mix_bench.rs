@@ -1,0 +1,499 @@
+//! `switchyard bench mix`: request-size mixes of real workloads through every scheduling
+//! policy, in one run.
+//!
+//! Workloads (sizes drawn once, with a fixed seed, into a sequence every caller walks):
+//!
+//! - `bulk` and `mixed`, the synthetic workloads of Fastmove §6.2.2: sizes with a mean of
+//!   256 KiB (uniform 64–448 KiB), and a mix of small and bulk sizes (8 KiB to 256 KiB, each
+//!   power of two equally likely);
+//! - the size mixes of Fastmove Table 1: `tpcc` (reads all 16–32 KiB; writes 6.5% below
+//!   16 KiB, 82.9% 16–32 KiB, 10.6% above), `fileserver` (reads 80.2% / 11.5% / 8.3%, writes
+//!   82.2% / 10.2% / 7.6% in the same ranges) and `graph` (reads only, all 128 KiB chunks).
+//!   "Above 32 KiB" is drawn up to 256 KiB (1 MiB for fileserver reads).
+//!
+//! Each workload runs reads from slow memory and durable writes to it, from 1 to N threads,
+//! on these policies over one shared engine: `cpu` (CPU only), `engine` (engine only),
+//! `default` (built-in thresholds), `tuned` (the engine profile), and for `bulk` and `mixed`
+//! the steps of Fastmove's Fig. 11 breakdown: `limit` (offload everything, concurrency limit
+//! M from the profile, no split) and `thresholds` (plus the profile's thresholds, no split);
+//! `tuned` adds the split. Policies alternate in rotated rounds; ratios are medians of
+//! per-round ratios.
+//!
+//! With `--grid`, `bulk` and `mixed` also get an exhaustive grid over the threshold of their
+//! direction, M and the split share: every setting is screened once, then the best three are
+//! measured again in rounds paired with `tuned`, and the best of those is the grid's best
+//! static configuration (re-measuring avoids crowning the luckiest screening sample).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+use switchyard_media::Region;
+use switchyard_mover::config::{Locality, Thresholds};
+use switchyard_mover::lab::Lab;
+use switchyard_mover::profile::{Profile, NEVER};
+use switchyard_mover::{Config, Direction, Mover, Policy};
+
+use crate::measure::{Measured, Rounds};
+use crate::{cpu_time, tune_cmd};
+
+/// `bench mix` options.
+#[derive(Args)]
+pub struct MixArgs {
+    /// Configuration file (TOML): the engine; its thresholds are the `default` policy's.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Engine profile for the `tuned` policy [default: ./switchyard.profile.toml; if it does
+    /// not exist, `tune --quick` runs first and writes it].
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// Directory for the scratch region (default /dev/shm when it exists, else the working
+    /// directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// About a minute: 5 rounds of 30 ms slices.
+    #[arg(long)]
+    quick: bool,
+    /// Also search the grid of static settings for `bulk` and `mixed`.
+    #[arg(long)]
+    grid: bool,
+    /// Print one JSON record per case (and a summary record) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Comma-separated caller thread counts (default 1 and the number of cores).
+    #[arg(long, value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Rounds per case (default 9; 5 with --quick).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Milliseconds each policy runs per round (default 50; 30 with --quick).
+    #[arg(long)]
+    slice_ms: Option<u64>,
+}
+
+/// One workload in one direction.
+struct Workload {
+    name: &'static str,
+    dir: Direction,
+    /// Table 1's mixes (the ≥ 1.0× targets apply to these).
+    table1: bool,
+    sizes: Vec<usize>,
+}
+
+/// Buckets of (percent, smallest, largest) sizes, drawn as 4 KiB multiples.
+fn draw(buckets: &[(f64, usize, usize)], seed: u64) -> Vec<usize> {
+    let mut rng = seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let total: f64 = buckets.iter().map(|b| b.0).sum();
+    (0..4096)
+        .map(|_| {
+            let mut pick = (next() % 1_000_000) as f64 / 1_000_000.0 * total;
+            let &(_, lo, hi) = buckets
+                .iter()
+                .find(|b| {
+                    pick -= b.0;
+                    pick < 0.0
+                })
+                .unwrap_or(buckets.last().expect("buckets"));
+            let steps = (hi - lo) / 4096 + 1;
+            lo + (next() as usize % steps) * 4096
+        })
+        .collect()
+}
+
+fn workloads() -> Vec<Workload> {
+    const K: usize = 1024;
+    let mixed: Vec<(f64, usize, usize)> = (3..=8).map(|p| (1.0, K << p, K << p)).collect();
+    let bulk = [(1.0, 64 * K, 448 * K)];
+    let table1 = |small: f64, mid: f64, big: f64, top: usize| {
+        [
+            (small, 4 * K, 12 * K),
+            (mid, 16 * K, 28 * K),
+            (big, 32 * K, top),
+        ]
+    };
+    let w = |name, dir, table1, b: &[(f64, usize, usize)], seed| Workload {
+        name,
+        dir,
+        table1,
+        sizes: draw(b, seed),
+    };
+    use Direction::{FromSlow as R, ToSlow as W};
+    vec![
+        w("bulk", R, false, &bulk, 1),
+        w("bulk", W, false, &bulk, 2),
+        w("mixed", R, false, &mixed, 3),
+        w("mixed", W, false, &mixed, 4),
+        w("tpcc", R, true, &table1(0.0, 100.0, 0.0, 0), 5),
+        w("tpcc", W, true, &table1(6.5, 82.9, 10.6, 256 * K), 6),
+        w("fileserver", R, true, &table1(80.2, 11.5, 8.3, 1024 * K), 7),
+        w("fileserver", W, true, &table1(82.2, 10.2, 7.6, 256 * K), 8),
+        w("graph", R, true, &[(1.0, 128 * K, 128 * K)], 9),
+    ]
+}
+
+/// A static setting of the grid.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct Setting {
+    /// Engine threshold of the workload's direction (aligned); [`NEVER`] = CPU only.
+    threshold: usize,
+    /// M.
+    concurrency_limit: usize,
+    /// The engine's share of a split (0: live estimates; reads only).
+    split_share: f64,
+}
+
+/// The grid's result for one case.
+#[derive(Debug, Clone, Serialize)]
+struct Grid {
+    settings: usize,
+    best: Setting,
+    best_gib_s: f64,
+    /// Median per-round tuned ÷ best, measured paired.
+    tuned_vs_best: f64,
+    /// Median per-round default ÷ best.
+    default_vs_best: f64,
+}
+
+/// One case: a workload in one direction with some callers, every policy.
+#[derive(Debug, Clone, Serialize)]
+struct Record {
+    bench: &'static str,
+    workload: &'static str,
+    direction: &'static str,
+    threads: usize,
+    mean_size: usize,
+    /// Policy name → median GiB/s.
+    gib_s: Vec<(&'static str, f64)>,
+    /// Policy name → CPU seconds (all threads, engine workers included) per GiB moved.
+    cpu_s_per_gib: Vec<(&'static str, f64)>,
+    tuned_vs_cpu: f64,
+    tuned_vs_engine: f64,
+    tuned_vs_default: f64,
+    grid: Option<Grid>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Summary {
+    summary: bool,
+    bench: &'static str,
+    /// Worst tuned ÷ cpu over Table 1's mixes.
+    table1_tuned_vs_cpu_min: Option<(f64, String)>,
+    /// Worst tuned ÷ engine over Table 1's mixes.
+    table1_tuned_vs_engine_min: Option<(f64, String)>,
+    /// Worst tuned ÷ the grid's best over bulk and mixed.
+    grid_tuned_vs_best_min: Option<(f64, String)>,
+    profile: String,
+}
+
+struct Policies {
+    names: Vec<&'static str>,
+    movers: Vec<Mover>,
+}
+
+/// Runs the benchmark.
+pub fn run(a: &MixArgs) -> anyhow::Result<()> {
+    let base = match &a.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+        None => PathBuf::from("."),
+    };
+    let profile_path = a
+        .profile
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(tune_cmd::DEFAULT_PROFILE));
+    if !profile_path.exists() {
+        eprintln!(
+            "no engine profile at {}: tuning first (`switchyard tune --quick`)",
+            profile_path.display()
+        );
+        tune_cmd::tune_to(&base, &dir, &profile_path, true)?;
+    }
+    let tuned_cfg = base.clone().with_profile(&profile_path)?;
+    let profile = tuned_cfg
+        .applied_profile
+        .clone()
+        .expect("with_profile applies a profile");
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let threads = if a.threads.is_empty() {
+        let mut t = vec![1, cores];
+        t.dedup();
+        t
+    } else {
+        a.threads.clone()
+    };
+    let rounds = a.rounds.unwrap_or(if a.quick { 5 } else { 9 }).max(1);
+    let slice = Duration::from_millis(a.slice_ms.unwrap_or(if a.quick { 30 } else { 50 }));
+
+    let scratch = tempfile::Builder::new()
+        .prefix("switchyard-bench-mix.")
+        .suffix(".region")
+        .tempfile_in(&dir)
+        .with_context(|| format!("creating a scratch region in {}", dir.display()))?;
+    let region = Region::create(scratch.path(), 256 << 20, base.persist())?;
+    let lab = Lab::new(&region);
+    let engine = switchyard_mover::start_engine(&base)?;
+    let with = |cfg: &Config, f: &dyn Fn(&mut Config)| {
+        let mut c = cfg.clone();
+        f(&mut c);
+        Mover::with_engine(&c, engine.clone(), c.persist())
+    };
+    let zero = thresholds(0);
+    let policies = Policies {
+        names: vec!["cpu", "engine", "default", "tuned", "limit", "thresholds"],
+        movers: vec![
+            with(&base, &|c| c.mover.policy = Policy::Cpu),
+            with(&base, &|c| c.mover.policy = Policy::Engine),
+            with(&base, &|_| {}),
+            with(&tuned_cfg, &|_| {}),
+            with(&tuned_cfg, &|c| {
+                c.mover.thresholds = zero;
+                c.mover.split = false;
+            }),
+            with(&tuned_cfg, &|c| c.mover.split = false),
+        ],
+    };
+
+    let cases: Vec<(Workload, usize)> = workloads()
+        .into_iter()
+        .flat_map(|w| {
+            threads.iter().map(move |&t| {
+                (
+                    Workload {
+                        sizes: w.sizes.clone(),
+                        ..w
+                    },
+                    t,
+                )
+            })
+        })
+        .collect();
+    let bar = indicatif::ProgressBar::new(cases.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cases {msg} ({eta} left)")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    eprintln!(
+        "scratch region in {}; {rounds} rounds × {} ms per policy; threads {threads:?}; profile {}",
+        dir.display(),
+        slice.as_millis(),
+        profile_path.display()
+    );
+    let measure = |m: &Mover, w: &Workload, t: usize| {
+        let cpu0 = cpu_time::process();
+        let gib_s = lab.rate(m, w.dir, &w.sizes, t, 0, slice);
+        let cpu = (cpu_time::process() - cpu0).as_secs_f64();
+        Measured {
+            gib_s,
+            p50_us: 0.0,
+            cpu_s_per_gib: Some(cpu / (gib_s * slice.as_secs_f64()).max(1e-12)),
+        }
+    };
+    let mut records = Vec::new();
+    for (w, t) in &cases {
+        let dname = Profile::direction_name(w.dir);
+        bar.set_message(format!("{} {dname} ×{t}", w.name));
+        let breakdown = !w.table1;
+        let n = if breakdown { 6 } else { 4 };
+        let got = Rounds::run(n, rounds, |i| Ok(measure(&policies.movers[i], w, *t)))?;
+        let grid = if a.grid && breakdown {
+            Some(grid(w, *t, &tuned_cfg, &base, &engine, rounds, &measure)?)
+        } else {
+            None
+        };
+        records.push(Record {
+            bench: "mix",
+            workload: w.name,
+            direction: dname,
+            threads: *t,
+            mean_size: w.sizes.iter().sum::<usize>() / w.sizes.len(),
+            gib_s: (0..n).map(|i| (policies.names[i], got.gib_s(i))).collect(),
+            cpu_s_per_gib: (0..n)
+                .map(|i| (policies.names[i], got.cpu_s_per_gib(i).unwrap_or(0.0)))
+                .collect(),
+            tuned_vs_cpu: got.ratio(3, 0),
+            tuned_vs_engine: got.ratio(3, 1),
+            tuned_vs_default: got.ratio(3, 2),
+            grid,
+        });
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let label = |r: &Record| format!("{} {} ×{}", r.workload, r.direction, r.threads);
+    let worst = |pick: &dyn Fn(&Record) -> Option<f64>| {
+        records
+            .iter()
+            .filter_map(|r| pick(r).map(|v| (v, label(r))))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+    };
+    let is_t1 = |r: &Record| matches!(r.workload, "tpcc" | "fileserver" | "graph");
+    let summary = Summary {
+        summary: true,
+        bench: "mix",
+        table1_tuned_vs_cpu_min: worst(&|r| is_t1(r).then_some(r.tuned_vs_cpu)),
+        table1_tuned_vs_engine_min: worst(&|r| is_t1(r).then_some(r.tuned_vs_engine)),
+        grid_tuned_vs_best_min: worst(&|r| r.grid.as_ref().map(|g| g.tuned_vs_best)),
+        profile: tune_cmd::describe(&profile),
+    };
+    if a.json {
+        for r in &records {
+            println!("{}", serde_json::to_string(r)?);
+        }
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        print_table(&records, &summary);
+    }
+    Ok(())
+}
+
+fn thresholds(v: usize) -> Thresholds {
+    let l = Locality {
+        local_aligned: v,
+        local_unaligned: v,
+        remote_aligned: v,
+        remote_unaligned: v,
+    };
+    Thresholds {
+        to_slow: l,
+        from_slow: l,
+        dram: l,
+    }
+}
+
+/// The exhaustive grid for one case (see the module docs).
+fn grid(
+    w: &Workload,
+    t: usize,
+    tuned: &Config,
+    base: &Config,
+    engine: &Arc<dyn switchyard_engine::Engine>,
+    rounds: usize,
+    measure: &dyn Fn(&Mover, &Workload, usize) -> Measured,
+) -> anyhow::Result<Grid> {
+    let mut levels: Vec<usize> = (12..=22).map(|s| 1usize << s).collect();
+    levels.push(NEVER);
+    let shares: &[f64] = if w.dir == Direction::FromSlow {
+        &[0.0, 0.25, 0.5, 0.75]
+    } else {
+        &[0.0]
+    };
+    let mut settings = Vec::new();
+    for &threshold in &levels {
+        for m in [1, 2, 4] {
+            for &split_share in shares {
+                settings.push(Setting {
+                    threshold,
+                    concurrency_limit: m,
+                    split_share,
+                });
+            }
+        }
+    }
+    let mover = |s: &Setting| {
+        let mut c = base.clone();
+        let mut th = c.mover.thresholds;
+        let row = if w.dir == Direction::FromSlow {
+            &mut th.from_slow
+        } else {
+            &mut th.to_slow
+        };
+        *row = Locality {
+            local_aligned: s.threshold,
+            local_unaligned: s.threshold,
+            remote_aligned: s.threshold,
+            remote_unaligned: s.threshold,
+        };
+        c.mover.thresholds = th;
+        c.mover.concurrency_limit = s.concurrency_limit;
+        c.mover.split_share = s.split_share;
+        Mover::with_engine(&c, engine.clone(), c.persist())
+    };
+    // Screening: each setting once.
+    let mut screened: Vec<(f64, Setting)> = settings
+        .iter()
+        .map(|s| (measure(&mover(s), w, t).gib_s, *s))
+        .collect();
+    screened.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let top: Vec<Setting> = screened.iter().take(3).map(|x| x.1).collect();
+    // The finalists against tuned and default, paired.
+    let tuned_m = Mover::with_engine(tuned, engine.clone(), tuned.persist());
+    let default_m = Mover::with_engine(base, engine.clone(), base.persist());
+    let mut movers = vec![tuned_m, default_m];
+    movers.extend(top.iter().map(&mover));
+    let got = Rounds::run(movers.len(), rounds, |i| Ok(measure(&movers[i], w, t)))?;
+    let best = (2..movers.len())
+        .max_by(|&a, &b| got.gib_s(a).total_cmp(&got.gib_s(b)))
+        .expect("finalists");
+    Ok(Grid {
+        settings: settings.len(),
+        best: top[best - 2],
+        best_gib_s: got.gib_s(best),
+        tuned_vs_best: got.ratio(0, best),
+        default_vs_best: got.ratio(1, best),
+    })
+}
+
+fn print_table(records: &[Record], s: &Summary) {
+    println!(
+        "{:<22} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}",
+        "workload",
+        "thr",
+        "cpu",
+        "engine",
+        "default",
+        "tuned",
+        "÷cpu",
+        "÷engine",
+        "÷default",
+        "grid best",
+        "÷best"
+    );
+    for r in records {
+        let g = |name: &str| r.gib_s.iter().find(|x| x.0 == name).map_or(0.0, |x| x.1);
+        println!(
+            "{:<22} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.3} {:>8.3} {:>8.3} {:>8} {:>9}",
+            format!("{} {}", r.workload, r.direction),
+            r.threads,
+            g("cpu"),
+            g("engine"),
+            g("default"),
+            g("tuned"),
+            r.tuned_vs_cpu,
+            r.tuned_vs_engine,
+            r.tuned_vs_default,
+            r.grid
+                .as_ref()
+                .map_or("-".into(), |g| format!("{:.2}", g.best_gib_s)),
+            r.grid
+                .as_ref()
+                .map_or("-".into(), |g| format!("{:.3}", g.tuned_vs_best)),
+        );
+    }
+    println!("(GiB/s; ratios are medians of per-round ratios)");
+    println!();
+    println!("tuned profile: {}", s.profile);
+    if let Some((v, at)) = &s.table1_tuned_vs_cpu_min {
+        println!("Table 1 mixes, tuned ÷ cpu-only: worst {v:.3} at {at} (target ≥ 1.0)");
+    }
+    if let Some((v, at)) = &s.table1_tuned_vs_engine_min {
+        println!("Table 1 mixes, tuned ÷ engine-only: worst {v:.3} at {at} (target ≥ 1.0)");
+    }
+    if let Some((v, at)) = &s.grid_tuned_vs_best_min {
+        println!("bulk and mixed, tuned ÷ the grid's best: worst {v:.3} at {at} (target ≥ 0.95)");
+    }
+}
