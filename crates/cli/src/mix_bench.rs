@@ -74,6 +74,9 @@ pub struct MixArgs {
     slice_ms: Option<u64>,
 }
 
+/// Pause before each slice: longer than an idle engine worker spins and lingers by default.
+const SETTLE: Duration = Duration::from_millis(2);
+
 /// One workload in one direction.
 struct Workload {
     name: &'static str,
@@ -295,6 +298,9 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         profile_path.display()
     );
     let measure = |m: &Mover, w: &Workload, t: usize| {
+        // Let an engine worker that lingers after the previous slice park first, so its
+        // polling is charged to no policy.
+        std::thread::sleep(SETTLE);
         let cpu0 = cpu_time::process();
         let gib_s = lab.rate(m, w.dir, &w.sizes, t, 0, slice);
         let cpu = (cpu_time::process() - cpu0).as_secs_f64();

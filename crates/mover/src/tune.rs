@@ -16,7 +16,7 @@
 //! 3. **M**, the engine's saturation point: engine-only 64 KiB reads from 1 to N concurrent
 //!    callers; M is the fewest reaching [`SATURATED`] of the peak.
 //! 4. **The CPU-writer cap**: CPU-only durable 64 KiB writes from 1 to N threads; the cap is the
-//!    fewest reaching [`SATURATED`] of the peak, or none if the most threads are needed.
+//!    fewest reaching [`SATURATED`] of the peak, or none if that is at least the core count.
 //! 5. **The non-temporal threshold**: durable copies of 256 B to 64 KiB with streaming stores
 //!    against temporal stores + flush; the smallest size from which streaming wins at every
 //!    larger size.
@@ -369,7 +369,13 @@ pub fn tune(
     let writer_scaling = scale(&paths.cpu, Direction::ToSlow, "CPU writers");
     let concurrency_limit = saturation(&engine_scaling);
     let writers = saturation(&writer_scaling);
-    let cpu_writers = if writers >= max_callers { 0 } else { writers };
+    // A cap at or above the core count never binds a caller per core: no cap, and no
+    // shared writer count on the write path.
+    let cpu_writers = if writers >= max_callers || writers >= cores {
+        0
+    } else {
+        writers
+    };
 
     // 5. Non-temporal threshold.
     let mut nt_points = Vec::new();
