@@ -30,7 +30,7 @@ use switchyard_mover::{Config, Mover};
 use switchyard_store::{Fd, Fs, OpenFlags, Owner, Store};
 
 use crate::fio;
-use crate::measure::{median, Measured, Rounds};
+use crate::measure::{emit, median, scratch_dir, Measured, Rounds};
 use crate::size;
 
 /// `bench fs` options.
@@ -166,11 +166,7 @@ struct Summary {
 
 /// Runs the benchmark.
 pub fn run(a: &FsArgs) -> anyhow::Result<()> {
-    let dir = match &a.dir {
-        Some(d) => d.clone(),
-        None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
-        None => PathBuf::from("."),
-    };
+    let dir = scratch_dir(&a.dir);
     let work = tempfile::Builder::new()
         .prefix("switchyard-bench-fs.")
         .tempdir_in(&dir)
@@ -295,15 +291,7 @@ pub fn run(a: &FsArgs) -> anyhow::Result<()> {
         None
     };
     let summary = summarise(&records, mount);
-    if a.json {
-        for r in &records {
-            println!("{}", serde_json::to_string(r)?);
-        }
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        print_table(&records, &summary);
-    }
-    Ok(())
+    emit(a.json, &records, &summary, print_table)
 }
 
 /// Per-thread files: `/f{i}` written whole (for reads and overwrites), `/a{i}` for appends.

@@ -1,6 +1,10 @@
 //! How the benchmarks that compare systems measure: interleaved rounds with a rotating order
 //! (so drift on a noisy machine hits every system alike), medians, and ratios paired within
-//! a round.
+//! a round; where they put scratch files, and how they print what they found.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
 
 /// One round's result of one system.
 #[derive(Debug, Clone, Copy)]
@@ -64,4 +68,33 @@ impl Rounds {
                 .collect::<Vec<_>>(),
         )
     }
+}
+
+/// Where a benchmark puts its scratch files: `dir` if given, else /dev/shm when it exists
+/// (memory, as slow memory is), else the working directory.
+pub fn scratch_dir(dir: &Option<PathBuf>) -> PathBuf {
+    match dir {
+        Some(d) => d.clone(),
+        None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+        None => PathBuf::from("."),
+    }
+}
+
+/// Prints a benchmark's records and summary: one JSON object per line with `json`, else
+/// through `table`.
+pub fn emit<R: Serialize, S: Serialize>(
+    json: bool,
+    records: &[R],
+    summary: &S,
+    table: impl FnOnce(&[R], &S),
+) -> anyhow::Result<()> {
+    if json {
+        for r in records {
+            println!("{}", serde_json::to_string(r)?);
+        }
+        println!("{}", serde_json::to_string(summary)?);
+    } else {
+        table(records, summary);
+    }
+    Ok(())
 }

@@ -24,7 +24,7 @@
 //! measured again in rounds paired with `tuned`, and the best of those is the grid's best
 //! static configuration (re-measuring avoids crowning the luckiest screening sample).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ use switchyard_mover::lab::Lab;
 use switchyard_mover::profile::{Profile, NEVER};
 use switchyard_mover::{Config, Direction, Mover, Policy};
 
-use crate::measure::{Measured, Rounds};
+use crate::measure::{emit, scratch_dir, Measured, Rounds};
 use crate::{cpu_time, tune_cmd};
 
 /// `bench mix` options.
@@ -208,11 +208,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
-    let dir = match &a.dir {
-        Some(d) => d.clone(),
-        None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
-        None => PathBuf::from("."),
-    };
+    let dir = scratch_dir(&a.dir);
     let profile_path = a
         .profile
         .clone()
@@ -356,15 +352,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         grid_tuned_vs_best_min: worst(&|r| r.grid.as_ref().map(|g| g.tuned_vs_best)),
         profile: tune_cmd::describe(&profile),
     };
-    if a.json {
-        for r in &records {
-            println!("{}", serde_json::to_string(r)?);
-        }
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        print_table(&records, &summary);
-    }
-    Ok(())
+    emit(a.json, &records, &summary, print_table)
 }
 
 fn thresholds(v: usize) -> Thresholds {

@@ -33,7 +33,7 @@ use switchyard_mover::{Config, Mover};
 use switchyard_store::{Owner, Store};
 
 use crate::fio;
-use crate::measure::{Measured, Rounds};
+use crate::measure::{emit, scratch_dir, Measured, Rounds};
 use crate::size;
 
 /// `bench mount` options.
@@ -120,11 +120,7 @@ struct Summary {
 
 /// Runs the benchmark.
 pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
-    let dir = match &a.dir {
-        Some(d) => d.clone(),
-        None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
-        None => PathBuf::from("."),
-    };
+    let dir = scratch_dir(&a.dir);
     let Some(fio_version) = fio::version() else {
         bail!("fio is needed for this benchmark: install it (Debian: apt-get install fio)");
     };
@@ -215,15 +211,7 @@ pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
     store_mount.unmount().context("unmounting the store")?;
 
     let summary = summarise(&records);
-    if a.json {
-        for r in &records {
-            println!("{}", serde_json::to_string(r)?);
-        }
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        print_table(&records, &summary);
-    }
-    Ok(())
+    emit(a.json, &records, &summary, print_table)
 }
 
 /// The jobs: sequential 1M and random 4K reads and writes (also 4K and 64K sequential and

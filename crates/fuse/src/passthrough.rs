@@ -119,6 +119,20 @@ impl Passthrough {
         Ok(a)
     }
 
+    /// Removes `name` from `parent` with `how` and forgets its path.
+    fn remove(
+        &self,
+        parent: INodeNo,
+        name: &OsStr,
+        how: fn(&Path) -> std::io::Result<()>,
+    ) -> Result<(), fuser::Errno> {
+        let p = self.child(parent, name)?;
+        let ino = self.ino(std::fs::symlink_metadata(&p).map_err(io_errno)?.ino());
+        how(&p).map_err(io_errno)?;
+        self.paths.write().remove(&ino);
+        Ok(())
+    }
+
     fn file(&self, fh: FileHandle) -> Result<Arc<File>, fuser::Errno> {
         self.files
             .read()
@@ -248,23 +262,14 @@ impl Filesystem for Passthrough {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self.child(parent, name).and_then(|p| {
-            let ino = self.ino(std::fs::symlink_metadata(&p).map_err(io_errno)?.ino());
-            std::fs::remove_file(&p).map_err(io_errno)?;
-            self.paths.write().remove(&ino);
-            Ok(())
-        });
-        reply_empty(reply, r);
+        reply_empty(
+            reply,
+            self.remove(parent, name, |p| std::fs::remove_file(p)),
+        );
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let r = self.child(parent, name).and_then(|p| {
-            let ino = self.ino(std::fs::symlink_metadata(&p).map_err(io_errno)?.ino());
-            std::fs::remove_dir(&p).map_err(io_errno)?;
-            self.paths.write().remove(&ino);
-            Ok(())
-        });
-        reply_empty(reply, r);
+        reply_empty(reply, self.remove(parent, name, |p| std::fs::remove_dir(p)));
     }
 
     fn rename(
