@@ -103,7 +103,7 @@ impl<'r> Lab<'r> {
                 })
                 .collect();
             hs.into_iter()
-                .map(|h| h.join().expect("tune thread"))
+                .map(|h| h.join().expect("lab thread"))
                 .collect()
         });
         let bytes: u64 = totals.iter().map(|t| t.0).sum();
