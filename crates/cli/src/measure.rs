@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+pub use switchyard_mover::lab::median;
 
 /// One round's result of one system.
 #[derive(Debug, Clone, Copy)]
@@ -16,12 +17,6 @@ pub struct Measured {
     pub cpu_s_per_gib: Option<f64>,
 }
 
-/// The median of `v` (the upper one of an even count); `v` must not be empty.
-pub fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// Every system's results over rounds, indexed `[system][round]`.
 pub struct Rounds(Vec<Vec<Measured>>);
 
@@ -30,16 +25,9 @@ impl Rounds {
     pub fn run(
         systems: usize,
         rounds: usize,
-        mut measure: impl FnMut(usize) -> anyhow::Result<Measured>,
+        measure: impl FnMut(usize) -> anyhow::Result<Measured>,
     ) -> anyhow::Result<Rounds> {
-        let mut got = vec![Vec::with_capacity(rounds); systems];
-        for round in 0..rounds {
-            for k in 0..systems {
-                let i = (k + round) % systems;
-                got[i].push(measure(i)?);
-            }
-        }
-        Ok(Rounds(got))
+        switchyard_mover::lab::rotated(systems, rounds, measure).map(Rounds)
     }
 
     /// System `i`'s median GiB/s.

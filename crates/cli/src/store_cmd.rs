@@ -7,7 +7,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use clap::Args;
 use switchyard_media::{Region, MIN_REGION};
-use switchyard_mover::Mover;
+use switchyard_mover::{Config, Mover};
 use switchyard_store::{fsck, Fs, OpenFlags, Owner, Store};
 
 use crate::{size, Common};
@@ -24,7 +24,8 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
-    fn region(&self) -> anyhow::Result<Region> {
+    /// Maps the existing store file with `cfg`'s persistence primitives.
+    fn region(&self, cfg: &Config) -> anyhow::Result<Region> {
         if !self.store.exists() {
             bail!(
                 "no store at {}; create one with `switchyard mkfs --store {}`",
@@ -32,12 +33,7 @@ impl StoreArgs {
                 self.store.display()
             );
         }
-        let cfg = self.common.load_config()?;
         Ok(Region::open(&self.store, MIN_REGION, cfg.persist())?)
-    }
-
-    fn mover(&self) -> anyhow::Result<Arc<Mover>> {
-        Ok(Arc::new(Mover::start(&self.common.load_config()?)?))
     }
 
     /// Mounts the store (in this process).
@@ -47,7 +43,11 @@ impl StoreArgs {
 
     /// Opens the store: recovery runs if it was not unmounted cleanly.
     pub fn open(&self) -> anyhow::Result<Store> {
-        Ok(Store::mount(self.region()?, self.mover()?)?)
+        let cfg = self.common.load_config()?;
+        Ok(Store::mount(
+            self.region(&cfg)?,
+            Arc::new(Mover::start(&cfg)?),
+        )?)
     }
 }
 
@@ -77,7 +77,7 @@ pub fn mkfs(a: &MkfsArgs) -> anyhow::Result<()> {
     }
     let cfg = a.at.common.load_config()?;
     let region = Region::create(&a.at.store, a.size, cfg.persist())?;
-    let store = Store::format(region, a.at.mover()?, Owner::current())?;
+    let store = Store::format(region, Arc::new(Mover::start(&cfg)?), Owner::current())?;
     let s = store.statfs();
     println!(
         "formatted {}: {} of data space ({} blocks of {}), {} inodes",
@@ -105,7 +105,7 @@ pub struct FsckArgs {
 /// Checks every invariant; exits non-zero on damage.
 pub fn fsck(a: &FsckArgs) -> anyhow::Result<()> {
     let image = {
-        let region = a.at.region()?;
+        let region = a.at.region(&a.at.common.load_config()?)?;
         // SAFETY: the region is mapped for its whole length and nothing else in this process
         // writes it while we copy.
         unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) }.to_vec()

@@ -152,7 +152,8 @@ pub struct Locality {
 }
 
 impl Locality {
-    const fn uniform(local: usize, remote: usize) -> Locality {
+    /// `local` for local memory and `remote` for remote memory, aligned or not.
+    pub const fn uniform(local: usize, remote: usize) -> Locality {
         Locality {
             local_aligned: local,
             local_unaligned: local,
@@ -172,6 +173,18 @@ pub struct Thresholds {
     pub from_slow: Locality,
     /// DRAM → DRAM.
     pub dram: Locality,
+}
+
+impl Thresholds {
+    /// The same threshold `v` everywhere.
+    pub const fn all(v: usize) -> Thresholds {
+        let l = Locality::uniform(v, v);
+        Thresholds {
+            to_slow: l,
+            from_slow: l,
+            dram: l,
+        }
+    }
 }
 
 impl Default for Thresholds {

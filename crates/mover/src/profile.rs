@@ -227,18 +227,8 @@ pub enum ProfileError {
     },
 }
 
-fn direction_name(d: Direction) -> &'static str {
-    match d {
-        Direction::ToSlow => "to_slow",
-        Direction::FromSlow => "from_slow",
-        Direction::Dram => "dram",
-    }
-}
-
 fn direction(name: &str) -> Option<Direction> {
-    Direction::ALL
-        .into_iter()
-        .find(|&d| direction_name(d) == name)
+    Direction::ALL.into_iter().find(|d| d.name() == name)
 }
 
 impl Profile {
@@ -330,10 +320,5 @@ impl Profile {
                 bw.of(d).startup_ns.set(s.ns);
             }
         }
-    }
-
-    /// The name the profile files use for `d`.
-    pub fn direction_name(d: Direction) -> &'static str {
-        direction_name(d)
     }
 }

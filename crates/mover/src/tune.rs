@@ -32,7 +32,7 @@ use switchyard_media::Region;
 
 use crate::config::{Config, ConfigError, Locality, Policy, Thresholds};
 use crate::hints::Direction;
-use crate::lab::Lab;
+use crate::lab::{median, rotated, Lab};
 use crate::profile::{self, Bin, EngineId, Machine, Profile, Startup, Tuned, NEVER};
 use crate::Mover;
 
@@ -148,27 +148,14 @@ struct Paths {
     offload: Mover,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Two measurements in `rounds` alternating rounds: (median a, median b, median a ÷ b).
+/// Two measurements in `rounds` rotated rounds: (median a, median b, median a ÷ b).
 fn paired(rounds: usize, mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> [f64; 3] {
-    let (mut xa, mut xb, mut r) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..rounds {
-        let (x, y) = if i % 2 == 0 {
-            let x = a();
-            (x, b())
-        } else {
-            let y = b();
-            (a(), y)
-        };
-        xa.push(x);
-        xb.push(y);
-        r.push(x / y);
-    }
-    [median(xa), median(xb), median(r)]
+    let Ok(mut got) = rotated(2, rounds, |i| {
+        Ok::<f64, std::convert::Infallible>(if i == 0 { a() } else { b() })
+    });
+    let mut r: Vec<f64> = got[0].iter().zip(&got[1]).map(|(x, y)| x / y).collect();
+    let (mut xb, mut xa) = (got.pop().expect("b"), got.pop().expect("a"));
+    [median(&mut xa), median(&mut xb), median(&mut r)]
 }
 
 /// Sizes of the coarse sweep.
@@ -214,17 +201,7 @@ pub fn tune(
         c.applied_profile = None;
         Mover::with_engine(&c, engine.clone(), persist)
     };
-    let all = |v: usize| Locality {
-        local_aligned: v,
-        local_unaligned: v,
-        remote_aligned: v,
-        remote_unaligned: v,
-    };
-    let zero = Thresholds {
-        to_slow: all(0),
-        from_slow: all(0),
-        dram: all(0),
-    };
+    let zero = Thresholds::all(0);
     let lab = Lab::new(region);
     let paths = Paths {
         cpu: mover(Policy::Cpu, zero),
@@ -259,7 +236,7 @@ pub fn tune(
     let mut found = [[NEVER; 2]; 2];
     for (di, &dir) in dirs.iter().enumerate() {
         for (ai, misalign) in [0usize, 8].into_iter().enumerate() {
-            let name = Profile::direction_name(dir);
+            let name = dir.name();
             let label = format!(
                 "turning point {name} {}",
                 if misalign == 0 {
@@ -315,7 +292,7 @@ pub fn tune(
     let mut bin_out = Vec::new();
     let mut startup = Vec::new();
     for &dir in &dirs {
-        let name = Profile::direction_name(dir);
+        let name = dir.name();
         for &size in &bins {
             let [cpu, eng, _] = paired(
                 rounds,
@@ -332,9 +309,9 @@ pub fn tune(
         }
         // A 4 KiB engine request's time beyond moving 4 KiB at the smallest bin's bandwidth.
         let small = median(
-            (0..rounds)
+            &mut (0..rounds)
                 .map(|_| lab.rate(&paths.engine, dir, &[4096], 1, 0, slice))
-                .collect(),
+                .collect::<Vec<_>>(),
         );
         let per_request_ns = 4096.0 / (small * 1.073_741_824);
         let transfer_ns = 4096.0 / (bin_out.last().map_or(1.0, |b| b.engine_gib_s) * 1.073_741_824);
@@ -350,9 +327,9 @@ pub fn tune(
         let mut out = Vec::new();
         for t in 1..=max_callers {
             let gib_s = median(
-                (0..rounds)
+                &mut (0..rounds)
                     .map(|_| lab.rate(mover, dir, &[64 << 10], t, 0, slice))
-                    .collect(),
+                    .collect::<Vec<_>>(),
             );
             out.push(ScalePoint { threads: t, gib_s });
             steps.tick(what);
