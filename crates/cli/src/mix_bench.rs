@@ -13,14 +13,16 @@
 //!
 //! Each workload runs reads from slow memory and durable writes to it, from 1 to N threads,
 //! on these policies over one shared engine: `cpu` (CPU only), `engine` (engine only),
-//! `default` (built-in thresholds), `tuned` (the engine profile), and for `bulk` and `mixed`
-//! the steps of Fastmove's Fig. 11 breakdown: `limit` (offload everything, concurrency limit
-//! M from the profile, no split) and `thresholds` (plus the profile's thresholds, no split);
-//! `tuned` adds the split. Policies alternate in rotated rounds; ratios are medians of
-//! per-round ratios.
+//! `default` (built-in thresholds), `tuned` (the engine profile, adapted online as the mover
+//! runs), `fixed` (the same profile held fixed: the steady-state cost of adaptation is
+//! `tuned` ÷ `fixed`), and for `bulk` and `mixed` the steps of Fastmove's Fig. 11 breakdown:
+//! `limit` (offload everything, concurrency limit M from the profile, no split) and
+//! `thresholds` (plus the profile's thresholds, no split); `tuned` adds the split and
+//! adaptation. Each policy's mover lives for the whole run, as a long-running one would.
+//! Policies alternate in rotated rounds; ratios are medians of per-round ratios.
 //!
 //! With `--grid`, `bulk` and `mixed` also get an exhaustive grid over the threshold of their
-//! direction, M and the split share: every setting is screened once, then the best three are
+//! direction, M, the split share and (reads) the smallest split: every setting is screened once, then the best three are
 //! measured again in rounds paired with `tuned`, and the best of those is the grid's best
 //! static configuration (re-measuring avoids crowning the luckiest screening sample).
 
@@ -37,7 +39,7 @@ use switchyard_mover::lab::Lab;
 use switchyard_mover::profile::NEVER;
 use switchyard_mover::{Config, Direction, Mover, Policy};
 
-use crate::measure::{emit, scratch_dir, Measured, Rounds};
+use crate::measure::{emit, median, scratch_dir, Measured, Rounds};
 use crate::{cpu_time, tune_cmd};
 
 /// `bench mix` options.
@@ -152,6 +154,8 @@ struct Setting {
     concurrency_limit: usize,
     /// The engine's share of a split (0: live estimates; reads only).
     split_share: f64,
+    /// Offloaded reads at least this large are split (0: all of them; reads only).
+    split_min_bytes: usize,
 }
 
 /// The grid's result for one case.
@@ -183,6 +187,8 @@ struct Record {
     tuned_vs_cpu: f64,
     tuned_vs_engine: f64,
     tuned_vs_default: f64,
+    /// Median per-round tuned (adapting) ÷ fixed (the same profile held fixed).
+    tuned_vs_fixed: f64,
     grid: Option<Grid>,
 }
 
@@ -196,6 +202,15 @@ struct Summary {
     table1_tuned_vs_engine_min: Option<(f64, String)>,
     /// Worst tuned ÷ the grid's best over bulk and mixed.
     grid_tuned_vs_best_min: Option<(f64, String)>,
+    /// Median over all cases of tuned (adapting) ÷ fixed.
+    tuned_vs_fixed_median: f64,
+    /// Worst tuned ÷ fixed.
+    tuned_vs_fixed_min: Option<(f64, String)>,
+    /// What adaptation did to the tuned mover over the run: thresholds raised and lowered a
+    /// bin, epochs that moved the split's estimates.
+    adaptation: (u64, u64, u64),
+    /// The tuned mover's thresholds at the end of the run (the profile's, as adapted).
+    thresholds_in_effect: Thresholds,
     profile: String,
 }
 
@@ -254,17 +269,30 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         Mover::with_engine(&c, engine.clone(), c.persist())
     };
     let policies = Policies {
-        names: vec!["cpu", "engine", "default", "tuned", "limit", "thresholds"],
+        names: vec![
+            "cpu",
+            "engine",
+            "default",
+            "tuned",
+            "fixed",
+            "limit",
+            "thresholds",
+        ],
         movers: vec![
             with(&base, &|c| c.mover.policy = Policy::Cpu),
             with(&base, &|c| c.mover.policy = Policy::Engine),
             with(&base, &|_| {}),
             with(&tuned_cfg, &|_| {}),
+            with(&tuned_cfg, &|c| c.mover.adapt = false),
             with(&tuned_cfg, &|c| {
                 c.mover.thresholds = Thresholds::all(0);
                 c.mover.split = false;
+                c.mover.adapt = false;
             }),
-            with(&tuned_cfg, &|c| c.mover.split = false),
+            with(&tuned_cfg, &|c| {
+                c.mover.split = false;
+                c.mover.adapt = false;
+            }),
         ],
     };
 
@@ -302,7 +330,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         let dname = w.dir.name();
         bar.set_message(format!("{} {dname} ×{t}", w.name));
         let breakdown = !w.table1;
-        let n = if breakdown { 6 } else { 4 };
+        let n = if breakdown { 7 } else { 5 };
         let got = Rounds::run(n, rounds, |i| Ok(measure(&policies.movers[i], w, t)))?;
         let grid = if a.grid && breakdown {
             Some(grid(w, t, &tuned_cfg, &base, &engine, rounds, &measure)?)
@@ -323,6 +351,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
             tuned_vs_cpu: got.ratio(3, 0),
             tuned_vs_engine: got.ratio(3, 1),
             tuned_vs_default: got.ratio(3, 2),
+            tuned_vs_fixed: got.ratio(3, 4),
             grid,
         });
         bar.inc(1);
@@ -341,6 +370,15 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         table1_tuned_vs_cpu_min: worst(&|r| r.table1.then_some(r.tuned_vs_cpu)),
         table1_tuned_vs_engine_min: worst(&|r| r.table1.then_some(r.tuned_vs_engine)),
         grid_tuned_vs_best_min: worst(&|r| r.grid.as_ref().map(|g| g.tuned_vs_best)),
+        tuned_vs_fixed_median: median(
+            &mut records.iter().map(|r| r.tuned_vs_fixed).collect::<Vec<_>>(),
+        ),
+        tuned_vs_fixed_min: worst(&|r| Some(r.tuned_vs_fixed)),
+        adaptation: {
+            let s = policies.movers[3].stats();
+            (s.threshold_raised, s.threshold_lowered, s.split_nudges)
+        },
+        thresholds_in_effect: policies.movers[3].thresholds(),
         profile: tune_cmd::describe(&profile),
     };
     emit(a.json, &records, &summary, print_table)
@@ -358,20 +396,24 @@ fn grid(
 ) -> anyhow::Result<Grid> {
     let mut levels: Vec<usize> = (12..=22).map(|s| 1usize << s).collect();
     levels.push(NEVER);
-    let shares: &[f64] = if w.dir == Direction::FromSlow {
-        &[0.0, 0.25, 0.5, 0.75]
+    let builtin_split = Config::default().mover.split_min_bytes;
+    let (shares, split_mins): (&[f64], &[usize]) = if w.dir == Direction::FromSlow {
+        (&[0.0, 0.25, 0.5, 0.75], &[0, builtin_split])
     } else {
-        &[0.0]
+        (&[0.0], &[builtin_split])
     };
     let mut settings = Vec::new();
     for &threshold in &levels {
         for m in [1, 2, 4] {
             for &split_share in shares {
-                settings.push(Setting {
-                    threshold,
-                    concurrency_limit: m,
-                    split_share,
-                });
+                for &split_min_bytes in split_mins {
+                    settings.push(Setting {
+                        threshold,
+                        concurrency_limit: m,
+                        split_share,
+                        split_min_bytes,
+                    });
+                }
             }
         }
     }
@@ -387,6 +429,7 @@ fn grid(
         c.mover.thresholds = th;
         c.mover.concurrency_limit = s.concurrency_limit;
         c.mover.split_share = s.split_share;
+        c.mover.split_min_bytes = s.split_min_bytes;
         Mover::with_engine(&c, engine.clone(), c.persist())
     };
     // Screening: each setting once.
@@ -462,4 +505,19 @@ fn print_table(records: &[Record], s: &Summary) {
     if let Some((v, at)) = &s.grid_tuned_vs_best_min {
         println!("bulk and mixed, tuned ÷ the grid's best: worst {v:.3} at {at} (target ≥ 0.95)");
     }
+    if let Some((v, at)) = &s.tuned_vs_fixed_min {
+        println!(
+            "online adaptation, tuned ÷ the profile held fixed: median {:.3}, worst {v:.3} at {at} \
+             (target: cost < 2%)",
+            s.tuned_vs_fixed_median
+        );
+    }
+    let (up, down, nudges) = s.adaptation;
+    let t = &s.thresholds_in_effect;
+    println!(
+        "adaptation over the run: thresholds raised {up}, lowered {down}, split estimates moved in \
+         {nudges} epochs; in effect at the end: writes {}, reads {}",
+        tune_cmd::threshold(t.to_slow.local_aligned),
+        tune_cmd::threshold(t.from_slow.local_aligned)
+    );
 }

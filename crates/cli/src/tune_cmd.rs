@@ -76,7 +76,7 @@ pub fn tune_to(
 }
 
 /// A threshold as a person reads it.
-fn threshold(v: usize) -> String {
+pub fn threshold(v: usize) -> String {
     if v >= NEVER {
         "never".into()
     } else {

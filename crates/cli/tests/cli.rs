@@ -291,7 +291,7 @@ fn tune_finds_the_thresholds_writes_a_profile_and_commands_load_only_their_own()
     assert!(m["writer_scaling"].as_array().unwrap().len() >= 2);
     assert_eq!(m["nt"].as_array().unwrap().len(), 9);
     let p = &v["profile"];
-    assert_eq!(p["version"], 1);
+    assert_eq!(p["version"], 2);
     assert!(p["tuned"]["concurrency_limit"].as_u64().unwrap() >= 1);
     assert_eq!(p["bins"].as_array().unwrap().len(), 16);
     let t = &p["tuned"]["thresholds"]["from_slow"]["local_aligned"];
@@ -363,7 +363,8 @@ fn mix_bench_runs_every_workload_and_policy_and_the_grid() {
     for r in &lines[..9] {
         let policies = r["gib_s"].as_array().unwrap();
         let breakdown = matches!(r["workload"].as_str().unwrap(), "bulk" | "mixed");
-        assert_eq!(policies.len(), if breakdown { 6 } else { 4 }, "{r}");
+        assert_eq!(policies.len(), if breakdown { 7 } else { 5 }, "{r}");
+        assert!(r["tuned_vs_fixed"].as_f64().unwrap() > 0.0, "{r}");
         assert!(policies.iter().all(|p| p[1].as_f64().unwrap() > 0.0), "{r}");
         assert_eq!(r["grid"].is_object(), breakdown, "{r}");
         if breakdown {
@@ -373,6 +374,9 @@ fn mix_bench_runs_every_workload_and_policy_and_the_grid() {
     let s = &lines[9];
     assert!(s["table1_tuned_vs_cpu_min"][0].as_f64().unwrap() > 0.0);
     assert!(s["grid_tuned_vs_best_min"][0].as_f64().unwrap() > 0.0);
+    assert!(s["tuned_vs_fixed_median"].as_f64().unwrap() > 0.0);
+    assert_eq!(s["adaptation"].as_array().unwrap().len(), 3);
+    assert!(s["thresholds_in_effect"]["from_slow"]["local_aligned"].is_u64());
     // The profile it tuned is kept for the next run; the scratch region is gone.
     assert!(d.path().join("switchyard.profile.toml").exists());
     assert!(!std::fs::read_dir(d.path()).unwrap().any(|e| e

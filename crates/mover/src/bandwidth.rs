@@ -114,6 +114,19 @@ impl Bandwidth {
         &self.dirs[dir.index()]
     }
 
+    /// Takes every estimate of `other`.
+    pub fn copy_from(&self, other: &Bandwidth) {
+        for (mine, theirs) in self.dirs.iter().zip(&other.dirs) {
+            for (m, t) in mine.cpu.iter().zip(&theirs.cpu) {
+                m.set(t.get());
+            }
+            for (m, t) in mine.engine.iter().zip(&theirs.engine) {
+                m.set(t.get());
+            }
+            mine.startup_ns.set(theirs.startup_ns.get());
+        }
+    }
+
     /// Bytes the engine should take of a `len`-byte split so both sides finish together:
     /// `L_D / B_D + t0 = L_C / B_C` with `L_C + L_D = L`, rounded down to `round`.
     pub fn engine_share(&self, dir: Direction, len: usize, round: usize) -> usize {

@@ -23,6 +23,7 @@
 //! cpu_writers = 0            # cap on concurrent CPU writers into slow memory; 0 = none
 //! align_writes = true        # §5.2: writes with unequal 64 B offsets stay on the CPU
 //! wait_spin = 2000           # polls of a completion before parking
+//! adapt = true               # online adaptation of thresholds (with a profile) and split
 //! profile = ""               # engine profile from `switchyard tune`; "" = none
 //!
 //! [mover.thresholds]         # bytes at or above which a request uses the engine
@@ -220,6 +221,9 @@ pub struct MoverConfig {
     pub align_writes: bool,
     /// Completion polls before parking.
     pub wait_spin: u32,
+    /// Online adaptation ([`crate::adapt`]): nudge the thresholds (when a profile is applied)
+    /// and the split's estimates when live measurements disagree; `false` holds them fixed.
+    pub adapt: bool,
     /// Engine thresholds.
     pub thresholds: Thresholds,
     /// Engine profile to load at start (`switchyard tune`); empty for none.
@@ -237,6 +241,7 @@ impl Default for MoverConfig {
             cpu_writers: 0,
             align_writes: true,
             wait_spin: 2000,
+            adapt: true,
             thresholds: Thresholds::default(),
             profile: String::new(),
         }

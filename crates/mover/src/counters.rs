@@ -47,7 +47,7 @@ counters! {
     below_threshold: "Requests kept on the CPU because they were below the size threshold.",
     misaligned_writes: "Writes kept on the CPU because source and destination differ in 64 B offset (§5.2).",
     aligned_heads: "Writes whose unaligned head the CPU copied before offloading the rest (§5.2).",
-    fallback_busy_cores: "Bulk requests kept on the CPU because callers already busied every core a helper-thread engine does not use.",
+    fallback_busy_cores: "Bulk requests kept on the CPU because callers (bulk copies now, or threads that copied in the last epoch) already busied every core a helper-thread engine does not use.",
     fallback_saturated: "Bulk requests sent to the CPU because M engine requests were in flight.",
     fallback_queue_full: "Bulk requests sent to the CPU because the channel queue was full or suspended.",
     fallback_latency: "Latency-critical requests kept off a busy channel.",
@@ -56,6 +56,9 @@ counters! {
     engine_errors: "Engine completions with an error (the mover redid the rest on the CPU).",
     repaired_bytes: "Bytes the CPU copied after a partial or failed engine completion.",
     writer_waits: "CPU writes that waited for the slow-memory writer cap.",
+    threshold_raised: "Online adaptation raised a direction's thresholds one size bin (live estimates made offloading worse than the profile said).",
+    threshold_lowered: "Online adaptation lowered a direction's thresholds one size bin (live estimates made offloading better than the profile said).",
+    split_nudges: "Epochs in which online adaptation moved the estimates a split's ratio comes from.",
 }
 
 /// Stripes owned by one thread each; threads beyond these share one more stripe.
@@ -121,6 +124,22 @@ impl Counters {
                 self.stripes[EXCLUSIVE][c as usize].fetch_add(n, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Requests of every path each stripe (one per thread) has counted so far, into `out`
+    /// (one entry per stripe): comparing two calls tells which threads copied in between.
+    pub fn requests_per_stripe(&self, out: &mut Vec<u64>) {
+        out.clear();
+        out.extend(self.stripes.iter().map(|s| {
+            [
+                Counter::cpu_requests,
+                Counter::engine_requests,
+                Counter::split_requests,
+            ]
+            .iter()
+            .map(|&c| s[c as usize].load(Ordering::Relaxed))
+            .sum::<u64>()
+        }));
     }
 
     /// Sums all stripes.

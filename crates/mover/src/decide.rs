@@ -51,13 +51,14 @@ impl Mover {
     /// 2. below the threshold for (direction, locality, alignment) → CPU;
     /// 3. writes whose source and destination differ in 64 B offset → CPU; equal non-zero
     ///    offsets → the CPU takes the head up to the line boundary (§5.2);
-    /// 4. the engine runs on the application's cores (helper threads) and bulk callers already
-    ///    occupy every core the engine does not use → CPU (offloading would only add a thread
-    ///    competing for the same cores);
+    /// 4. the engine runs on the application's cores (helper threads) and callers already
+    ///    occupy every core the engine does not use — bulk copies in progress now, or threads
+    ///    that copied during the last adaptation epoch — → CPU (offloading would only add a
+    ///    thread competing for the same cores);
     /// 5. M engine requests already in flight (atomics at the caller, no central thread) → CPU;
     /// 6. latency-critical and the round-robin channel has queued work → CPU;
     /// 7. synchronous reads from slow memory at or above `split_min_bytes` → split in
-    ///    proportion to the live bandwidths (§5.3). Writes are not split: measured with the
+    ///    proportion to the bandwidths in effect (§5.3; see [`crate::adapt`]). Writes are not split: measured with the
     ///    threads engine, one core already saturates durable write bandwidth. Otherwise → engine.
     #[inline]
     pub fn decide(
@@ -83,8 +84,9 @@ impl Mover {
         }
         let (d, s) = (dst as usize, src as usize);
         let aligned = (d | s) % 64 == 0;
-        let threshold = self.thresholds[hints.direction.index()][usize::from(hints.remote)]
-            [usize::from(!aligned)];
+        let threshold = self
+            .adapt
+            .threshold(hints.direction, hints.remote, !aligned);
         if len < threshold || self.engine_channels == 0 {
             self.counters.add(Counter::below_threshold, 1);
             return Decision::CPU;
@@ -97,7 +99,10 @@ impl Mover {
             }
             head = 64 - d % 64;
         }
-        if self.cores_shared && self.active_bulk.load(Ordering::Relaxed) > self.spare_cores {
+        if self.cores_shared
+            && (self.active_bulk.load(Ordering::Relaxed) > self.spare_cores
+                || self.adapt.callers() > self.spare_cores)
+        {
             self.counters.add(Counter::fallback_busy_cores, 1);
             return Decision::CPU;
         }
@@ -121,7 +126,9 @@ impl Mover {
             let engine_bytes = if self.split_share > 0.0 {
                 (body as f64 * self.split_share) as usize / 4096 * 4096
             } else {
-                self.bandwidth.engine_share(hints.direction, body, 4096)
+                self.adapt
+                    .split_estimates()
+                    .engine_share(hints.direction, body, 4096)
             };
             if engine_bytes < 4096 {
                 self.inflight.fetch_sub(1, Ordering::Release);

@@ -12,6 +12,7 @@
 
 #![warn(missing_docs)]
 
+pub mod adapt;
 pub mod bandwidth;
 pub mod config;
 pub mod counters;
@@ -72,10 +73,8 @@ pub fn start_engine(config: &Config) -> Result<Arc<dyn Engine>, ConfigError> {
 /// The data mover: scheduler state, the engine, and counters. Share it (`&Mover` is `Sync`).
 pub struct Mover {
     pub(crate) policy: Policy,
-    /// [direction][remote][unaligned] → engine threshold in bytes.
-    pub(crate) thresholds: [[[usize; 2]; 2]; 3],
-    /// The smallest threshold: requests below it never touch shared scheduler state.
-    pub(crate) min_threshold: usize,
+    /// Thresholds and split estimates in effect, and their online adaptation.
+    pub(crate) adapt: adapt::Adapt,
     pub(crate) engine_channels: usize,
     pub(crate) concurrency_limit: usize,
     pub(crate) split: bool,
@@ -113,29 +112,24 @@ impl Mover {
     /// A mover over an engine the caller built (tests use fault-injecting engines).
     pub fn with_engine(config: &Config, engine: Arc<dyn Engine>, persist: Persist) -> Mover {
         let m = &config.mover;
-        let t = &m.thresholds;
-        let row = |l: &config::Locality| {
-            [
-                [l.local_aligned, l.local_unaligned],
-                [l.remote_aligned, l.remote_unaligned],
-            ]
-        };
         let info = engine.info();
-        let thresholds = [row(&t.to_slow), row(&t.from_slow), row(&t.dram)];
         let bandwidth = Bandwidth::default();
         if let Some(p) = &config.applied_profile {
             p.seed(&bandwidth);
         }
+        let adapt = adapt::Adapt::new(
+            &m.thresholds,
+            &bandwidth,
+            adapt::Settings {
+                epochs: m.policy == Policy::Auto,
+                thresholds: m.adapt && m.policy == Policy::Auto && config.applied_profile.is_some(),
+                split: m.adapt && m.split && m.split_share == 0.0,
+                split_min_bytes: m.split.then_some(m.split_min_bytes),
+            },
+        );
         Mover {
             policy: m.policy,
-            min_threshold: thresholds
-                .iter()
-                .flatten()
-                .flatten()
-                .copied()
-                .min()
-                .unwrap_or(0),
-            thresholds,
+            adapt,
             engine_channels: info.channels,
             concurrency_limit: if m.concurrency_limit == 0 {
                 info.channels
@@ -174,6 +168,12 @@ impl Mover {
     /// The live bandwidth estimates.
     pub fn bandwidth(&self) -> &Bandwidth {
         &self.bandwidth
+    }
+
+    /// The engine thresholds in effect: the configured (or tuned) ones, as online adaptation
+    /// has moved them (see `threshold_raised` and `threshold_lowered` in [`Mover::stats`]).
+    pub fn thresholds(&self) -> config::Thresholds {
+        self.adapt.in_effect()
     }
 
     /// The engine.

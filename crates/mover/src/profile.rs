@@ -7,7 +7,7 @@
 //! copied or stale profile cannot silently misconfigure the scheduler.
 //!
 //! ```toml
-//! version = 1
+//! version = 2
 //! [machine]
 //! cpu = "AMD EPYC 9B14"
 //! cores = 2
@@ -22,6 +22,7 @@
 //! quick = true
 //! [tuned]
 //! concurrency_limit = 1
+//! split_min_bytes = 262144
 //! cpu_writers = 0
 //! nt_threshold = 1024
 //! [tuned.thresholds]
@@ -43,7 +44,7 @@ use crate::config::{Config, Thresholds};
 use crate::hints::Direction;
 
 /// The profile format this build reads and writes.
-pub const PROFILE_VERSION: u32 = 1;
+pub const PROFILE_VERSION: u32 = 2;
 
 /// A threshold that no request reaches: the engine never pays off on that path.
 pub const NEVER: usize = 1 << 40;
@@ -142,6 +143,9 @@ pub struct Tuned {
     pub thresholds: Thresholds,
     /// M: the fewest concurrent engine users that reach its peak bandwidth.
     pub concurrency_limit: usize,
+    /// Offloaded reads at least this large are split between engine and CPU (the read
+    /// thresholds were measured splitting at every size, so this is the smaller of them).
+    pub split_min_bytes: usize,
     /// Cap on concurrent CPU writers into slow memory (0: writes still scale at every
     /// measured thread count).
     pub cpu_writers: usize,
@@ -294,12 +298,13 @@ impl Profile {
         Ok(())
     }
 
-    /// Puts the tuned settings into `config`: thresholds, M, the CPU-writer cap and the
-    /// non-temporal threshold.
+    /// Puts the tuned settings into `config`: thresholds, M, the smallest split, the
+    /// CPU-writer cap and the non-temporal threshold.
     pub fn apply(&self, config: &mut Config) {
         let t = &self.tuned;
         config.mover.thresholds = t.thresholds;
         config.mover.concurrency_limit = t.concurrency_limit;
+        config.mover.split_min_bytes = t.split_min_bytes;
         config.mover.cpu_writers = t.cpu_writers;
         config.media.nt_threshold = t.nt_threshold;
     }

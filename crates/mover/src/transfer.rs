@@ -69,7 +69,8 @@ impl Mover {
         hints: Hints,
     ) -> Report {
         // Bulk callers are counted while they copy, so others see how busy the cores are.
-        let bulk = self.cores_shared && self.policy == Policy::Auto && len >= self.min_threshold;
+        let bulk =
+            self.cores_shared && self.policy == Policy::Auto && len >= self.adapt.min_threshold();
         if bulk {
             self.active_bulk.fetch_add(1, Ordering::Relaxed);
         }
@@ -254,6 +255,7 @@ impl Mover {
     fn sample_cpu(&self, dir: Direction, len: usize, since: Instant) {
         let ns = since.elapsed().as_nanos() as f64;
         self.bandwidth.of(dir).cpu[bin(len)].update(len as f64 / ns);
+        self.adapt.tick(&self.bandwidth, &self.counters);
     }
 
     /// Builds the batch and submits it. `None` (slot released, counted) if the channel refused
@@ -330,6 +332,7 @@ impl Mover {
                 .update(f.len as f64 / o.finished_ns.saturating_sub(o.started_ns).max(1) as f64);
             est.startup_ns
                 .update(o.started_ns.saturating_sub(f.submitted_ns).max(1) as f64);
+            self.adapt.tick(&self.bandwidth, &self.counters);
         }
         match o.status {
             Status::Success => return,

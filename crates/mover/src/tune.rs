@@ -7,8 +7,9 @@
 //!
 //! 1. **Turning points.** For each direction (to slow memory, durable; from slow memory) and
 //!    alignment (64 B aligned; both ends 8 bytes off), one thread copies with the CPU alone
-//!    and with a mover that offloads every request (engine, or the CPU + engine split of bulk
-//!    reads — what the scheduler does above a threshold). A coarse sweep of sizes finds the
+//!    and with a mover that offloads every request (the engine for writes; for reads the
+//!    CPU + engine split, at every size — what the scheduler does above a threshold, so the
+//!    read threshold is also where splitting starts). A coarse sweep of sizes finds the
 //!    smallest size from which offloading wins (by [`WIN`]) at every larger size; bisection
 //!    between it and the size below narrows it. No win anywhere gives [`NEVER`].
 //! 2. **Per-bin bandwidths** of the CPU and the engine alone, 16 KiB to 2 MiB, one thread,
@@ -141,7 +142,7 @@ impl Steps<'_> {
 }
 
 /// The paths compared: the CPU alone, the engine alone, and a mover that offloads every
-/// request it may (thresholds 0).
+/// request it may (thresholds 0; reads split at every size).
 struct Paths {
     cpu: Mover,
     engine: Mover,
@@ -206,7 +207,11 @@ pub fn tune(
     let paths = Paths {
         cpu: mover(Policy::Cpu, zero),
         engine: mover(Policy::Engine, zero),
-        offload: mover(Policy::Auto, zero),
+        offload: {
+            let mut m = mover(Policy::Auto, zero);
+            m.split_min_bytes = 0;
+            m
+        },
     };
 
     let sizes = sweep_sizes(&effort);
@@ -400,6 +405,7 @@ pub fn tune(
             quick,
         },
         tuned: Tuned {
+            split_min_bytes: found[1][0].min(found[1][1]),
             thresholds,
             concurrency_limit,
             cpu_writers,

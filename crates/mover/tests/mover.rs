@@ -4,6 +4,10 @@ use proptest::prelude::*;
 use std::sync::Arc;
 use switchyard_engine::{FaultPlan, ThreadsConfig, ThreadsEngine};
 use switchyard_media::{trace::Recorder, Persist};
+use switchyard_mover::config::{Locality, Thresholds};
+use switchyard_mover::profile::{
+    Bin, EngineId, Machine, Measured, Profile, Startup, Tuned, NEVER, PROFILE_VERSION,
+};
 use switchyard_mover::{Config, Direction, Hints, Mover, Path, Policy};
 
 fn mover(policy: Policy, faults: FaultPlan, tweak: impl FnOnce(&mut Config)) -> Mover {
@@ -232,4 +236,123 @@ fn the_writer_cap_is_respected_under_contention() {
         .collect();
     hs.into_iter().for_each(|h| h.join().unwrap());
     assert_eq!(m.stats().cpu_requests, 80);
+}
+
+/// A profile that promises a fast, instantly starting engine for reads from 64 KiB on.
+fn optimistic_profile(config: &Config) -> Profile {
+    let bins = (0..switchyard_mover::bandwidth::BINS)
+        .flat_map(|b| {
+            ["to_slow", "from_slow"].map(|d| Bin {
+                direction: d.into(),
+                size: switchyard_mover::bandwidth::MIN_SAMPLED << b,
+                cpu_gib_s: 8.0,
+                engine_gib_s: 16.0,
+            })
+        })
+        .collect();
+    let mut thresholds = Thresholds::all(64 << 10);
+    thresholds.to_slow = Locality::uniform(NEVER, NEVER);
+    Profile {
+        version: PROFILE_VERSION,
+        machine: Machine::this(&config.persist()),
+        engine: EngineId::of(config),
+        measured: Measured {
+            unix_time: 0,
+            seconds: 0.0,
+            quick: true,
+        },
+        tuned: Tuned {
+            thresholds,
+            concurrency_limit: 1,
+            split_min_bytes: 256 << 10,
+            cpu_writers: 0,
+            nt_threshold: 1024,
+        },
+        bins,
+        startup: ["to_slow", "from_slow"]
+            .map(|d| Startup {
+                direction: d.into(),
+                ns: 1_000.0,
+            })
+            .into(),
+    }
+}
+
+/// Online adaptation end to end: the engine turns out to start every batch 2 ms late, far from
+/// the profile's 1 µs. Reads of 64 KiB–1 MiB through the mover raise the read threshold, the
+/// counters say so, the data stays exact, and with adaptation off nothing moves.
+#[test]
+fn a_late_engine_raises_the_tuned_read_threshold() {
+    let run = |adapt: bool| {
+        let m = mover(
+            Policy::Auto,
+            FaultPlan {
+                delay: std::time::Duration::from_millis(2),
+                ..FaultPlan::default()
+            },
+            |c| {
+                c.mover.adapt = adapt;
+                let p = optimistic_profile(c);
+                p.apply(c);
+                c.applied_profile = Some(Arc::new(p));
+            },
+        );
+        let src = data(1 << 20, 7);
+        let mut dst = vec![0u8; 1 << 20];
+        let t = std::time::Instant::now();
+        let mut i = 0usize;
+        while t.elapsed() < std::time::Duration::from_millis(600) {
+            let len = (64 << 10) << (i % 5);
+            i += 1;
+            m.copy(&mut dst[..len], &src[..len], Hints::read()).unwrap();
+            assert_eq!(dst[..len], src[..len]);
+        }
+        (m.thresholds().from_slow.local_aligned, m.stats())
+    };
+    let (fixed, s) = run(false);
+    assert_eq!(fixed, 64 << 10);
+    assert_eq!(s.threshold_raised + s.threshold_lowered + s.split_nudges, 0);
+    let (adapted, s) = run(true);
+    assert!(adapted > 64 << 10, "threshold {adapted}, {s:?}");
+    assert!(s.threshold_raised > 0 && s.threshold_lowered == 0, "{s:?}");
+}
+
+/// Callers that copied during the last epoch count as busy cores: with one more caller than
+/// the cores a helper-thread engine leaves free, bulk reads stay on the CPU; with one caller
+/// they are offloaded.
+#[test]
+fn threads_that_copied_in_the_last_epoch_keep_bulk_on_the_cpu() {
+    let spare = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .saturating_sub(1)
+        .max(1);
+    let run = |callers: usize| {
+        let m = mover(Policy::Auto, FaultPlan::default(), |_| {});
+        std::thread::scope(|s| {
+            for k in 0..callers {
+                let m = &m;
+                s.spawn(move || {
+                    let src = data(256 << 10, k as u64);
+                    let mut dst = vec![0u8; 256 << 10];
+                    let t = std::time::Instant::now();
+                    while t.elapsed() < std::time::Duration::from_millis(300) {
+                        m.copy(&mut dst, &src, Hints::read()).unwrap();
+                        assert_eq!(dst, src);
+                    }
+                });
+            }
+        });
+        m.stats()
+    };
+    let alone = run(1);
+    assert_eq!(alone.fallback_busy_cores, 0, "{alone:?}");
+    assert!(alone.split_requests > 0, "{alone:?}");
+    let crowded = run(spare + 1);
+    let bulk = crowded.cpu_requests + crowded.split_requests + crowded.engine_requests;
+    assert!(
+        crowded.fallback_busy_cores > bulk / 2,
+        "{} of {bulk} kept on the CPU",
+        crowded.fallback_busy_cores
+    );
 }
