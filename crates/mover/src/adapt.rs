@@ -9,7 +9,8 @@
 //! - bounded: a threshold moves one size bin (×2 or ÷2) per step and at most [`MAX_SHIFT`]
 //!   bins from the tuned value; a split estimate moves at most [`STEP`] of itself per step;
 //! - hysteretic: a size bin counts as won by offloading only when the model says offloading is
-//!   [`MARGIN`] faster, and as lost only when it is [`MARGIN`] slower; and every step needs
+//!   [`MARGIN`] faster, and as lost only when it is [`MARGIN`] slower (in between it keeps its
+//!   side, or takes the profile's where the model agrees with the profile); and every step needs
 //!   [`HOLD`] consecutive epochs wishing for it, so noise around a boundary changes nothing
 //!   and no step is undone by the next epoch.
 //!
@@ -21,9 +22,11 @@
 //! model's absolute error. Without a profile the configured thresholds are the user's choice
 //! and stay; the split estimates still adapt.
 //!
-//! Limitation: the engine is sampled only on requests it runs, so below a threshold its
-//! estimate stays at the profile's value. A slower CPU or a slower engine moves thresholds; an
-//! engine faster than profiled is not discovered below the threshold.
+//! The engine is sampled only on requests it runs. So that a raised threshold can come back
+//! down when the engine recovers, one in [`EXPLORE`] requests between the tuned threshold and
+//! the raised one is offloaded anyway (counted as `explored`); below the tuned threshold the
+//! engine's estimate stays at the profile's value, so an engine faster than profiled is not
+//! discovered there.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -49,6 +52,9 @@ pub const MAX_SHIFT: i32 = 3;
 pub const STEP: f64 = 0.25;
 /// Split estimates within this relative distance of the live ones are left alone.
 pub const DEADBAND: f64 = 0.05;
+/// One in this many requests between a direction's tuned threshold and its raised one is
+/// offloaded anyway, to keep the engine's estimates of those sizes live.
+pub const EXPLORE: u32 = 32;
 /// Sampled copies per thread between two looks at the clock.
 const TICKS: u32 = 8;
 /// The directions the tuner profiles, and so the ones adapted.
@@ -78,6 +84,9 @@ pub(crate) struct Adapt {
     min_threshold: AtomicUsize,
     /// The configured (tuned) thresholds, which shifts are relative to.
     base: [[[usize; 2]; 2]; 3],
+    /// Per direction: while its thresholds are raised, the smallest tuned one (requests from
+    /// there up are explored); `usize::MAX` otherwise.
+    explore_from: [AtomicUsize; 3],
     /// Estimates the split ratio is computed from.
     split: Bandwidth,
     settings: Settings,
@@ -100,6 +109,8 @@ struct State {
 struct DirState {
     /// Bins where offloading wins (with hysteresis).
     wins: [bool; BINS],
+    /// The model's gain per bin on the profile's estimates.
+    prior_gain: [f64; BINS],
     /// The model's crossover bin on the profile's estimates.
     prior: usize,
     /// Bins the thresholds are moved from the tuned ones.
@@ -174,12 +185,12 @@ impl Adapt {
         let split = Bandwidth::default();
         split.copy_from(prior);
         let dirs = ADAPTED.map(|d| {
-            let mut wins = [false; BINS];
-            for (b, w) in wins.iter_mut().enumerate() {
-                *w = gain(&settings, d, prior.of(d), b) >= 1.0;
-            }
+            let prior_gain: [f64; BINS] =
+                std::array::from_fn(|b| gain(&settings, d, prior.of(d), b));
+            let wins = prior_gain.map(|g| g >= 1.0);
             DirState {
                 wins,
+                prior_gain,
                 prior: crossover(&wins),
                 shift: 0,
                 vote: Vote::default(),
@@ -191,6 +202,7 @@ impl Adapt {
                 base.iter().flatten().flatten().copied().min().unwrap_or(0),
             ),
             base,
+            explore_from: std::array::from_fn(|_| AtomicUsize::new(usize::MAX)),
             split,
             settings,
             next_epoch_ns: AtomicU64::new(clock::now_ns() + EPOCH_NS),
@@ -234,6 +246,22 @@ impl Adapt {
             from_slow: row(Direction::FromSlow),
             dram: row(Direction::Dram),
         }
+    }
+
+    /// Whether this request, below the threshold in effect, is one to offload anyway: its
+    /// direction's thresholds are raised, it is at least the tuned threshold, and it is this
+    /// thread's [`EXPLORE`]th such request.
+    #[inline]
+    pub(crate) fn explore(&self, dir: Direction, len: usize) -> bool {
+        if len < self.explore_from[dir.index()].load(Ordering::Relaxed) {
+            return false;
+        }
+        thread_local!(static SEEN: Cell<u32> = const { Cell::new(0) });
+        SEEN.with(|n| {
+            let v = n.get().wrapping_add(1);
+            n.set(v);
+            v % EXPLORE == 0
+        })
     }
 
     /// Threads that copied through the mover during the last epoch (0 before the first).
@@ -318,6 +346,9 @@ impl Adapt {
                         s.wins[b] = true;
                     } else if g <= 1.0 - MARGIN {
                         s.wins[b] = false;
+                    } else if (g / s.prior_gain[b] - 1.0).abs() <= MARGIN {
+                        // Within the margin and agreeing with the profile: the profile's side.
+                        s.wins[b] = s.prior_gain[b] >= 1.0;
                     }
                 }
                 let want =
@@ -340,14 +371,18 @@ impl Adapt {
     }
 
     fn set_shift(&self, d: Direction, shift: i32) {
+        let base = &self.base[d.index()];
         for (r, row) in self.thresholds[d.index()].iter().enumerate() {
             for (u, t) in row.iter().enumerate() {
-                t.store(
-                    shifted(self.base[d.index()][r][u], shift),
-                    Ordering::Relaxed,
-                );
+                t.store(shifted(base[r][u], shift), Ordering::Relaxed);
             }
         }
+        let explore = if shift > 0 {
+            base.iter().flatten().copied().min().unwrap_or(usize::MAX)
+        } else {
+            usize::MAX
+        };
+        self.explore_from[d.index()].store(explore, Ordering::Relaxed);
         let min = self
             .thresholds
             .iter()
@@ -524,7 +559,8 @@ mod tests {
     }
 
     /// The engine turns out much slower than profiled for reads: the read threshold rises one bin
-    /// per HOLD epochs up to the bound, counted, and stays there.
+    /// per HOLD epochs up to the bound, counted, and stays there while requests between the
+    /// tuned and the raised threshold are explored; when the engine recovers it comes back.
     #[test]
     fn a_slower_engine_raises_the_threshold_in_bounded_steps() {
         let prior = profiled();
@@ -538,6 +574,23 @@ mod tests {
         assert_eq!(read(&a), 512 << 10);
         epochs(&a, &live, &c, 100);
         assert_eq!(read(&a), (256 << 10) << MAX_SHIFT, "bounded");
+        assert!(
+            !a.explore(Direction::FromSlow, 128 << 10),
+            "below the tuned threshold"
+        );
+        let explored = (0..10 * EXPLORE)
+            .filter(|_| a.explore(Direction::FromSlow, 256 << 10))
+            .count();
+        assert_eq!(explored, 10, "one in EXPLORE between tuned and raised");
+        assert!(!(0..EXPLORE).any(|_| a.explore(Direction::ToSlow, 1 << 30)));
+        // The engine recovers (as exploring measures it): back to the tuned threshold.
+        epochs(&a, &prior, &c, 100);
+        assert_eq!(a.in_effect(), tuned());
+        assert_eq!(c.snapshot().threshold_lowered, MAX_SHIFT as u64);
+        assert!(
+            !a.explore(Direction::FromSlow, 256 << 10)
+                && !a.explore(Direction::FromSlow, 256 << 10)
+        );
         assert_eq!(c.snapshot().threshold_raised, MAX_SHIFT as u64);
         assert_eq!(a.threshold(Direction::ToSlow, false, false), NEVER);
         assert_eq!(
@@ -564,10 +617,8 @@ mod tests {
         assert_eq!(c.snapshot().threshold_lowered, MAX_SHIFT as u64);
     }
 
-    /// Live estimates that flip every epoch between a much slower engine and the profile:
-    /// the 128 KiB bin, lost once, is not won back by the profile's marginal 1.3% (hysteresis),
-    /// so the threshold takes one step up and then holds; the flipping never completes another
-    /// vote, and no step is ever undone.
+    /// Live estimates that flip every epoch between a much slower engine and the profile
+    /// never complete a vote: the threshold never moves.
     #[test]
     fn flapping_never_oscillates_the_threshold() {
         let prior = profiled();
@@ -577,15 +628,13 @@ mod tests {
         for i in 0..200 {
             a.epoch(if i % 2 == 0 { &slow } else { &fast }, &c);
         }
-        let settled = a.in_effect();
-        assert_eq!(settled.from_slow.local_aligned, 512 << 10);
         // Two epochs slow, one as profiled: still never HOLD in a row.
         for i in 0..300 {
             a.epoch(if i % 3 == 2 { &fast } else { &slow }, &c);
         }
-        assert_eq!(a.in_effect(), settled);
+        assert_eq!(a.in_effect(), tuned());
         let s = c.snapshot();
-        assert_eq!((s.threshold_raised, s.threshold_lowered), (1, 0));
+        assert_eq!((s.threshold_raised, s.threshold_lowered), (0, 0));
     }
 
     #[test]

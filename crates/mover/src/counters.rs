@@ -58,6 +58,7 @@ counters! {
     writer_waits: "CPU writes that waited for the slow-memory writer cap.",
     threshold_raised: "Online adaptation raised a direction's thresholds one size bin (live estimates made offloading worse than the profile said).",
     threshold_lowered: "Online adaptation lowered a direction's thresholds one size bin (live estimates made offloading better than the profile said).",
+    explored: "Requests below a raised threshold offloaded anyway, to keep the engine's estimates live.",
     split_nudges: "Epochs in which online adaptation moved the estimates a split's ratio comes from.",
 }
 

@@ -48,7 +48,8 @@ impl Mover {
     ///
     /// Order of checks (each cheap; the common small request returns after the first two):
     /// 1. policy `cpu` → CPU; policy `engine` → engine on the next channel;
-    /// 2. below the threshold for (direction, locality, alignment) → CPU;
+    /// 2. below the threshold for (direction, locality, alignment) → CPU, bar one in
+    ///    [`crate::adapt::EXPLORE`] where adaptation raised the threshold above the tuned one;
     /// 3. writes whose source and destination differ in 64 B offset → CPU; equal non-zero
     ///    offsets → the CPU takes the head up to the line boundary (§5.2);
     /// 4. the engine runs on the application's cores (helper threads) and callers already
@@ -87,9 +88,15 @@ impl Mover {
         let threshold = self
             .adapt
             .threshold(hints.direction, hints.remote, !aligned);
-        if len < threshold || self.engine_channels == 0 {
-            self.counters.add(Counter::below_threshold, 1);
+        if self.engine_channels == 0 {
             return Decision::CPU;
+        }
+        if len < threshold {
+            if !self.adapt.explore(hints.direction, len) {
+                self.counters.add(Counter::below_threshold, 1);
+                return Decision::CPU;
+            }
+            self.counters.add(Counter::explored, 1);
         }
         let mut head = 0;
         if hints.direction == Direction::ToSlow && !aligned && self.align_writes {
