@@ -37,7 +37,7 @@ use switchyard_mover::lab::Lab;
 use switchyard_mover::profile::NEVER;
 use switchyard_mover::{Config, Direction, Mover, Policy};
 
-use crate::measure::{emit, scratch_dir, Measured, Rounds};
+use crate::measure::{emit, scratch_dir, Measured, Rounds, Setup};
 use crate::{cpu_time, tune_cmd};
 
 /// `bench mix` options.
@@ -197,6 +197,8 @@ struct Summary {
     /// Worst tuned ÷ the grid's best over bulk and mixed.
     grid_tuned_vs_best_min: Option<(f64, String)>,
     profile: String,
+    /// The machine, engine and medium measured, and when.
+    setup: Setup,
 }
 
 struct Policies {
@@ -342,6 +344,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         table1_tuned_vs_engine_min: worst(&|r| r.table1.then_some(r.tuned_vs_engine)),
         grid_tuned_vs_best_min: worst(&|r| r.grid.as_ref().map(|g| g.tuned_vs_best)),
         profile: tune_cmd::describe(&profile),
+        setup: Setup::now(&base, &region, a.quick),
     };
     emit(a.json, &records, &summary, print_table)
 }
