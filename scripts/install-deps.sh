@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Installs what Switchyard needs on Debian: PMDK's libpmem (the copy benchmark's peer
 # baseline), fio (the file benchmark's baselines and a client of the mount), fuse3 (the
-# mount), sqlite3, git and tar (real clients in the mount tests), and a Rust toolchain if none
-# is present.
+# mount), sqlite3, git and tar (real clients in the mount tests), chromium (renders the page of
+# `switchyard report` in its test), and a Rust toolchain if none is present.
 set -euo pipefail
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 need=""
 ldconfig -p | grep -q 'libpmem.so.1' || need="$need libpmem1"
-for tool in fio:fio fusermount3:fuse3 sqlite3:sqlite3 git:git tar:tar; do
+for tool in fio:fio fusermount3:fuse3 sqlite3:sqlite3 git:git tar:tar chromium:chromium; do
   command -v "${tool%%:*}" >/dev/null || need="$need ${tool#*:}"
 done
 if [ -n "$need" ]; then

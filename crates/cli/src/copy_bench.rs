@@ -20,7 +20,7 @@ use serde::Serialize;
 use switchyard_media::{Region, MIN_REGION};
 use switchyard_mover::{Config, Direction, Hints, Mover, Policy};
 
-use crate::measure::median;
+use crate::measure::{median, Setup};
 use crate::{cpu_time, pmdk::Pmdk, size, Common};
 
 /// `bench copy` options.
@@ -410,7 +410,7 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let summary = Summary::of(&records);
+    let summary = Summary::of(&records, Setup::now(&cfg, &b.region, a.quick));
     if a.json {
         for r in &records {
             println!("{}", serde_json::to_string(r)?);
@@ -511,10 +511,12 @@ struct Summary {
     /// min over all points and Switchyard paths of min(r, 1/r), r = the path's odd ÷ even
     /// rounds: how far a path differs from itself in this run.
     noise_floor_min: Option<f64>,
+    /// The machine, engine and medium measured, and when.
+    setup: Setup,
 }
 
 impl Summary {
-    fn of(rs: &[Record]) -> Summary {
+    fn of(rs: &[Record], setup: Setup) -> Summary {
         let ratio = |a: &str, b: &str, dir: &str, sz: u64, t: usize| {
             Some(paired(find(rs, a, dir, sz, t)?, find(rs, b, dir, sz, t)?))
         };
@@ -560,6 +562,7 @@ impl Summary {
             split_read_1m_vs_cpu,
             scheduled_vs_best_min: worst.as_ref().map(|w| w.0),
             scheduled_vs_best_worst_point: worst.map(|w| w.1),
+            setup,
         }
     }
 

@@ -11,6 +11,7 @@ mod mix_bench;
 mod mount_bench;
 mod mount_cmd;
 mod pmdk;
+mod report;
 mod size;
 mod stat;
 mod store_cmd;
@@ -61,6 +62,10 @@ enum Command {
     /// Crash-state testing: crash images at every fence, recovered and checked against an
     /// oracle.
     Crashtest(store_cmd::CrashArgs),
+    /// Draw what `bench copy`, `bench mix` and `tune` measured (their --json output) as one
+    /// self-contained HTML page: latency, bandwidth by threads, the breakdown by optimisation
+    /// and CPU cost per GiB. Runs no benchmark.
+    Report(report::ReportArgs),
 }
 
 #[derive(Subcommand)]
@@ -147,6 +152,7 @@ fn main() -> ExitCode {
         Command::Cp(a) => store_cmd::cp(&a),
         Command::Tune(a) => tune_cmd::run(&a),
         Command::Crashtest(a) => store_cmd::crashtest(&a),
+        Command::Report(a) => report::run(&a),
         Command::Up(a) => mount_cmd::up(&a),
         Command::Mount(a) => mount_cmd::mount(&a),
         Command::Umount(a) => mount_cmd::umount(&a),

@@ -39,7 +39,7 @@ use switchyard_mover::lab::Lab;
 use switchyard_mover::profile::NEVER;
 use switchyard_mover::{Config, Direction, Mover, Policy};
 
-use crate::measure::{emit, median, scratch_dir, Measured, Rounds};
+use crate::measure::{emit, median, scratch_dir, Measured, Rounds, Setup};
 use crate::{cpu_time, tune_cmd};
 
 /// `bench mix` options.
@@ -212,6 +212,8 @@ struct Summary {
     /// The tuned mover's thresholds at the end of the run (the profile's, as adapted).
     thresholds_in_effect: Thresholds,
     profile: String,
+    /// The machine, engine and medium measured, and when.
+    setup: Setup,
 }
 
 struct Policies {
@@ -380,6 +382,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         },
         thresholds_in_effect: policies.movers[3].thresholds(),
         profile: tune_cmd::describe(&profile),
+        setup: Setup::now(&base, &region, a.quick),
     };
     emit(a.json, &records, &summary, print_table)
 }

@@ -157,7 +157,7 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
-        let (p, _) = tune_cmd::tune_to(&cfg, dir, &profile, true)?;
+        let (p, _, _) = tune_cmd::tune_to(&cfg, dir, &profile, true)?;
         println!(
             "engine profile: wrote {}, {}",
             profile.display(),

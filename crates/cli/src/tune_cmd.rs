@@ -11,6 +11,7 @@ use switchyard_mover::profile::{Profile, NEVER};
 use switchyard_mover::tune::{self, Effort, Measurements};
 use switchyard_mover::Config;
 
+use crate::measure::Media;
 use crate::size;
 
 /// Where the profile lives unless told otherwise: the working directory, next to the store.
@@ -42,15 +43,18 @@ struct Output<'a> {
     tune: bool,
     profile: &'a Profile,
     measurements: &'a Measurements,
+    /// The scratch region measured (the profile names the machine, the engine and when).
+    media: &'a Media,
 }
 
-/// Runs the tuner with a progress bar and saves the profile; returns it.
+/// Runs the tuner with a progress bar and saves the profile; returns it, what was measured,
+/// and on which medium.
 pub fn tune_to(
     config: &Config,
     dir: &Path,
     out: &Path,
     quick: bool,
-) -> anyhow::Result<(Profile, Measurements)> {
+) -> anyhow::Result<(Profile, Measurements, Media)> {
     let scratch = tempfile::Builder::new()
         .prefix("switchyard-tune.")
         .suffix(".region")
@@ -70,9 +74,10 @@ pub fn tune_to(
         bar.set_message(what.to_string());
     })?;
     bar.finish_and_clear();
+    let media = Media::of(&region);
     drop(region);
     profile.save(out)?;
-    Ok((profile, m))
+    Ok((profile, m, media))
 }
 
 /// A threshold as a person reads it.
@@ -113,7 +118,7 @@ pub fn run(a: &TuneArgs) -> anyhow::Result<()> {
         Some(p) => Config::load(p)?,
         None => Config::default(),
     };
-    let (profile, m) = tune_to(&config, &a.dir, &a.out, a.quick)?;
+    let (profile, m, media) = tune_to(&config, &a.dir, &a.out, a.quick)?;
     if a.json {
         println!(
             "{}",
@@ -121,6 +126,7 @@ pub fn run(a: &TuneArgs) -> anyhow::Result<()> {
                 tune: true,
                 profile: &profile,
                 measurements: &m,
+                media: &media,
             })?
         );
     } else {

@@ -53,7 +53,16 @@ fn quick_copy_bench_runs_on_a_small_region_and_stat_shows_its_counters() {
     assert!(records
         .iter()
         .any(|r| r["path"] == "scheduled" && r["direction"] == "from_slow"));
-    assert_eq!(records.last().unwrap()["record"], "summary");
+    let summary = records.last().unwrap();
+    assert_eq!(summary["record"], "summary");
+    // The summary names where it ran, for `switchyard report`.
+    let setup = &summary["setup"];
+    assert!(setup["machine"]["cores"].as_u64().unwrap() >= 1, "{setup}");
+    assert_eq!(setup["engine"]["kind"], "threads");
+    let region = setup["media"]["region"].as_str().unwrap();
+    assert!(region.starts_with('/') && region.ends_with("/switchyard.region"));
+    assert_ne!(setup["media"]["fs"], "unknown");
+    assert_eq!(setup["quick"], true);
     assert!(d.path().join("switchyard.region").exists());
     sy(d.path())
         .arg("stat")
