@@ -285,6 +285,7 @@ fn fio(dir: &Path, name: &str, extra: &[&str]) -> serde_json::Value {
             &format!("--directory={}", dir.display()),
             "--size=16M",
             "--verify=crc32c",
+            "--verify_state_save=0", // no state files in the working directory
             "--output-format=json",
         ])
         .args(extra)
@@ -361,6 +362,7 @@ fn a_killed_mount_loses_no_write_that_fio_saw_complete() {
                 "--bs=4k",
                 "--size=256M",
                 "--verify=crc32c",
+                "--verify_state_save=0", // no state files in the working directory
                 "--do_verify=0",
                 "--output-format=json",
             ])
@@ -393,6 +395,7 @@ fn a_killed_mount_loses_no_write_that_fio_saw_complete() {
             "--bs=4k",
             &format!("--size={}", done / 4096 * 4096),
             "--verify=crc32c",
+            "--verify_state_save=0", // no state files in the working directory
             "--verify_only",
         ])
         .output()

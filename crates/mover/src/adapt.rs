@@ -80,8 +80,8 @@ pub(crate) struct Settings {
 pub(crate) struct Adapt {
     /// [direction][remote][unaligned] → engine threshold in effect, bytes.
     thresholds: [[[AtomicUsize; 2]; 2]; 3],
-    /// The smallest threshold in effect.
-    min_threshold: AtomicUsize,
+    /// Per direction, the smallest threshold in effect.
+    min_threshold: [AtomicUsize; 3],
     /// The configured (tuned) thresholds, which shifts are relative to.
     base: [[[usize; 2]; 2]; 3],
     /// Per direction: while its thresholds are raised, the smallest tuned one (requests from
@@ -198,9 +198,8 @@ impl Adapt {
         });
         Adapt {
             thresholds: base.map(|d| d.map(|r| r.map(AtomicUsize::new))),
-            min_threshold: AtomicUsize::new(
-                base.iter().flatten().flatten().copied().min().unwrap_or(0),
-            ),
+            min_threshold: base
+                .map(|d| AtomicUsize::new(d.iter().flatten().copied().min().unwrap_or(0))),
             base,
             explore_from: std::array::from_fn(|_| AtomicUsize::new(usize::MAX)),
             split,
@@ -224,10 +223,10 @@ impl Adapt {
             .load(Ordering::Relaxed)
     }
 
-    /// The smallest threshold in effect: smaller requests never touch shared state.
+    /// The smallest threshold in effect for `dir`: smaller requests never touch shared state.
     #[inline]
-    pub(crate) fn min_threshold(&self) -> usize {
-        self.min_threshold.load(Ordering::Relaxed)
+    pub(crate) fn min_threshold(&self, dir: Direction) -> usize {
+        self.min_threshold[dir.index()].load(Ordering::Relaxed)
     }
 
     /// All thresholds in effect.
@@ -383,15 +382,13 @@ impl Adapt {
             usize::MAX
         };
         self.explore_from[d.index()].store(explore, Ordering::Relaxed);
-        let min = self
-            .thresholds
+        let min = self.thresholds[d.index()]
             .iter()
-            .flatten()
             .flatten()
             .map(|t| t.load(Ordering::Relaxed))
             .min()
             .unwrap_or(0);
-        self.min_threshold.store(min, Ordering::Relaxed);
+        self.min_threshold[d.index()].store(min, Ordering::Relaxed);
     }
 }
 
@@ -574,6 +571,10 @@ mod tests {
         assert_eq!(read(&a), 512 << 10);
         epochs(&a, &live, &c, 100);
         assert_eq!(read(&a), (256 << 10) << MAX_SHIFT, "bounded");
+        assert_eq!(
+            a.min_threshold(Direction::FromSlow),
+            (256 << 10) << MAX_SHIFT
+        );
         assert!(
             !a.explore(Direction::FromSlow, 128 << 10),
             "below the tuned threshold"
@@ -593,10 +594,8 @@ mod tests {
         );
         assert_eq!(c.snapshot().threshold_raised, MAX_SHIFT as u64);
         assert_eq!(a.threshold(Direction::ToSlow, false, false), NEVER);
-        assert_eq!(
-            a.min_threshold(),
-            (256 << 10).min(a.threshold(Direction::Dram, false, false))
-        );
+        assert_eq!(a.min_threshold(Direction::FromSlow), 256 << 10, "recovered");
+        assert_eq!(a.min_threshold(Direction::ToSlow), NEVER);
     }
 
     /// A CPU slower than profiled for writes makes the engine worth it: "never" re-enters at

@@ -69,8 +69,9 @@ impl Mover {
         hints: Hints,
     ) -> Report {
         // Bulk callers are counted while they copy, so others see how busy the cores are.
-        let bulk =
-            self.cores_shared && self.policy == Policy::Auto && len >= self.adapt.min_threshold();
+        let bulk = self.cores_shared
+            && self.policy == Policy::Auto
+            && len >= self.adapt.min_threshold(hints.direction);
         if bulk {
             self.active_bulk.fetch_add(1, Ordering::Relaxed);
         }
