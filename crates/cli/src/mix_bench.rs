@@ -22,7 +22,7 @@
 //! Policies alternate in rotated rounds; ratios are medians of per-round ratios.
 //!
 //! With `--grid`, `bulk` and `mixed` also get an exhaustive grid over the threshold of their
-//! direction, M, the split share and (reads) the smallest split: every setting is screened once, then the best three are
+//! direction, M, the split share and the smallest split: every setting is screened once, then the best three are
 //! measured again in rounds paired with `tuned`, and the best of those is the grid's best
 //! static configuration (re-measuring avoids crowning the luckiest screening sample).
 
@@ -152,9 +152,9 @@ struct Setting {
     threshold: usize,
     /// M.
     concurrency_limit: usize,
-    /// The engine's share of a split (0: live estimates; reads only).
+    /// The engine's share of a split (0: live estimates).
     split_share: f64,
-    /// Offloaded reads at least this large are split (0: all of them; reads only).
+    /// Offloaded copies at least this large are split (0: all of them).
     split_min_bytes: usize,
 }
 
@@ -400,11 +400,7 @@ fn grid(
     let mut levels: Vec<usize> = (12..=22).map(|s| 1usize << s).collect();
     levels.push(NEVER);
     let builtin_split = Config::default().mover.split_min_bytes;
-    let (shares, split_mins): (&[f64], &[usize]) = if w.dir == Direction::FromSlow {
-        (&[0.0, 0.25, 0.5, 0.75], &[0, builtin_split])
-    } else {
-        (&[0.0], &[builtin_split])
-    };
+    let (shares, split_mins): (&[f64], &[usize]) = (&[0.0, 0.25, 0.5, 0.75], &[0, builtin_split]);
     let mut settings = Vec::new();
     for &threshold in &levels {
         for m in [1, 2, 4] {

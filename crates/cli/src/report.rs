@@ -362,8 +362,7 @@ fn latency(copy: Option<&CopyRun>, tune: Option<&TuneRun>) -> Figure {
     }
     if tune.is_some() {
         notes.push(
-            "From <code>tune</code>: offloading every request (to the engine, or for bulk reads \
-             a CPU + engine split), mean time per request ÷ cpu-only's, one caller, 64 B \
+            "From <code>tune</code>: offloading every request (a CPU + engine split), mean time per request ÷ cpu-only's, one caller, 64 B \
              aligned; the dashed line is the threshold tune chose from it."
                 .into(),
         );
@@ -572,8 +571,7 @@ fn breakdown(mix: Option<&MixRun>) -> Figure {
              (8–256 KiB) workloads, ×N callers, each policy's median GiB/s ÷ cpu-only's. \
              Steps, each adding one optimisation to the one before: offload everything to \
              the engine; + the concurrency limit M; + the size thresholds; + the CPU + engine \
-             split of bulk reads (writes are never split); + online adaptation (= the tuned \
-             scheduler). M and the thresholds are the engine profile's."
+             split of bulk copies; + online adaptation (= the tuned scheduler). M and the thresholds are the engine profile's."
                 .into(),
         ],
         table,

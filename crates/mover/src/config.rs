@@ -17,7 +17,7 @@
 //! [mover]
 //! policy = "auto"            # auto (schedule) | cpu (CPU only) | engine (engine only)
 //! concurrency_limit = 0      # M: engine requests in flight; 0 = number of channels
-//! split = true               # split bulk from-slow copies between engine and CPU (§5.3)
+//! split = true               # split bulk copies to/from slow memory between engine and CPU (§5.3)
 //! split_min_bytes = 262144   # smallest request that is split
 //! split_share = 0.0          # engine's share of a split; 0 = from live bandwidth estimates
 //! cpu_writers = 0            # cap on concurrent CPU writers into slow memory; 0 = none
@@ -208,7 +208,7 @@ pub struct MoverConfig {
     pub policy: Policy,
     /// M; 0 = number of channels.
     pub concurrency_limit: usize,
-    /// Split bulk from-slow copies.
+    /// Split bulk copies to and from slow memory between engine and CPU.
     pub split: bool,
     /// Smallest split request, bytes.
     pub split_min_bytes: usize,

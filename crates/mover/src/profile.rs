@@ -143,8 +143,8 @@ pub struct Tuned {
     pub thresholds: Thresholds,
     /// M: the fewest concurrent engine users that reach its peak bandwidth.
     pub concurrency_limit: usize,
-    /// Offloaded reads at least this large are split between engine and CPU (the read
-    /// thresholds were measured splitting at every size, so this is the smaller of them).
+    /// Offloaded copies at least this large are split between engine and CPU (the thresholds
+    /// were measured splitting at every size, so this is the smallest of them).
     pub split_min_bytes: usize,
     /// Cap on concurrent CPU writers into slow memory (0: writes still scale at every
     /// measured thread count).

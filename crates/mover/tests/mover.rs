@@ -147,10 +147,12 @@ fn decisions_follow_the_rules() {
         m.decide(at(3), at((4 << 20) + 5), 1 << 20, &w, true).path,
         Path::Cpu
     );
-    // Equal offsets → engine with a CPU head up to the line boundary.
+    // Equal offsets → offloaded (a bulk synchronous write is split) with a CPU head up to
+    // the line boundary.
     let d = m.decide(at(3), at((4 << 20) + 3), 1 << 20, &w, true);
     assert!(
-        matches!(d.path, Path::Engine { .. }) && d.head == 61,
+        matches!(d.path, Path::Split { engine_bytes, .. } if engine_bytes > 0 && engine_bytes < 1 << 20)
+            && d.head == 61,
         "{d:?}"
     );
     // M = 1 is taken now: the next bulk request falls back to the CPU.
