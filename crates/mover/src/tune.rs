@@ -10,7 +10,8 @@
 //!    and with a mover that offloads every request (the CPU + engine split, at every size —
 //!    what the scheduler does above a threshold, so the thresholds are also where splitting
 //!    starts). A coarse sweep of sizes finds the
-//!    smallest size from which offloading wins (by [`WIN`]) at every larger size; bisection
+//!    smallest size from which offloading wins (by [`WIN`]) at every larger size (a lone loss
+//!    between wins is measured once more, and the second measurement stands); bisection
 //!    between it and the size below narrows it. No win anywhere gives [`NEVER`].
 //! 2. **Per-bin bandwidths** of the CPU and the engine alone, 16 KiB to 2 MiB, one thread,
 //!    and the engine's start-up delay (a 4 KiB request's time beyond its transfer time).
@@ -93,6 +94,8 @@ pub struct SweepPoint {
     pub ratio: f64,
     /// Whether bisection (not the coarse sweep) measured it.
     pub bisected: bool,
+    /// Whether this is a second measurement that replaced a lone loss between wins.
+    pub remeasured: bool,
 }
 
 /// Aggregate bandwidth at one thread count.
@@ -167,6 +170,13 @@ fn paired(rounds: usize, mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64)
 fn sweep_sizes(e: &Effort) -> Vec<usize> {
     let step = if e.fine_sweep { 1 } else { 2 };
     (12..=22).step_by(step).map(|s| 1usize << s).collect()
+}
+
+/// Indices of losses with a win on each side, or at the end after a win.
+fn lone_losses(wins: &[bool]) -> Vec<usize> {
+    (0..wins.len())
+        .filter(|&i| !wins[i] && i > 0 && wins[i - 1] && wins.get(i + 1).is_none_or(|&w| w))
+        .collect()
 }
 
 /// The smallest size from which `won` holds at every larger measured size.
@@ -254,13 +264,13 @@ pub fn tune(
                     "unaligned"
                 }
             );
-            let mut measure = |size: usize, bisected: bool| {
+            let measure = |size: usize, bisected: bool| {
                 let [off, cpu, ratio] = paired(
                     rounds,
                     || lab.rate(&paths.offload, dir, &[size], 1, misalign, slice),
                     || lab.rate(&paths.cpu, dir, &[size], 1, misalign, slice),
                 );
-                m.sweep.push(SweepPoint {
+                SweepPoint {
                     direction: name,
                     aligned: misalign == 0,
                     size,
@@ -268,14 +278,34 @@ pub fn tune(
                     offload_gib_s: off,
                     ratio,
                     bisected,
-                });
-                ratio >= WIN
+                    remeasured: false,
+                }
             };
-            let mut points = Vec::new();
+            // The coarse sweep, in size order.
+            let mut coarse: Vec<SweepPoint> = Vec::new();
             for &s in &sizes {
-                points.push((s, measure(s, false)));
+                coarse.push(measure(s, false));
                 steps.tick(&label);
             }
+            // A loss with a win on each side (or at the largest size, after a win) is measured
+            // once more, and the second measurement stands: one disturbed slice must not push
+            // the turning point past every size below it.
+            let won = |p: &SweepPoint| p.ratio >= WIN;
+            let wins: Vec<bool> = coarse.iter().map(won).collect();
+            for i in lone_losses(&wins) {
+                coarse[i] = SweepPoint {
+                    remeasured: true,
+                    ..measure(coarse[i].size, false)
+                };
+            }
+            let points: Vec<(usize, bool)> = coarse.iter().map(|p| (p.size, won(p))).collect();
+            m.sweep.extend(coarse);
+            let mut measure = |size: usize, bisected: bool| {
+                let p = measure(size, bisected);
+                let w = won(&p);
+                m.sweep.push(p);
+                w
+            };
             let Some(mut hi) = turning_point(&points) else {
                 steps.done += effort.bisect;
                 continue;
@@ -424,6 +454,18 @@ pub fn tune(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_lone_losses_are_measured_again() {
+        assert_eq!(lone_losses(&[false, true, false, true, true]), [2]);
+        assert_eq!(lone_losses(&[false, false, true, true, false]), [4]);
+        assert_eq!(
+            lone_losses(&[false, true, false, false, true]),
+            Vec::<usize>::new()
+        );
+        assert_eq!(lone_losses(&[false, false]), Vec::<usize>::new());
+        assert_eq!(lone_losses(&[]), Vec::<usize>::new());
+    }
 
     #[test]
     fn the_turning_point_is_where_every_larger_size_wins() {
