@@ -174,6 +174,14 @@ impl Ticket {
         })
     }
 
+    /// A read-only handle that tells whether the batch is finished, for a runtime that checks
+    /// many outstanding batches between tasks while their tickets stay with their owners.
+    pub fn probe(&self) -> Probe {
+        Probe {
+            completion: self.completion.clone(),
+        }
+    }
+
     /// Whether a worker has claimed the batch (it can no longer be cancelled).
     pub fn started(&self) -> bool {
         self.completion.state.load(Ordering::Acquire) & (RUNNING | DONE) != 0
@@ -219,6 +227,28 @@ impl Ticket {
             }
             park();
         }
+    }
+}
+
+/// Tells whether one batch is finished (done or cancelled), without owning its ticket. Cheap to
+/// check: one Acquire load of the batch's state.
+#[derive(Clone)]
+pub struct Probe {
+    completion: Arc<Completion>,
+}
+
+impl Probe {
+    /// Whether the batch is finished; once true, its ticket's `poll` returns the outcome.
+    pub fn is_finished(&self) -> bool {
+        self.completion.state.load(Ordering::Acquire) & (DONE | CANCELLED) != 0
+    }
+}
+
+impl std::fmt::Debug for Probe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Probe")
+            .field("finished", &self.is_finished())
+            .finish()
     }
 }
 

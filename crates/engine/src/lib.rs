@@ -34,7 +34,7 @@ mod sync;
 pub mod threads;
 mod wake;
 
-pub use completion::{CompletionRecord, Outcome, RecordSnapshot, Status, Ticket};
+pub use completion::{CompletionRecord, Outcome, Probe, RecordSnapshot, Status, Ticket};
 pub use descriptor::{Batch, Descriptor, Flags, Op};
 pub use fault::FaultPlan;
 #[cfg(not(loom))]

@@ -372,6 +372,13 @@ impl Transfer<'_> {
         }
     }
 
+    /// A read-only handle that tells when the engine part is finished (`None`: nothing is
+    /// outstanding, the next [`Transfer::poll`] completes). A runtime checks it between tasks
+    /// and polls the transfer only then.
+    pub fn probe(&self) -> Option<switchyard_engine::Probe> {
+        self.inflight.as_ref().map(|f| f.ticket.probe())
+    }
+
     /// Blocks until the copy is complete.
     pub fn wait(mut self) -> Report {
         self.finish_now();

@@ -1,0 +1,324 @@
+//! The per-core executor: a task slab, a wake list any thread may push to, and the list of
+//! outstanding copies it checks between tasks.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread::Thread;
+use std::time::Duration;
+
+use switchyard_engine::{clock, Probe};
+
+type Task = Pin<Box<dyn Future<Output = ()>>>;
+
+/// The id `block_on`'s own future wakes with.
+const MAIN: usize = usize::MAX;
+/// Longest park while copies are outstanding (a safety net for an expectation that was too
+/// optimistic; the expected completion time usually ends the park first).
+const MAX_PARK: Duration = Duration::from_millis(1);
+/// Copies expected to finish within this are waited for by spinning, not parking (a park and
+/// its wake-up cost a few microseconds themselves).
+const SPIN_NS: u64 = 5_000;
+
+/// Tasks woken from any thread, and the executor's thread to unpark.
+struct Woken {
+    ids: Mutex<Vec<usize>>,
+    thread: Thread,
+}
+
+struct TaskWaker {
+    id: usize,
+    woken: Arc<Woken>,
+}
+
+impl Wake for TaskWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken
+            .ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.id);
+        self.woken.thread.unpark();
+    }
+}
+
+/// An outstanding copy: how to tell it finished, whom to wake, and when it should finish.
+struct Outstanding {
+    probe: Probe,
+    waker: Waker,
+    expected_ns: u64,
+}
+
+/// A per-core executor. Create it on the thread that runs it; it is neither `Send` nor `Sync`.
+pub struct Executor {
+    shared: Rc<Shared>,
+}
+
+struct Shared {
+    tasks: RefCell<Vec<Option<Task>>>,
+    free: RefCell<Vec<usize>>,
+    woken: Arc<Woken>,
+    io: RefCell<Vec<Outstanding>>,
+    /// Tasks spawned while another one runs, queued until the loop picks them up.
+    spawned: RefCell<Vec<Task>>,
+}
+
+thread_local!(static CURRENT: RefCell<Option<Rc<Shared>>> = const { RefCell::new(None) });
+
+/// Sets the thread's current executor for the duration of a `block_on`.
+struct Enter(Option<Rc<Shared>>);
+
+impl Enter {
+    fn new(shared: &Rc<Shared>) -> Enter {
+        Enter(CURRENT.with(|c| c.replace(Some(shared.clone()))))
+    }
+}
+
+impl Drop for Enter {
+    fn drop(&mut self) {
+        let prev = self.0.take();
+        CURRENT.with(|c| *c.borrow_mut() = prev);
+    }
+}
+
+/// Registers an outstanding copy with the executor running this thread; false if none is.
+pub(crate) fn wait_for(probe: Probe, expected_ns: u64, waker: &Waker) -> bool {
+    CURRENT.with(|c| match &*c.borrow() {
+        Some(s) => {
+            s.io.borrow_mut().push(Outstanding {
+                probe,
+                waker: waker.clone(),
+                expected_ns,
+            });
+            true
+        }
+        None => false,
+    })
+}
+
+/// Spawns a task on the executor running this thread.
+///
+/// # Panics
+/// Outside [`Executor::block_on`].
+pub fn spawn<T: 'static>(fut: impl Future<Output = T> + 'static) -> JoinHandle<T> {
+    CURRENT.with(|c| {
+        let c = c.borrow();
+        let s = c
+            .as_ref()
+            .expect("switchyard_rt::spawn outside Executor::block_on");
+        spawn_on(s, fut)
+    })
+}
+
+fn spawn_on<T: 'static>(s: &Shared, fut: impl Future<Output = T> + 'static) -> JoinHandle<T> {
+    let state = Rc::new(JoinState {
+        value: Cell::new(None),
+        waiter: Cell::new(None),
+    });
+    let st = state.clone();
+    s.spawned.borrow_mut().push(Box::pin(async move {
+        st.value.set(Some(fut.await));
+        if let Some(w) = st.waiter.take() {
+            w.wake();
+        }
+    }));
+    JoinHandle { state }
+}
+
+struct JoinState<T> {
+    value: Cell<Option<T>>,
+    waiter: Cell<Option<Waker>>,
+}
+
+/// A spawned task's result, as a future.
+pub struct JoinHandle<T> {
+    state: Rc<JoinState<T>>,
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match self.state.value.take() {
+            Some(v) => Poll::Ready(v),
+            None => {
+                self.state.waiter.set(Some(cx.waker().clone()));
+                Poll::Pending
+            }
+        }
+    }
+}
+
+impl Default for Executor {
+    fn default() -> Self {
+        Executor::new()
+    }
+}
+
+impl Executor {
+    /// An executor for the calling thread.
+    pub fn new() -> Executor {
+        Executor {
+            shared: Rc::new(Shared {
+                tasks: RefCell::new(Vec::new()),
+                free: RefCell::new(Vec::new()),
+                woken: Arc::new(Woken {
+                    ids: Mutex::new(Vec::new()),
+                    thread: std::thread::current(),
+                }),
+                io: RefCell::new(Vec::new()),
+                spawned: RefCell::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// Spawns a task; it runs once [`Executor::block_on`] runs.
+    pub fn spawn<T: 'static>(&self, fut: impl Future<Output = T> + 'static) -> JoinHandle<T> {
+        spawn_on(&self.shared, fut)
+    }
+
+    /// Copies outstanding right now (for tests and statistics).
+    pub fn outstanding(&self) -> usize {
+        self.shared.io.borrow().len()
+    }
+
+    /// Runs `fut` and every spawned task until `fut` completes; returns its output.
+    ///
+    /// # Panics
+    /// On another thread than the one that created the executor.
+    pub fn block_on<T>(&self, fut: impl Future<Output = T>) -> T {
+        let s = &self.shared;
+        assert_eq!(
+            std::thread::current().id(),
+            s.woken.thread.id(),
+            "an Executor runs on the thread that created it"
+        );
+        let _enter = Enter::new(s);
+        let mut fut = pin!(fut);
+        let main = Waker::from(Arc::new(TaskWaker {
+            id: MAIN,
+            woken: s.woken.clone(),
+        }));
+        let mut main_ready = true;
+        loop {
+            if main_ready {
+                main_ready = false;
+                if let Poll::Ready(v) = fut.as_mut().poll(&mut Context::from_waker(&main)) {
+                    return v;
+                }
+                s.check_io();
+            }
+            let mut ran = s.adopt_spawned();
+            let ids = std::mem::take(&mut *s.woken.ids.lock().unwrap_or_else(|e| e.into_inner()));
+            for id in ids {
+                if id == MAIN {
+                    main_ready = true;
+                } else {
+                    ran |= s.run(id);
+                    // Between tasks: wake those whose copies finished.
+                    s.check_io();
+                }
+            }
+            if ran || main_ready {
+                continue;
+            }
+            if s.check_io() > 0 {
+                continue;
+            }
+            s.idle();
+        }
+    }
+}
+
+impl Shared {
+    /// Moves freshly spawned tasks into the slab and schedules them; true if there were any.
+    fn adopt_spawned(&self) -> bool {
+        let new = std::mem::take(&mut *self.spawned.borrow_mut());
+        let any = !new.is_empty();
+        for t in new {
+            let id = match self.free.borrow_mut().pop() {
+                Some(id) => {
+                    self.tasks.borrow_mut()[id] = Some(t);
+                    id
+                }
+                None => {
+                    let mut tasks = self.tasks.borrow_mut();
+                    tasks.push(Some(t));
+                    tasks.len() - 1
+                }
+            };
+            self.woken
+                .ids
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(id);
+        }
+        any
+    }
+
+    /// Polls task `id` once (a stale id of a finished task is ignored); true if it ran.
+    fn run(&self, id: usize) -> bool {
+        // Taken out of the slab while it runs, so it may spawn (and so touch the slab).
+        let Some(mut task) = self.tasks.borrow_mut().get_mut(id).and_then(Option::take) else {
+            return false;
+        };
+        let waker = Waker::from(Arc::new(TaskWaker {
+            id,
+            woken: self.woken.clone(),
+        }));
+        match task.as_mut().poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(()) => self.free.borrow_mut().push(id),
+            Poll::Pending => self.tasks.borrow_mut()[id] = Some(task),
+        }
+        true
+    }
+
+    /// Wakes the tasks whose copies finished; returns how many.
+    fn check_io(&self) -> usize {
+        let mut io = self.io.borrow_mut();
+        let before = io.len();
+        io.retain(|o| {
+            if o.probe.is_finished() {
+                o.waker.wake_by_ref();
+                false
+            } else {
+                true
+            }
+        });
+        before - io.len()
+    }
+
+    /// Nothing to run: park until woken if no copy is outstanding, else until the earliest
+    /// is expected to finish (spinning instead when that is only microseconds away).
+    fn idle(&self) {
+        let next = self.io.borrow().iter().map(|o| o.expected_ns).min();
+        let Some(next) = next else {
+            std::thread::park();
+            return;
+        };
+        let now = clock::now_ns();
+        let wait = next.saturating_sub(now);
+        if wait <= SPIN_NS {
+            while clock::now_ns() < next {
+                if self.io.borrow().iter().any(|o| o.probe.is_finished()) {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+            // Past the expectation: look again, then park briefly rather than spin on.
+            if self.io.borrow().iter().any(|o| o.probe.is_finished()) {
+                return;
+            }
+            std::thread::park_timeout(Duration::from_micros(20));
+            return;
+        }
+        std::thread::park_timeout(Duration::from_nanos(wait).min(MAX_PARK));
+    }
+}

@@ -1,0 +1,71 @@
+//! Copies through the mover as futures.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use switchyard_engine::clock;
+use switchyard_mover::bandwidth::bin;
+use switchyard_mover::{Hints, Mover, Report, Transfer};
+
+use crate::executor;
+
+/// Starts a copy of `len` bytes from `src` to `dst` through `mover` and returns a future of
+/// its [`Report`]. Requests the mover keeps on the CPU are copied before this returns; the
+/// future of an engine copy is ready once the engine finished it (and the mover repaired any
+/// partial completion).
+///
+/// # Safety
+/// As [`Mover::submit`]: `src` valid for reads and `dst` for writes of `len` bytes, not
+/// overlapping, and `dst` not accessed by anyone else until the future completes or is dropped
+/// (dropping waits for the copy). Leaking the future (`mem::forget`) while the copy is pending
+/// leaves the engine writing into `dst`.
+pub unsafe fn copy<'m>(
+    mover: &'m Mover,
+    dst: *mut u8,
+    src: *const u8,
+    len: usize,
+    hints: Hints,
+) -> Copy<'m> {
+    let engine = mover.bandwidth().of(hints.direction);
+    let b = bin(len);
+    // When the copy should be done, from the live estimates: start-up plus transfer.
+    let expected_ns =
+        clock::now_ns() + (engine.startup_ns.get() + len as f64 / engine.engine[b].get()) as u64;
+    Copy {
+        // SAFETY: forwarded from this function's contract.
+        transfer: Some(unsafe { mover.submit(dst, src, len, hints) }),
+        expected_ns,
+    }
+}
+
+/// A copy in progress (see [`copy`]).
+pub struct Copy<'m> {
+    transfer: Option<Transfer<'m>>,
+    expected_ns: u64,
+}
+
+impl Future for Copy<'_> {
+    type Output = Report;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Report> {
+        let expected_ns = self.expected_ns;
+        let t = self
+            .transfer
+            .as_mut()
+            .expect("a Copy polled after it completed");
+        if t.poll() {
+            let t = self.transfer.take().expect("checked above");
+            // Complete: `wait` returns the report without blocking.
+            return Poll::Ready(t.wait());
+        }
+        let probe = t
+            .probe()
+            .expect("an unfinished transfer has an engine part");
+        if !executor::wait_for(probe, expected_ns, cx.waker()) {
+            // No switchyard executor checks completions here: ask to be polled again.
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}

@@ -1,0 +1,33 @@
+//! # switchyard-rt — the asynchronous runtime (EasyIO §4.1)
+//!
+//! A task that moves data to or from slow memory should not stall while the engine copies:
+//! it yields, the runtime runs other tasks on the same core, and the task resumes when the
+//! engine's completion record says its copy is done. No thread polls on the runtime's behalf
+//! and no second call into the mover is needed to learn the outcome.
+//!
+//! - [`Executor`]: one per core (a thread), running `!Send` tasks. Between tasks it checks
+//!   the completion of every outstanding copy (one Acquire load each) and wakes the tasks
+//!   whose copies finished; with nothing to run it parks — until woken when no copy is
+//!   outstanding, else until the earliest copy is expected to finish.
+//! - [`copy`]: a copy through the [`Mover`](switchyard_mover::Mover) as a future. Requests the
+//!   mover keeps on the CPU (below the tuned threshold) complete inline, on the first poll; the
+//!   rest go to the engine and the task yields until they finish. A task is never resumed
+//!   before its copy is finished: the future returns only after the transfer reports complete.
+//!
+//! The futures work in any executor. Outside an [`Executor`] nobody checks completions for
+//! them, so a pending copy asks to be polled again at once (a cooperative yield): correct,
+//! and it lets the host executor run its other tasks, but it is not free of polling.
+//!
+//! No work stealing: tasks are `!Send` (they own per-core state and borrow buffers), and an
+//! executor's outstanding copies are checked by that executor alone. An application spreads
+//! work by running one executor per application core. On the 2-core machines this project
+//! is measured on, one core runs the application and the other the engine's worker, so there
+//! is no second application core to steal for.
+
+#![warn(missing_docs)]
+
+mod executor;
+mod io;
+
+pub use executor::{spawn, Executor, JoinHandle};
+pub use io::{copy, Copy};
