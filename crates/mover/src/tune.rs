@@ -207,25 +207,22 @@ pub fn tune(
         .map(|n| n.get())
         .unwrap_or(1);
     let max_callers = (2 * cores).clamp(2, 8);
-    let mover = |policy: Policy, thresholds: Thresholds| {
+    // Every path offloads all it may: thresholds 0 and, for `auto`, a split at every size.
+    let mover = |policy: Policy| {
         let mut c = config.clone();
         c.mover.policy = policy;
-        c.mover.thresholds = thresholds;
+        c.mover.thresholds = Thresholds::all(0);
+        c.mover.split_min_bytes = 0;
         c.mover.concurrency_limit = 0;
         c.mover.cpu_writers = 0;
         c.applied_profile = None;
         Mover::with_engine(&c, engine.clone(), persist)
     };
-    let zero = Thresholds::all(0);
     let lab = Lab::new(region);
     let paths = Paths {
-        cpu: mover(Policy::Cpu, zero),
-        engine: mover(Policy::Engine, zero),
-        offload: {
-            let mut m = mover(Policy::Auto, zero);
-            m.split_min_bytes = 0;
-            m
-        },
+        cpu: mover(Policy::Cpu),
+        engine: mover(Policy::Engine),
+        offload: mover(Policy::Auto),
     };
 
     let sizes = sweep_sizes(&effort);

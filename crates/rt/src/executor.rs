@@ -63,6 +63,8 @@ pub struct Executor {
 
 struct Shared {
     tasks: RefCell<Vec<Option<Task>>>,
+    /// The waker of each task slot, made once per slot (its id never changes).
+    wakers: RefCell<Vec<Waker>>,
     free: RefCell<Vec<usize>>,
     woken: Arc<Woken>,
     io: RefCell<Vec<Outstanding>>,
@@ -168,6 +170,7 @@ impl Executor {
         Executor {
             shared: Rc::new(Shared {
                 tasks: RefCell::new(Vec::new()),
+                wakers: RefCell::new(Vec::new()),
                 free: RefCell::new(Vec::new()),
                 woken: Arc::new(Woken {
                     ids: Mutex::new(Vec::new()),
@@ -251,7 +254,14 @@ impl Shared {
                 None => {
                     let mut tasks = self.tasks.borrow_mut();
                     tasks.push(Some(t));
-                    tasks.len() - 1
+                    let id = tasks.len() - 1;
+                    self.wakers
+                        .borrow_mut()
+                        .push(Waker::from(Arc::new(TaskWaker {
+                            id,
+                            woken: self.woken.clone(),
+                        })));
+                    id
                 }
             };
             self.woken
@@ -269,10 +279,7 @@ impl Shared {
         let Some(mut task) = self.tasks.borrow_mut().get_mut(id).and_then(Option::take) else {
             return false;
         };
-        let waker = Waker::from(Arc::new(TaskWaker {
-            id,
-            woken: self.woken.clone(),
-        }));
+        let waker = self.wakers.borrow()[id].clone();
         match task.as_mut().poll(&mut Context::from_waker(&waker)) {
             Poll::Ready(()) => self.free.borrow_mut().push(id),
             Poll::Pending => self.tasks.borrow_mut()[id] = Some(task),

@@ -27,14 +27,18 @@ pub unsafe fn copy<'m>(
     len: usize,
     hints: Hints,
 ) -> Copy<'m> {
-    let engine = mover.bandwidth().of(hints.direction);
-    let b = bin(len);
-    // When the copy should be done, from the live estimates: start-up plus transfer.
-    let expected_ns =
-        clock::now_ns() + (engine.startup_ns.get() + len as f64 / engine.engine[b].get()) as u64;
+    // SAFETY: forwarded from this function's contract.
+    let transfer = unsafe { mover.submit(dst, src, len, hints) };
+    // When an engine copy should be done, from the live estimates: start-up plus transfer
+    // (not computed for copies the CPU already finished).
+    let expected_ns = if transfer.probe().is_some() {
+        let e = mover.bandwidth().of(hints.direction);
+        clock::now_ns() + (e.startup_ns.get() + len as f64 / e.engine[bin(len)].get()) as u64
+    } else {
+        0
+    };
     Copy {
-        // SAFETY: forwarded from this function's contract.
-        transfer: Some(unsafe { mover.submit(dst, src, len, hints) }),
+        transfer: Some(transfer),
         expected_ns,
     }
 }
