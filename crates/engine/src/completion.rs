@@ -11,15 +11,17 @@
 //!
 //! ## Per-batch state (numbered rules)
 //!
-//! `state` holds bits `RUNNING | DONE | CANCELLED | WAITER`.
+//! `state` holds bits `RUNNING | DONE | CANCELLED | CLAIMED | WAITER`.
 //! 1. Only the worker sets `RUNNING` (CAS from "no RUNNING/DONE/CANCELLED") and `DONE`.
 //! 2. Only the ticket sets `CANCELLED` (CAS from the same start); afterwards the worker never
 //!    touches the batch's buffers, so the submitter owns them again at once.
 //! 3. The worker writes status, bytes and times *before* setting `DONE` with Release; the
 //!    ticket reads them after observing `DONE` with Acquire.
-//! 4. The ticket stores its thread in `waiter` *before* setting `WAITER` with Release; the
-//!    worker reads `waiter` only if its `DONE` RMW observed `WAITER` (AcqRel), then unparks.
-//!    The ticket writes `waiter` at most once, so the two never race.
+//! 4. One waiter at most: the ticket (a parked thread) or a probe (a task's waker) claims the
+//!    `waiter` cell by setting `CLAIMED` first (only the one whose RMW found it clear goes on),
+//!    stores itself in `waiter`, then sets `WAITER` with Release; the worker reads `waiter` only
+//!    if its `DONE` RMW observed `WAITER` (AcqRel), then wakes it. `waiter` is written at most
+//!    once, so the two never race.
 //! 5. The worker advances the channel's [`CompletionRecord`] *before* it sets `DONE`, so a
 //!    ticket that observes its batch done also observes the channel's seq past it.
 
@@ -29,6 +31,7 @@ const RUNNING: u32 = 1;
 const DONE: u32 = 2;
 const CANCELLED: u32 = 4;
 const WAITER: u32 = 8;
+const CLAIMED: u32 = 16;
 
 /// How a batch ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -79,7 +82,15 @@ pub struct Completion {
     bytes: AtomicU64,
     started_ns: AtomicU64,
     finished_ns: AtomicU64,
-    waiter: UnsafeCell<Option<Thread>>,
+    waiter: UnsafeCell<Option<Waiter>>,
+}
+
+/// Who is woken when a batch finishes.
+enum Waiter {
+    /// A thread parked in [`Ticket::wait`].
+    Thread(Thread),
+    /// A task that registered through [`Probe::register`].
+    Task(std::task::Waker),
 }
 
 // SAFETY: `waiter` is written by the ticket only before it publishes WAITER (rule 4) and read by
@@ -120,6 +131,18 @@ impl Completion {
         }
     }
 
+    /// Claims the waiter cell for `w` (rule 4); false if someone else holds it.
+    fn claim(&self, w: Waiter) -> bool {
+        if self.state.fetch_or(CLAIMED, Ordering::AcqRel) & CLAIMED != 0 {
+            return false;
+        }
+        // SAFETY: rule 4 — we set CLAIMED first, so no one else writes `waiter`, and WAITER is
+        // not yet set (we set it just below, once), so the worker does not read it now.
+        self.waiter.with_mut(|c| unsafe { *c = Some(w) });
+        self.state.fetch_or(WAITER, Ordering::AcqRel);
+        true
+    }
+
     /// Worker: publishes the outcome (rule 3) and wakes a parked ticket (rule 4).
     pub(crate) fn finish(&self, status: Status, bytes: u64, now_ns: u64) {
         self.status.store(status as u32, Ordering::Relaxed);
@@ -129,9 +152,11 @@ impl Completion {
         if prev & WAITER != 0 {
             // SAFETY: rule 4 — WAITER was observed, so the ticket's write of `waiter`
             // happened-before this read and the ticket will not write it again.
-            let t = self.waiter.with(|w| unsafe { (*w).clone() });
-            if let Some(t) = t {
-                t.unpark();
+            let w = self.waiter.with_mut(|w| unsafe { (*w).take() });
+            match w {
+                Some(Waiter::Thread(t)) => t.unpark(),
+                Some(Waiter::Task(w)) => w.wake(),
+                None => {}
             }
         }
     }
@@ -141,6 +166,8 @@ impl Completion {
 pub struct Ticket {
     completion: Arc<Completion>,
     registered: bool,
+    /// Whether this ticket's thread is the registered waiter (else it yields while waiting).
+    parks: bool,
 }
 
 impl Ticket {
@@ -148,6 +175,7 @@ impl Ticket {
         Ticket {
             completion,
             registered: false,
+            parks: false,
         }
     }
 
@@ -214,18 +242,18 @@ impl Ticket {
         if !self.registered {
             self.registered = true;
             let me = crate::sync::thread_current();
-            // SAFETY: rule 4 — WAITER is not yet set (we set it just below, once), so the
-            // worker does not read `waiter` now.
-            self.completion
-                .waiter
-                .with_mut(|w| unsafe { *w = Some(me) });
-            self.completion.state.fetch_or(WAITER, Ordering::AcqRel);
+            self.parks = self.completion.claim(Waiter::Thread(me));
         }
         loop {
             if let Some(o) = self.poll() {
                 return o;
             }
-            park();
+            if self.parks {
+                park();
+            } else {
+                // A task's waker holds the waiter cell: check back after others ran.
+                crate::sync::yield_now();
+            }
         }
     }
 }
@@ -241,6 +269,18 @@ impl Probe {
     /// Whether the batch is finished; once true, its ticket's `poll` returns the outcome.
     pub fn is_finished(&self) -> bool {
         self.completion.state.load(Ordering::Acquire) & (DONE | CANCELLED) != 0
+    }
+
+    /// Has the worker wake `waker` when the batch finishes: the way a future in another
+    /// executor (tokio, …) sleeps on an engine copy without polling. One waiter per batch:
+    /// `false` when the batch is already finished or another waiter is registered, and the
+    /// caller must then check again itself.
+    pub fn register(&self, waker: &std::task::Waker) -> bool {
+        if self.is_finished() || !self.completion.claim(Waiter::Task(waker.clone())) {
+            return false;
+        }
+        // Finished between the check and the claim: the worker may not have seen WAITER.
+        !self.is_finished()
     }
 }
 

@@ -84,6 +84,9 @@ pub struct Descriptor {
 pub struct Batch {
     pub(crate) descriptors: Vec<Descriptor>,
     pub(crate) completion: Arc<Completion>,
+    /// Where the worker records this batch's completion durably, if anywhere.
+    #[cfg(not(loom))]
+    pub(crate) durable: Option<crate::durable::DurableRecord>,
 }
 
 // SAFETY: the raw pointers in the descriptors are only dereferenced by the engine under the
@@ -100,6 +103,8 @@ impl Batch {
             Batch {
                 descriptors,
                 completion,
+                #[cfg(not(loom))]
+                durable: None,
             },
             ticket,
         )
@@ -113,6 +118,14 @@ impl Batch {
     /// Whether the batch covers no bytes.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Makes the worker record this batch's completion in `record` once its data is durable,
+    /// before the completion is published (see [`crate::durable`]).
+    #[cfg(not(loom))]
+    pub fn with_durable_record(mut self, record: crate::durable::DurableRecord) -> Batch {
+        self.durable = Some(record);
+        self
     }
 
     /// The descriptors in execution order.

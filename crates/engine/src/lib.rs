@@ -27,6 +27,8 @@
 pub mod clock;
 mod completion;
 mod descriptor;
+#[cfg(not(loom))]
+pub mod durable;
 pub mod fault;
 mod ring;
 mod sync;
@@ -36,6 +38,8 @@ mod wake;
 
 pub use completion::{CompletionRecord, Outcome, Probe, RecordSnapshot, Status, Ticket};
 pub use descriptor::{Batch, Descriptor, Flags, Op};
+#[cfg(not(loom))]
+pub use durable::{DurableRecord, RecordImage};
 pub use fault::FaultPlan;
 #[cfg(not(loom))]
 pub use threads::{ThreadsConfig, ThreadsEngine};

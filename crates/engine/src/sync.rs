@@ -51,3 +51,11 @@ pub(crate) fn thread_current() -> Thread {
     #[cfg(not(loom))]
     std::thread::current()
 }
+
+/// Lets other threads run (loom's scheduler under loom).
+pub(crate) fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
+}

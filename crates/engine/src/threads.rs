@@ -212,11 +212,11 @@ fn run(ch: &Channel, cfg: &ThreadsConfig) {
     loop {
         ch.wake.awake();
         while !ch.suspended.load(Ordering::Acquire) {
-            let Some((_, batch)) = ch.ring.pop() else {
+            let Some((position, batch)) = ch.ring.pop() else {
                 break;
             };
             executed += 1;
-            process(ch, cfg, batch, executed);
+            process(ch, cfg, batch, position, executed);
         }
         if ch.shutdown.load(Ordering::Acquire) && ch.ring.is_empty() {
             return;
@@ -243,9 +243,12 @@ fn run(ch: &Channel, cfg: &ThreadsConfig) {
     }
 }
 
-fn process(ch: &Channel, cfg: &ThreadsConfig, batch: Batch, n: u64) {
+fn process(ch: &Channel, cfg: &ThreadsConfig, batch: Batch, position: u64, n: u64) {
     let total = batch.len() as u64;
     if !batch.completion.begin(clock::now_ns()) {
+        if let Some(r) = &batch.durable {
+            r.finished(&cfg.persist, position, Status::Cancelled);
+        }
         ch.record.advance(Status::Cancelled, 0);
         return;
     }
@@ -260,7 +263,12 @@ fn process(ch: &Channel, cfg: &ThreadsConfig, batch: Batch, n: u64) {
     };
     ch.busy_ns
         .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
-    // Channel record first: a submitter that sees its batch done may rely on the channel's seq
+    // The durable record first: once anyone can see the batch finished, a crash can no longer
+    // lose that fact.
+    if let Some(r) = &batch.durable {
+        r.finished(&cfg.persist, position, status);
+    }
+    // Channel record next: a submitter that sees its batch done may rely on the channel's seq
     // already covering it (completion rule 5).
     ch.record.advance(status, bytes);
     batch.completion.finish(status, bytes, clock::now_ns());

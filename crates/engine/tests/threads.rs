@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 use switchyard_engine::{
-    Batch, Descriptor, Engine, FaultPlan, Flags, Op, Status, SubmitError, ThreadsConfig,
-    ThreadsEngine,
+    Batch, Descriptor, DurableRecord, Engine, FaultPlan, Flags, Op, Status, SubmitError,
+    ThreadsConfig, ThreadsEngine,
 };
+use switchyard_media::trace::Event;
 use switchyard_media::trace::Recorder;
 
 fn engine(f: impl FnOnce(&mut ThreadsConfig)) -> ThreadsEngine {
@@ -235,4 +236,76 @@ fn dropping_the_engine_finishes_queued_work() {
     };
     assert_eq!(t.wait(0).status, Status::Success);
     assert_eq!(dst, src);
+}
+
+/// A 64-byte aligned line standing in for a record in persistent memory.
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+#[test]
+fn a_durable_record_is_written_after_the_data_is_durable_and_before_completion() {
+    let rec = Recorder::install();
+    let e = engine(|_| {});
+    let mut line = Line([0; 64]);
+    // SAFETY: `line` is aligned, outlives every batch below, and only the engine writes it.
+    let r = unsafe { DurableRecord::new(line.0.as_mut_ptr()) };
+    let line_addr = line.0.as_ptr() as usize;
+    for round in 0..3u64 {
+        let src = pattern(100_000, round as u8);
+        let mut dst = vec![0u8; src.len()];
+        let (b, mut t) = Batch::new(copies(&mut dst, &src, 16384, Flags::DURABLE));
+        // SAFETY: buffers outlive the wait.
+        let pos = unsafe { e.try_submit(0, b.with_durable_record(r)) }.unwrap();
+        // The volatile record can only say "done" once the durable one does.
+        assert_eq!(t.wait(1000).status, Status::Success);
+        let img = r.image();
+        assert_eq!(img.seq, pos + 1);
+        assert!(img.covers(pos) && !img.covers(pos + 1));
+        assert_eq!(rec.first_non_durable(line_addr, 8), None);
+        // The record's store comes after the last data byte became durable.
+        let ev = rec.events();
+        let record_store = ev
+            .iter()
+            .rposition(|t| matches!(t.event, Event::Store { addr, .. } if addr == line_addr))
+            .expect("the worker stored the record");
+        let before = Recorder::first_non_durable_in(&ev[..record_store], dst.as_ptr() as usize, dst.len());
+        assert_eq!(before, None, "record written before the data was durable");
+        assert_eq!(dst, src);
+    }
+}
+
+#[test]
+fn an_incomplete_batch_leaves_a_hole_until_the_submitter_repairs_it() {
+    let e = engine(|c| {
+        c.faults = FaultPlan {
+            partial_every: 2,
+            ..FaultPlan::default()
+        }
+    });
+    let mut line = Line([0; 64]);
+    // SAFETY: as above.
+    let r = unsafe { DurableRecord::new(line.0.as_mut_ptr()) };
+    let persist = switchyard_media::Persist::detect();
+    let mut holes = Vec::new();
+    for _ in 0..4 {
+        let src = pattern(200_000, 9);
+        let mut dst = vec![0u8; src.len()];
+        let (b, mut t) = Batch::new(copies(&mut dst, &src, 4096, Flags::DURABLE));
+        // SAFETY: buffers outlive the wait.
+        let pos = unsafe { e.try_submit(0, b.with_durable_record(r)) }.unwrap();
+        let o = t.wait(1000);
+        let img = r.image();
+        assert_eq!(img.seq, pos + 1);
+        if o.status == Status::Success {
+            assert!(img.covers(pos));
+        } else {
+            assert!(!img.covers(pos), "a partial batch must not count as complete");
+            holes.push(pos);
+        }
+    }
+    assert_eq!(holes.len(), 2);
+    for &pos in &holes {
+        r.clear_hole(&persist, pos);
+        assert!(r.image().covers(pos));
+    }
 }

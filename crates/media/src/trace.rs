@@ -157,7 +157,12 @@ impl Recorder {
     /// store or a flush issued after its last ordinary store, and the thread that did so issued
     /// a fence afterwards. Returns the first byte that is not durable.
     pub fn first_non_durable(&self, addr: usize, len: usize) -> Option<usize> {
-        let ev = self.events();
+        Recorder::first_non_durable_in(&self.events(), addr, len)
+    }
+
+    /// [`Recorder::first_non_durable`] over a prefix of the events (what was durable at the
+    /// moment the event after `ev` happened).
+    pub fn first_non_durable_in(ev: &[Traced], addr: usize, len: usize) -> Option<usize> {
         const LINE: usize = crate::CACHE_LINE;
         // Per byte: the event (index, thread) after which only a fence of that thread is
         // missing; `None` while the byte's last store sits dirty in the cache.

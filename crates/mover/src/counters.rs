@@ -51,6 +51,7 @@ counters! {
     fallback_saturated: "Bulk requests sent to the CPU because M engine requests were in flight.",
     fallback_queue_full: "Bulk requests sent to the CPU because the channel queue was full or suspended.",
     fallback_latency: "Latency-critical requests kept off a busy channel.",
+    fallback_queue_depth: "Asynchronous reads copied by the CPU because every channel had 2 or more batches queued (EasyIO's read admission, Listing 2).",
     reclaimed: "Split engine shares the CPU took back because the engine had not started them.",
     partial_completions: "Engine completions that were partial (the mover finished the rest).",
     engine_errors: "Engine completions with an error (the mover redid the rest on the CPU).",

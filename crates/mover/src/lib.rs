@@ -37,7 +37,7 @@ pub use config::{Config, ConfigError, Policy};
 pub use counters::Stats;
 pub use decide::{Decision, Path};
 pub use hints::{Direction, Hints};
-pub use transfer::{Report, Transfer};
+pub use transfer::{Detached, Report, Transfer};
 
 /// A request the mover cannot carry out.
 #[derive(Debug, thiserror::Error)]

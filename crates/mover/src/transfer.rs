@@ -4,7 +4,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use switchyard_engine::{clock, Batch, Flags, Outcome, Status, SubmitError, Ticket};
+use switchyard_engine::{
+    clock, Batch, DurableRecord, Flags, Outcome, Status, SubmitError, Ticket,
+};
 use switchyard_media::CopyMode;
 
 use crate::bandwidth::{bin, sample_cpu_copy, MIN_SAMPLED};
@@ -23,6 +25,8 @@ pub struct Report {
     pub engine_bytes: usize,
     /// Bytes the CPU copied (head, its split share, fallbacks and repairs).
     pub cpu_bytes: usize,
+    /// Of `cpu_bytes`, those copied to finish a partial or failed engine completion.
+    pub repaired_bytes: usize,
 }
 
 /// An engine part in flight. Owns the right to the buffers until its ticket reports.
@@ -34,6 +38,11 @@ struct InFlight {
     hints: Hints,
     submitted_ns: u64,
     decision: Decision,
+    /// The channel and the batch's position in it.
+    channel: usize,
+    position: u64,
+    /// Whether the batch records its completion durably.
+    recorded: bool,
 }
 
 impl Mover {
@@ -81,6 +90,7 @@ impl Mover {
             path: decision.path,
             engine_bytes: 0,
             cpu_bytes: head,
+            repaired_bytes: 0,
         };
         if head > 0 {
             self.counters.add(Counter::aligned_heads, 1);
@@ -99,7 +109,7 @@ impl Mover {
             Path::Engine { channel } => {
                 self.counters.add(Counter::engine_requests, 1);
                 // SAFETY: forwarded; we wait for the engine part below.
-                match unsafe { self.start_engine(channel, d, s, body, hints, decision) } {
+                match unsafe { self.start_engine(channel, d, s, body, hints, decision, &[]) } {
                     Some(f) => self.finish(f, &mut report),
                     None => {
                         // SAFETY: the engine never received the buffers.
@@ -118,7 +128,7 @@ impl Mover {
                 // SAFETY: engine part [0, engine_bytes) and CPU part [engine_bytes, body) are
                 // disjoint pieces of the caller's ranges; we wait for the engine part below.
                 let started =
-                    unsafe { self.start_engine(channel, d, s, engine_bytes, hints, decision) };
+                    unsafe { self.start_engine(channel, d, s, engine_bytes, hints, decision, &[]) };
                 let cpu_from = if started.is_some() { engine_bytes } else { 0 };
                 let t = Instant::now();
                 // SAFETY: disjoint from the engine part, inside the caller's ranges.
@@ -163,11 +173,47 @@ impl Mover {
         len: usize,
         hints: Hints,
     ) -> Transfer<'_> {
-        let decision = self.decide(dst, src, len, &hints, false);
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.submit_recorded(dst, src, len, hints, &[]) }
+    }
+
+    /// [`Mover::submit`], with the engine batch naming `records[channel]` as its durable
+    /// completion record when there is one for the channel it goes to (see
+    /// [`switchyard_engine::durable`]); [`Transfer::recorded`] then names the channel and
+    /// position. Engine-bound reads follow EasyIO's admission rule (§4.4, Listing 2): they go
+    /// to a channel with fewer than 2 batches queued, or to the CPU if there is none.
+    ///
+    /// # Safety
+    /// As [`Mover::submit`].
+    pub unsafe fn submit_recorded(
+        &self,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+        hints: Hints,
+        records: &[DurableRecord],
+    ) -> Transfer<'_> {
+        let mut decision = self.decide(dst, src, len, &hints, false);
+        if let Path::Engine { channel } = decision.path {
+            if hints.direction == Direction::FromSlow && self.policy == Policy::Auto {
+                match self.admit_read(channel) {
+                    Some(c) => decision.path = Path::Engine { channel: c },
+                    None => {
+                        self.release(&decision);
+                        self.counters.add(Counter::fallback_queue_depth, 1);
+                        decision = Decision {
+                            path: Path::Cpu,
+                            head: decision.head,
+                        };
+                    }
+                }
+            }
+        }
         let mut report = Report {
             path: decision.path,
             engine_bytes: 0,
             cpu_bytes: decision.head,
+            repaired_bytes: 0,
         };
         // SAFETY: head < len, inside the caller's ranges.
         unsafe { self.cpu_copy(dst, src, decision.head, &hints) };
@@ -183,7 +229,7 @@ impl Mover {
             Path::Engine { channel } | Path::Split { channel, .. } => {
                 self.counters.add(Counter::engine_requests, 1);
                 // SAFETY: forwarded; the Transfer waits before releasing the buffers.
-                unsafe { self.start_engine(channel, d, s, body, hints, decision) }
+                unsafe { self.start_engine(channel, d, s, body, hints, decision, records) }
             }
             Path::Cpu => None,
         };
@@ -200,6 +246,15 @@ impl Mover {
             inflight,
             report,
         }
+    }
+
+    /// EasyIO's read admission: the first channel from `preferred` on with fewer than 2
+    /// batches queued.
+    fn admit_read(&self, preferred: usize) -> Option<usize> {
+        let n = self.engine_channels;
+        (0..n)
+            .map(|k| (preferred + k) % n)
+            .find(|&c| self.engine.queue_depth(c) < 2 && !self.engine.is_suspended(c))
     }
 
     /// The CPU path: the media kernels, under the slow-memory writer cap.
@@ -272,6 +327,7 @@ impl Mover {
         len: usize,
         hints: Hints,
         decision: Decision,
+        records: &[DurableRecord],
     ) -> Option<InFlight> {
         let flags = match (hints.durable, hints.direction) {
             (true, _) => Flags::DURABLE,
@@ -286,12 +342,16 @@ impl Mover {
             self.granule,
             flags,
         ));
+        let recorded = channel < records.len();
+        if recorded {
+            batch = batch.with_durable_record(records[channel]);
+        }
         let submitted_ns = clock::now_ns();
         loop {
             // SAFETY: forwarded from this function's contract: the buffers stay valid until
             // the InFlight is finished, which waits for the ticket.
             match unsafe { self.engine.try_submit(channel, batch) } {
-                Ok(_) => {
+                Ok(position) => {
                     return Some(InFlight {
                         ticket,
                         dst,
@@ -300,6 +360,9 @@ impl Mover {
                         hints,
                         submitted_ns,
                         decision,
+                        channel,
+                        position,
+                        recorded,
                     })
                 }
                 Err(SubmitError::Full(b)) if self.policy == Policy::Engine => {
@@ -344,6 +407,7 @@ impl Mover {
         }
         let rest = f.len - done;
         self.counters.add(Counter::repaired_bytes, rest as u64);
+        report.repaired_bytes += rest;
         // SAFETY: the engine has finished with the batch (its outcome is published), so the
         // remaining range belongs to us again; it lies inside the caller's ranges.
         unsafe { self.cpu_copy(f.dst.add(done), f.src.add(done), rest, &f.hints) };
@@ -379,6 +443,25 @@ impl Transfer<'_> {
         self.inflight.as_ref().map(|f| f.ticket.probe())
     }
 
+    /// The channel and position of the engine batch, if it is in flight and records its
+    /// completion durably ([`Mover::submit_recorded`]).
+    pub fn recorded(&self) -> Option<(usize, u64)> {
+        self.inflight
+            .as_ref()
+            .filter(|f| f.recorded)
+            .map(|f| (f.channel, f.position))
+    }
+
+    /// Detaches the copy from the borrow of its mover, for an owner that outlives the borrow
+    /// (the store keeps unfinished writes with their files). Finish it with
+    /// [`Mover::poll_detached`] or [`Mover::wait_detached`] on the same mover.
+    pub fn detach(mut self) -> Detached {
+        Detached {
+            inflight: self.inflight.take(),
+            report: self.report,
+        }
+    }
+
     /// Blocks until the copy is complete.
     pub fn wait(mut self) -> Report {
         self.finish_now();
@@ -395,5 +478,55 @@ impl Transfer<'_> {
 impl Drop for Transfer<'_> {
     fn drop(&mut self) {
         self.finish_now();
+    }
+}
+
+/// A [`Transfer`] detached from its mover (see [`Transfer::detach`]). Dropping it before it is
+/// finished blocks until the engine is done with the buffers (no repair: the copy may then be
+/// incomplete).
+pub struct Detached {
+    inflight: Option<InFlight>,
+    report: Report,
+}
+
+// SAFETY: the raw buffer pointers are owned by the copy's submitter, who promised (Mover::submit)
+// that they stay valid and unaliased until the copy is finished, whichever thread finishes it.
+unsafe impl Send for Detached {}
+// SAFETY: every method that touches the pointers takes `&mut self`.
+unsafe impl Sync for Detached {}
+
+impl Detached {
+    /// Whether the engine part has finished (the next poll completes the copy).
+    pub fn probe(&self) -> Option<switchyard_engine::Probe> {
+        self.inflight.as_ref().map(|f| f.ticket.probe())
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if let Some(mut f) = self.inflight.take() {
+            f.ticket.wait(0);
+        }
+    }
+}
+
+impl Mover {
+    /// Completes a detached copy if its engine part has finished (repairing a partial
+    /// completion on the CPU): its report, or `None` while it runs.
+    pub fn poll_detached(&self, d: &mut Detached) -> Option<Report> {
+        if let Some(f) = &d.inflight {
+            let o = f.ticket.poll()?;
+            let f = d.inflight.take().expect("checked above");
+            self.complete(&f, o, &mut d.report);
+        }
+        Some(d.report)
+    }
+
+    /// Blocks until a detached copy is complete.
+    pub fn wait_detached(&self, d: &mut Detached) -> Report {
+        if let Some(f) = d.inflight.take() {
+            self.finish(f, &mut d.report);
+        }
+        d.report
     }
 }
