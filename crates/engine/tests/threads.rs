@@ -268,7 +268,8 @@ fn a_durable_record_is_written_after_the_data_is_durable_and_before_completion()
             .iter()
             .rposition(|t| matches!(t.event, Event::Store { addr, .. } if addr == line_addr))
             .expect("the worker stored the record");
-        let before = Recorder::first_non_durable_in(&ev[..record_store], dst.as_ptr() as usize, dst.len());
+        let before =
+            Recorder::first_non_durable_in(&ev[..record_store], dst.as_ptr() as usize, dst.len());
         assert_eq!(before, None, "record written before the data was durable");
         assert_eq!(dst, src);
     }
@@ -299,7 +300,10 @@ fn an_incomplete_batch_leaves_a_hole_until_the_submitter_repairs_it() {
         if o.status == Status::Success {
             assert!(img.covers(pos));
         } else {
-            assert!(!img.covers(pos), "a partial batch must not count as complete");
+            assert!(
+                !img.covers(pos),
+                "a partial batch must not count as complete"
+            );
             holes.push(pos);
         }
     }

@@ -4,9 +4,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use switchyard_engine::{
-    clock, Batch, DurableRecord, Flags, Outcome, Status, SubmitError, Ticket,
-};
+use switchyard_engine::{clock, Batch, DurableRecord, Flags, Outcome, Status, SubmitError, Ticket};
 use switchyard_media::CopyMode;
 
 use crate::bandwidth::{bin, sample_cpu_copy, MIN_SAMPLED};
@@ -106,10 +104,10 @@ impl Mover {
                 unsafe { self.cpu_copy(d, s, body, &hints) };
                 report.cpu_bytes += body;
             }
-            Path::Engine { channel } => {
+            Path::Engine { .. } => {
                 self.counters.add(Counter::engine_requests, 1);
                 // SAFETY: forwarded; we wait for the engine part below.
-                match unsafe { self.start_engine(channel, d, s, body, hints, decision, &[]) } {
+                match unsafe { self.start_engine(d, s, body, hints, decision, &[]) } {
                     Some(f) => self.finish(f, &mut report),
                     None => {
                         // SAFETY: the engine never received the buffers.
@@ -118,17 +116,14 @@ impl Mover {
                     }
                 }
             }
-            Path::Split {
-                channel,
-                engine_bytes,
-            } => {
+            Path::Split { engine_bytes, .. } => {
                 self.counters.add(Counter::split_requests, 1);
                 self.counters
                     .add(Counter::split_engine_bytes, engine_bytes as u64);
                 // SAFETY: engine part [0, engine_bytes) and CPU part [engine_bytes, body) are
                 // disjoint pieces of the caller's ranges; we wait for the engine part below.
                 let started =
-                    unsafe { self.start_engine(channel, d, s, engine_bytes, hints, decision, &[]) };
+                    unsafe { self.start_engine(d, s, engine_bytes, hints, decision, &[]) };
                 let cpu_from = if started.is_some() { engine_bytes } else { 0 };
                 let t = Instant::now();
                 // SAFETY: disjoint from the engine part, inside the caller's ranges.
@@ -226,10 +221,10 @@ impl Mover {
             )
         };
         let inflight = match decision.path {
-            Path::Engine { channel } | Path::Split { channel, .. } => {
+            Path::Engine { .. } | Path::Split { .. } => {
                 self.counters.add(Counter::engine_requests, 1);
                 // SAFETY: forwarded; the Transfer waits before releasing the buffers.
-                unsafe { self.start_engine(channel, d, s, body, hints, decision, records) }
+                unsafe { self.start_engine(d, s, body, hints, decision, records) }
             }
             Path::Cpu => None,
         };
@@ -321,7 +316,6 @@ impl Mover {
     /// As [`Mover::copy_raw`], until the returned [`InFlight`] is finished.
     unsafe fn start_engine(
         &self,
-        channel: usize,
         dst: *mut u8,
         src: *const u8,
         len: usize,
@@ -329,6 +323,10 @@ impl Mover {
         decision: Decision,
         records: &[DurableRecord],
     ) -> Option<InFlight> {
+        let channel = match decision.path {
+            Path::Engine { channel } | Path::Split { channel, .. } => channel,
+            Path::Cpu => unreachable!("only engine and split decisions start the engine"),
+        };
         let flags = match (hints.durable, hints.direction) {
             (true, _) => Flags::DURABLE,
             (false, Direction::ToSlow) => Flags::NONE,

@@ -2,11 +2,11 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
-use switchyard_engine::clock;
+use switchyard_engine::{clock, Probe};
 use switchyard_mover::bandwidth::bin;
-use switchyard_mover::{Hints, Mover, Report, Transfer};
+use switchyard_mover::{Direction, Hints, Mover, Report, Transfer};
 
 use crate::executor;
 
@@ -29,11 +29,9 @@ pub unsafe fn copy<'m>(
 ) -> Copy<'m> {
     // SAFETY: forwarded from this function's contract.
     let transfer = unsafe { mover.submit(dst, src, len, hints) };
-    // When an engine copy should be done, from the live estimates: start-up plus transfer
-    // (not computed for copies the CPU already finished).
+    // Not computed for copies the CPU already finished.
     let expected_ns = if transfer.probe().is_some() {
-        let e = mover.bandwidth().of(hints.direction);
-        clock::now_ns() + (e.startup_ns.get() + len as f64 / e.engine[bin(len)].get()) as u64
+        expected_finish(mover, hints.direction, len)
     } else {
         0
     };
@@ -66,10 +64,25 @@ impl Future for Copy<'_> {
         let probe = t
             .probe()
             .expect("an unfinished transfer has an engine part");
-        if !executor::wait_for(probe, expected_ns, cx.waker()) {
-            // No switchyard executor checks completions here: ask to be polled again.
-            cx.waker().wake_by_ref();
-        }
+        wake_when_finished(probe, expected_ns, cx.waker());
         Poll::Pending
     }
+}
+
+/// When an engine copy of `len` bytes submitted now should be done, in [`clock`] nanoseconds,
+/// from the mover's live estimates: start-up plus transfer.
+pub fn expected_finish(mover: &Mover, direction: Direction, len: usize) -> u64 {
+    let e = mover.bandwidth().of(direction);
+    clock::now_ns() + (e.startup_ns.get() + len as f64 / e.engine[bin(len)].get()) as u64
+}
+
+/// Arranges for `waker` to be woken once the batch behind `probe` has finished: by the
+/// [`Executor`](crate::Executor) running this thread, which checks it between tasks (and parks
+/// until `expected_ns` at most); elsewhere (tokio, …) by the engine's worker when it finishes
+/// the batch; and if the batch already finished or already has a waiter, at once.
+pub fn wake_when_finished(probe: Probe, expected_ns: u64, waker: &Waker) {
+    if executor::wait_for(probe.clone(), expected_ns, waker) || probe.register(waker) {
+        return;
+    }
+    waker.wake_by_ref();
 }

@@ -14,9 +14,11 @@
 //!   rest go to the engine and the task yields until they finish. A task is never resumed
 //!   before its copy is finished: the future returns only after the transfer reports complete.
 //!
-//! The futures work in any executor. Outside an [`Executor`] nobody checks completions for
-//! them, so a pending copy asks to be polled again at once (a cooperative yield): correct,
-//! and it lets the host executor run its other tasks, but it is not free of polling.
+//! The futures work in any executor. Outside an [`Executor`] the task's waker is handed to the
+//! engine with the batch ([`switchyard_engine::Probe::register`]) and the engine's worker wakes
+//! it when the batch finishes: no polling. One waiter per batch: a second registration falls
+//! back to asking to be polled again ([`wake_when_finished`]). The store's asynchronous API
+//! (`switchyard_store::aio`) is built on the same two calls.
 //!
 //! No work stealing: tasks are `!Send` (they own per-core state and borrow buffers), and an
 //! executor's outstanding copies are checked by that executor alone. An application spreads
@@ -30,4 +32,4 @@ mod executor;
 mod io;
 
 pub use executor::{spawn, Executor, JoinHandle};
-pub use io::{copy, Copy};
+pub use io::{copy, expected_finish, wake_when_finished, Copy};

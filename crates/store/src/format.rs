@@ -1,11 +1,11 @@
 //! The on-media format: every byte offset the store reads or writes is defined here.
 //!
 //! ```text
-//!  block 0        block 1        block 2    blocks 3 ..          data_block ..
-//! +-------------+-------------+----------+------------------+-----------------------------+
-//! | superblock  | superblock  | journal  | inode table      | log pages and data blocks   |
-//! | (primary)   | (replica)   |          | 64 B per slot    | (4 KiB each, any order)     |
-//! +-------------+-------------+----------+------------------+-----------------------------+
+//!  block 0        block 1        block 2    block 3      blocks 4 ..    data_block ..
+//! +-------------+-------------+----------+------------+--------------+-------------------+
+//! | superblock  | superblock  | journal  | completion | inode table  | log pages and     |
+//! | (primary)   | (replica)   |          | records    | 64 B / slot  | data blocks       |
+//! +-------------+-------------+----------+------------+--------------+-------------------+
 //!
 //! superblock (little-endian)          journal block
 //!   0 magic "SWYDSTOR"                  0 word0 = magic "SJNL" (u32) | count (u32) << 32
@@ -21,7 +21,8 @@
 //!  80 mount_count u64                 log page (4 KiB)
 //!  88 checkpoint u64: first block of    0 magic "SLOG" u32, 4 zero u32
 //!     the free-space checkpoint, 0 = none
-//!  96 crc32c u32 of bytes 0..96        8 ino u64
+//!  96 completion_block u64            8 ino u64
+//! 104 crc32c u32 of bytes 0..104
 //!                                      16 next u64: block of the next log page, 0 = none
 //!                                      24 crc32c u32 of bytes 0..16
 //!                                      64 entries, 8-byte aligned, until a zero kind byte
@@ -41,7 +42,21 @@
 //!   2 Write     8 pgoff u64, block u64, count u64, size u64, mtime i64          (48 bytes)
 //!   3 DirAdd    8 ino u64, ftype u8, namelen u8, 0 [u8; 6], name, zero padding
 //!   4 DirRemove 8 namelen u8, 0 [u8; 7], name, zero padding
+//!   5 WriteSeq  as Write, then 48 generation u64, 56 channel u32, 60 0 u32, 64 position u64
+//!                 (an orderless write: valid only once its copy completed)       (72 bytes)
+//!
+//! completion records block: 64 lines of 64 B, line c = engine channel c's durable completion
+//!   record (switchyard_engine::durable): 0 seq u64, 8 holes [u64; 6]. Written by the engine's
+//!   worker, not the store; zeroed by every mount once recovery has used them.
 //! ```
+//!
+//! Orderless writes: a WriteSeq entry is committed while its data is still being copied by
+//! the engine. It names the copy's batch (channel, position) and the mount it was written in
+//! (`generation` = the superblock's mount_count then). Recovery keeps it only if it was written
+//! by an earlier mount (that mount's recovery already settled it) or the channel's completion
+//! record covers its position; otherwise the log ends before it, and mount stores that shorter
+//! tail before it bumps mount_count. Only the last write of a file can be unsettled: every
+//! later change to the file's log first waits for it (two-level locking, `crate::store`).
 //!
 //! Commit points (all in [`crate::store`]): a single-inode operation appends its entries past
 //! the inode's tail, makes them durable, then stores the new tail with one 8-byte store and
@@ -55,11 +70,11 @@ use crate::error::Corruption;
 /// Block size in bytes.
 pub const BLOCK: u64 = 4096;
 /// Format version this build writes and reads.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Superblock magic.
 pub const SB_MAGIC: [u8; 8] = *b"SWYDSTOR";
 /// Bytes of the superblock covered by its checksum.
-pub const SB_CRC_AT: usize = 96;
+pub const SB_CRC_AT: usize = 104;
 /// Journal magic (low half of word 0).
 pub const JOURNAL_MAGIC: u32 = u32::from_le_bytes(*b"SJNL");
 /// First journal entry offset within the journal block.
@@ -93,6 +108,10 @@ pub const KIND_WRITE: u8 = 2;
 pub const KIND_DIR_ADD: u8 = 3;
 /// See [`KIND_ATTR`].
 pub const KIND_DIR_REMOVE: u8 = 4;
+/// See [`KIND_ATTR`].
+pub const KIND_WRITE_SEQ: u8 = 5;
+/// Engine channels with a durable completion record (one 64-byte line each in the block).
+pub const RECORD_CHANNELS: usize = (BLOCK / 64) as usize;
 
 /// File type bits of `mode` (as POSIX `S_IFMT`).
 pub const S_IFMT: u32 = 0o170000;
@@ -114,6 +133,8 @@ pub struct Superblock {
     pub inode_slots: u64,
     /// The journal's block.
     pub journal_block: u64,
+    /// The block of durable completion records, one line per engine channel.
+    pub completion_block: u64,
     /// First block of the data zone.
     pub data_block: u64,
     /// Identity of this store.
@@ -144,10 +165,11 @@ impl Superblock {
         let inode_slots = table_blocks * BLOCK / SLOT;
         Superblock {
             total_blocks,
-            inode_table_block: 3,
+            inode_table_block: 4,
             inode_slots,
             journal_block: 2,
-            data_block: 3 + table_blocks,
+            completion_block: 3,
+            data_block: 4 + table_blocks,
             uuid,
             clean: true,
             mount_count: 0,
@@ -170,8 +192,9 @@ impl Superblock {
         b[72..76].copy_from_slice(&u32::from(self.clean).to_le_bytes());
         b[80..88].copy_from_slice(&self.mount_count.to_le_bytes());
         b[88..96].copy_from_slice(&self.checkpoint.to_le_bytes());
+        b[96..104].copy_from_slice(&self.completion_block.to_le_bytes());
         let crc = crc32c::crc32c(&b[..SB_CRC_AT]);
-        b[96..100].copy_from_slice(&crc.to_le_bytes());
+        b[SB_CRC_AT..SB_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
@@ -209,6 +232,7 @@ impl Superblock {
             inode_table_block: le64(b, 24),
             inode_slots: le64(b, 32),
             journal_block: le64(b, 40),
+            completion_block: le64(b, 96),
             data_block: le64(b, 48),
             uuid,
             clean: le32(b, 72) == 1,
@@ -226,11 +250,13 @@ impl Superblock {
             sb.inode_table_block,
             sb.inode_slots,
             sb.journal_block,
+            sb.completion_block,
             sb.data_block,
         ) != (
             expect.inode_table_block,
             expect.inode_slots,
             expect.journal_block,
+            expect.completion_block,
             expect.data_block,
         ) || sb.data_block >= sb.total_blocks
         {
@@ -280,6 +306,18 @@ impl Attr {
     }
 }
 
+/// The engine copy an orderless write entry depends on (EasyIO's SN: channel, position, and
+/// the mount whose engine numbered it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seq {
+    /// The superblock's mount_count when the entry was written.
+    pub generation: u64,
+    /// Engine channel.
+    pub channel: u32,
+    /// The batch's position in the channel.
+    pub position: u64,
+}
+
 /// One log entry, decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
@@ -297,6 +335,8 @@ pub enum Entry {
         size: u64,
         /// Modification time after the write.
         mtime: i64,
+        /// For an orderless write, the engine copy that must complete for the entry to count.
+        seq: Option<Seq>,
     },
     /// Name → inode in a directory (replaces an existing name).
     DirAdd {
@@ -352,12 +392,22 @@ impl Entry {
                 count,
                 size,
                 mtime,
+                seq,
             } => {
                 for v in [*pgoff, *block, *count, *size] {
                     b.extend_from_slice(&v.to_le_bytes());
                 }
                 b.extend_from_slice(&mtime.to_le_bytes());
-                finish(b, KIND_WRITE)
+                match seq {
+                    None => finish(b, KIND_WRITE),
+                    Some(s) => {
+                        b.extend_from_slice(&s.generation.to_le_bytes());
+                        b.extend_from_slice(&s.channel.to_le_bytes());
+                        b.extend_from_slice(&[0; 4]);
+                        b.extend_from_slice(&s.position.to_le_bytes());
+                        finish(b, KIND_WRITE_SEQ)
+                    }
+                }
             }
             Entry::DirAdd { ino, ftype, name } => {
                 b.extend_from_slice(&ino.to_le_bytes());
@@ -418,14 +468,20 @@ impl Entry {
                     parent: le64(e, 56),
                 })
             }
-            KIND_WRITE => {
-                need(48)?;
+            KIND_WRITE | KIND_WRITE_SEQ => {
+                let seq = e[0] == KIND_WRITE_SEQ;
+                need(if seq { 72 } else { 48 })?;
                 Entry::Write {
                     pgoff: le64(e, 8),
                     block: le64(e, 16),
                     count: le64(e, 24),
                     size: le64(e, 32),
                     mtime: le64(e, 40) as i64,
+                    seq: seq.then(|| Seq {
+                        generation: le64(e, 48),
+                        channel: le32(e, 56),
+                        position: le64(e, 64),
+                    }),
                 }
             }
             KIND_DIR_ADD => {
@@ -657,13 +713,23 @@ mod tests {
                     ctime: t[2],
                     parent
                 })),
-            (any::<[u64; 4]>(), any::<i64>()).prop_map(|(v, mtime)| Entry::Write {
-                pgoff: v[0],
-                block: v[1],
-                count: v[2],
-                size: v[3],
-                mtime
-            }),
+            (
+                any::<[u64; 4]>(),
+                any::<i64>(),
+                proptest::option::of(any::<(u64, u32, u64)>())
+            )
+                .prop_map(|(v, mtime, seq)| Entry::Write {
+                    pgoff: v[0],
+                    block: v[1],
+                    count: v[2],
+                    size: v[3],
+                    mtime,
+                    seq: seq.map(|(generation, channel, position)| Seq {
+                        generation,
+                        channel,
+                        position
+                    }),
+                }),
             (any::<u64>(), any::<u8>(), name.clone())
                 .prop_map(|(ino, ftype, name)| Entry::DirAdd { ino, ftype, name }),
             name.prop_map(|name| Entry::DirRemove { name }),

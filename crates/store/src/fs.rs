@@ -71,7 +71,7 @@ pub enum Whence {
 struct Open {
     ino: u64,
     flags: OpenFlags,
-    offset: Mutex<u64>,
+    offset: Arc<Mutex<u64>>,
 }
 
 /// A store with paths and file descriptors.
@@ -189,6 +189,12 @@ impl Fs {
         self.fds.lock().get(&fd.0).cloned().ok_or(Errno::EBADF)
     }
 
+    /// A descriptor's inode, flags and offset (for the asynchronous API).
+    pub(crate) fn handle(&self, fd: Fd) -> Result<(u64, OpenFlags, Arc<Mutex<u64>>), Errno> {
+        let f = self.open_file(fd)?;
+        Ok((f.ino, f.flags, f.offset.clone()))
+    }
+
     // ---- descriptors --------------------------------------------------------------------
 
     /// Opens (or creates) a file.
@@ -236,7 +242,7 @@ impl Fs {
             Arc::new(Open {
                 ino,
                 flags,
-                offset: Mutex::new(0),
+                offset: Arc::new(Mutex::new(0)),
             }),
         );
         Ok(Fd(n))

@@ -3,7 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use crate::format::{Attr, Entry, BLOCK, S_IFDIR};
+use crate::inflight::{PendingWrite, Readers};
 
 /// What an inode holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +37,10 @@ pub struct Inode {
     /// Log size at which compaction next measures the live bytes (DRAM only): measuring
     /// encodes a snapshot, so it is done once per quarter of log growth, not per commit.
     pub compact_check_at: u64,
+    /// The last write, if its copies may still be running (DRAM only; level-2 locking).
+    pub(crate) pending: Option<Arc<PendingWrite>>,
+    /// Asynchronous reads in flight and the blocks they keep from reuse (DRAM only).
+    pub(crate) readers: Arc<Readers>,
 }
 
 impl Inode {
@@ -53,6 +60,8 @@ impl Inode {
             content,
             open: 0,
             compact_check_at: 0,
+            pending: None,
+            readers: Arc::default(),
         }
     }
 
@@ -76,6 +85,7 @@ impl Inode {
                     count,
                     size,
                     mtime,
+                    ..
                 },
                 Content::File(pages),
             ) => {
@@ -124,6 +134,7 @@ impl Inode {
                         count: r.2,
                         size: self.attr.size,
                         mtime: self.attr.mtime,
+                        seq: None,
                     })
                 };
                 for (&p, &b) in pages {

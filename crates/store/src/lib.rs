@@ -12,17 +12,20 @@
 //! - [`recovery::scan`] and [`fsck`]: reading an image back and checking every invariant;
 //! - [`crash`]: the crash-state harness.
 
+pub mod aio;
 pub mod alloc;
 pub mod crash;
 pub mod error;
 pub mod format;
 pub mod fs;
 pub mod fsck;
+mod inflight;
 pub mod inode;
 mod pm;
 pub mod recovery;
 mod store;
 
+pub use aio::{ReadFuture, WriteFuture, WriteOrder};
 pub use error::{Corruption, Errno, MountError};
 pub use format::Attr;
 pub use fs::{Fd, Fs, OpenFlags, Whence};

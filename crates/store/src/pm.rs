@@ -26,6 +26,11 @@ impl Pm {
         }
     }
 
+    /// The persistence primitives of the region.
+    pub(crate) fn persist(&self) -> Persist {
+        self.persist
+    }
+
     pub(crate) fn len(&self) -> u64 {
         self.len
     }

@@ -6,9 +6,11 @@
 use std::collections::BTreeMap;
 
 use crate::error::Corruption;
+use switchyard_engine::RecordImage;
+
 use crate::format::{
-    check_log_page, decode_checkpoint_page, decode_journal, Entry, Superblock, BLOCK,
-    LOG_ENTRIES_AT, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
+    check_log_page, decode_checkpoint_page, decode_journal, Entry, Seq, Superblock, BLOCK,
+    LOG_ENTRIES_AT, RECORD_CHANNELS, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
 };
 use crate::inode::{Content, Inode};
 
@@ -27,6 +29,9 @@ pub struct Scan {
     pub owner: Vec<u64>,
     /// Inodes with no links left (unlinked while open, then crashed): recovery frees them.
     pub orphans: Vec<u64>,
+    /// Logs that end early because an orderless write's copy never completed: (region offset
+    /// of the inode's tail word, the tail before that write). Mount stores them.
+    pub cuts: Vec<(u64, u64)>,
     /// Violated invariants (empty for a healthy store).
     pub problems: Vec<Corruption>,
 }
@@ -81,6 +86,9 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
     let total = sb.total_blocks as usize;
     let mut owner = vec![0u64; total];
     let mut inodes = BTreeMap::new();
+    let mut cuts = Vec::new();
+    let records = records_in(image, &sb);
+    let settled = |s: &Seq| settled(&sb, &records, s);
     for ino in ROOT..sb.inode_slots {
         let slot = sb.slot_offset(ino);
         let (head, tail) = (word(slot), word(slot + 8));
@@ -102,8 +110,11 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
                 "log page {b} already used by inode {other}"
             ))),
         };
-        match read_log(&page, &sb, ino, head, tail, &mut claim) {
+        match read_log(&page, &sb, ino, head, tail, &mut claim, &settled) {
             Ok(inode) => {
+                if inode.tail != tail {
+                    cuts.push((slot + 8, inode.tail));
+                }
                 inodes.insert(ino, inode);
             }
             Err(e) => problems.push(Corruption::Invalid(format!("inode {ino}: {e}"))),
@@ -138,8 +149,31 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
         inodes,
         owner,
         orphans,
+        cuts,
         problems,
     })
+}
+
+/// The durable completion records of an image (zeros where the image is too short).
+pub(crate) fn records_in(image: &[u8], sb: &Superblock) -> Vec<RecordImage> {
+    let at = (sb.completion_block * BLOCK) as usize;
+    (0..RECORD_CHANNELS)
+        .map(|c| {
+            image
+                .get(at + c * 64..at + c * 64 + 64)
+                .map_or_else(RecordImage::default, RecordImage::decode)
+        })
+        .collect()
+}
+
+/// Whether an orderless write's copy is known complete: it was written by an earlier mount
+/// (whose recovery settled it), or its channel's completion record covers it.
+pub(crate) fn settled(sb: &Superblock, records: &[RecordImage], s: &Seq) -> bool {
+    s.generation < sb.mount_count
+        || (s.generation == sb.mount_count
+            && records
+                .get(s.channel as usize)
+                .is_some_and(|r| r.covers(s.position)))
 }
 
 /// Reads one inode's log on its own (a lazy load after a clean mount): every check of the
@@ -150,6 +184,7 @@ pub(crate) fn load_inode<'a>(
     ino: u64,
     head: u64,
     tail: u64,
+    settled: &dyn Fn(&Seq) -> bool,
 ) -> Result<Inode, Corruption> {
     let mut seen = std::collections::BTreeSet::new();
     let mut claim = |b: u64| {
@@ -159,7 +194,7 @@ pub(crate) fn load_inode<'a>(
             Err(Corruption::Invalid(format!("log page {b} appears twice")))
         }
     };
-    read_log(page, sb, ino, head, tail, &mut claim)
+    read_log(page, sb, ino, head, tail, &mut claim, settled)
 }
 
 /// The free extents a clean unmount recorded, checked: every page in the data zone, the
@@ -210,6 +245,7 @@ fn read_log<'a>(
     head: u64,
     tail: u64,
     claim: &mut dyn FnMut(u64) -> Result<(), Corruption>,
+    settled: &dyn Fn(&Seq) -> bool,
 ) -> Result<Inode, Corruption> {
     // A tail at the very end of a page belongs to that page.
     let tail_block = tail.saturating_sub(1) / BLOCK;
@@ -224,7 +260,9 @@ fn read_log<'a>(
     let mut log_bytes = 0;
     let mut block = head;
     let mut freed = Vec::new();
-    loop {
+    // Where the log really ends if an orderless write's copy never completed.
+    let mut cut = None;
+    'pages: loop {
         if !sb.is_data(block) {
             return Err(Corruption::Invalid(format!(
                 "log page {block} outside the data zone"
@@ -244,6 +282,12 @@ fn read_log<'a>(
                 }
                 break;
             };
+            if let Entry::Write { seq: Some(s), .. } = &entry {
+                if !settled(s) {
+                    cut = Some(block * BLOCK + off);
+                    break 'pages;
+                }
+            }
             off += len as u64;
             log_bytes += len as u64;
             match &mut inode {
@@ -285,7 +329,7 @@ fn read_log<'a>(
         )));
     }
     inode.pages = pages;
-    inode.tail = tail;
+    inode.tail = cut.unwrap_or(tail);
     inode.log_bytes = log_bytes;
     Ok(inode)
 }

@@ -5,6 +5,11 @@
 //! journal lock; directory moves between parents first take the rename lock (so the
 //! "not into its own subtree" check stays true until they commit). The data path — read,
 //! write, append, truncate of one file — takes only that file's lock and an allocator pool.
+//!
+//! Asynchronous writes release the file's lock when their metadata commits and leave their
+//! unfinished copies on the inode; whoever locks the inode next settles them first (two-level
+//! locking, [`crate::inflight`]), so every change to a log comes after the copy of the write
+//! before it — which is what lets recovery discard only a log's last write.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,16 +17,18 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use switchyard_engine::DurableRecord;
 use switchyard_media::Region;
 use switchyard_mover::{Direction, Hints, Mover};
 
 use crate::alloc::{Allocator, Extent};
 use crate::error::{Corruption, Errno, MountError};
 use crate::format::{
-    decode_journal, encode_checkpoint_page, encode_journal, log_page_header, Attr, Entry,
+    decode_journal, encode_checkpoint_page, encode_journal, log_page_header, Attr, Entry, Seq,
     Superblock, BLOCK, CHECKPOINT_CAPACITY, JOURNAL_CAPACITY, LOG_ENTRIES_AT, LOG_NEXT_AT,
-    NAME_MAX, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
+    NAME_MAX, RECORD_CHANNELS, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
 };
+use crate::inflight::{Part, PendingWrite};
 use crate::inode::{Content, Inode};
 use crate::pm::Pm;
 use crate::recovery::{load_inode, read_checkpoint, scan, superblock, Scan};
@@ -101,7 +108,20 @@ impl Owner {
 }
 
 type Slot = RwLock<Option<Inode>>;
-type Guard<'a> = RwLockWriteGuard<'a, Option<Inode>>;
+pub(crate) type Guard<'a> = RwLockWriteGuard<'a, Option<Inode>>;
+
+/// How a write orders its data copy and its metadata commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Order {
+    /// The synchronous path: the copy (CPU, engine or split) completes, then the commit.
+    Sync,
+    /// Orderless (EasyIO §4.2): engine copies are submitted and the entry naming them is
+    /// committed while they run; the caller settles them later.
+    Orderless,
+    /// The ordered asynchronous variant (EasyIO's "Naive"): the engine copy is submitted and
+    /// waited for, then the metadata commits.
+    Ordered,
+}
 
 /// A mounted store. Dropping it unmounts cleanly.
 pub struct Store {
@@ -111,6 +131,9 @@ pub struct Store {
     /// The superblock as last written (clean flag, mount count).
     sb: Mutex<Superblock>,
     mover: Arc<Mover>,
+    /// The durable completion record of each engine channel (those below
+    /// [`RECORD_CHANNELS`]), in the region's completion block.
+    records: Box<[DurableRecord]>,
     slots: Box<[Slot]>,
     free_inodes: Mutex<Vec<u64>>,
     alloc: Allocator,
@@ -262,6 +285,8 @@ impl Store {
             pm.write(0, &sb.encode());
             pm.fence();
         }
+        // Every orderless write of the last mount is settled now (the scan cut the logs of
+        // those whose copies never completed), so the next generation starts.
         sb.clean = false;
         sb.checkpoint = 0;
         sb.mount_count += 1;
@@ -270,11 +295,25 @@ impl Store {
         pm.fence();
         pm.write(BLOCK, &enc);
         pm.fence();
+        // This mount's engine numbers its batches afresh: start its records at zero.
+        pm.write(sb.completion_block * BLOCK, &[0u8; BLOCK as usize]);
+        pm.fence();
+        let channels = mover.engine().info().channels.min(RECORD_CHANNELS);
+        let records = (0..channels)
+            .map(|c| {
+                let line = pm.ptr(sb.completion_block * BLOCK + c as u64 * 64, 64);
+                // SAFETY: a 64-byte aligned line of the completion block, mapped while the
+                // store lives (the store waits for the engine before unmapping); the store
+                // writes it only through `clear_hole`, the engine through its records.
+                unsafe { DurableRecord::new(line) }
+            })
+            .collect();
         let store = Store {
             pm,
             geo: sb,
             sb: Mutex::new(sb),
             mover,
+            records,
             slots,
             loaded,
             free_inodes: Mutex::new(Vec::new()),
@@ -353,6 +392,14 @@ impl Store {
             pm.store_u64(sb.journal_block * BLOCK, 0);
             pm.fence();
         }
+        // Logs whose last (orderless) write never completed end before it, durably, before the
+        // mount count moves on and makes every entry of this generation count.
+        if !found.cuts.is_empty() {
+            for &(off, tail) in &found.cuts {
+                pm.store_u64(off, tail);
+            }
+            pm.fence();
+        }
         let owner = found.owner;
         let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| owner[b as usize] != 0);
         let mut slots: Vec<Slot> = (0..sb.inode_slots).map(|_| RwLock::new(None)).collect();
@@ -403,6 +450,9 @@ impl Store {
         for (ino, slot) in self.slots.iter().enumerate() {
             if self.loaded[ino].load(Ordering::Acquire) {
                 let mut g = slot.write();
+                if let Some(i) = g.as_mut() {
+                    self.settle_inode(i);
+                }
                 if g.as_ref().is_some_and(|i| i.attr.nlink == 0) && self.free_inode(&mut g).is_err()
                 {
                     return;
@@ -499,7 +549,7 @@ impl Store {
         }
     }
 
-    fn check_writable(&self) -> Result<(), Errno> {
+    pub(crate) fn check_writable(&self) -> Result<(), Errno> {
         if self.failed.load(Ordering::Relaxed) {
             Err(Errno::EROFS)
         } else {
@@ -508,7 +558,7 @@ impl Store {
     }
 
     /// Inode `ino`'s slot, its inode read from the log first if this is its first use.
-    fn slot(&self, ino: u64) -> Result<&Slot, Errno> {
+    pub(crate) fn slot(&self, ino: u64) -> Result<&Slot, Errno> {
         let i = usize::try_from(ino)
             .ok()
             .filter(|&i| ino >= ROOT && i < self.slots.len())
@@ -520,7 +570,9 @@ impl Store {
                 let off = self.slot_offset(ino);
                 let (head, tail) = (self.pm.load_u64(off), self.pm.load_u64(off + 8));
                 let page = |b: u64| self.pm.bytes(b * BLOCK, BLOCK);
-                let Ok(inode) = load_inode(&page, &self.geo, ino, head, tail) else {
+                // Entries of this generation are in DRAM already: everything on media is settled.
+                let settled = |s: &Seq| s.generation < self.geo.mount_count;
+                let Ok(inode) = load_inode(&page, &self.geo, ino, head, tail, &settled) else {
                     // The image disagrees with its clean checkpoint: stop writing to it.
                     self.failed.store(true, Ordering::Relaxed);
                     return Err(Errno::EIO);
@@ -532,8 +584,98 @@ impl Store {
         Ok(slot)
     }
 
+    /// Raw pointer to region offset `off` (for the asynchronous API's copies).
+    pub(crate) fn pm_ptr(&self, off: u64, len: u64) -> *mut u8 {
+        self.pm.ptr(off, len)
+    }
+
+    /// The error a read of `ino` fails with when it is not a readable file.
+    pub(crate) fn read_error(&self, ino: u64) -> Errno {
+        match self.getattr(ino) {
+            Ok(a) if a.kind() == S_IFDIR => Errno::EISDIR,
+            Ok(_) => Errno::EIO,
+            Err(e) => e,
+        }
+    }
+
     fn slot_offset(&self, ino: u64) -> u64 {
         self.geo.slot_offset(ino)
+    }
+
+    /// Locks `ino` for a change, after settling its pending write (level 2).
+    fn lock(&self, ino: u64) -> Result<Guard<'_>, Errno> {
+        let mut g = self.slot(ino)?.write();
+        if let Some(i) = g.as_mut() {
+            self.settle_inode(i);
+        }
+        Ok(g)
+    }
+
+    /// Locks `ino` for a change unless its pending write is still copying: then the lock is
+    /// released and the pending write returned, for an asynchronous caller to wait on.
+    pub(crate) fn try_lock(&self, ino: u64) -> Result<Result<Guard<'_>, Arc<PendingWrite>>, Errno> {
+        let mut g = self.slot(ino)?.write();
+        if let Some(i) = g.as_mut() {
+            if let Some(p) = &i.pending {
+                if !self.try_settle(p) {
+                    return Ok(Err(p.clone()));
+                }
+                i.pending = None;
+            }
+        }
+        Ok(Ok(g))
+    }
+
+    /// Waits for (and helps settle) `inode`'s pending write, then forgets it.
+    fn settle_inode(&self, inode: &mut Inode) {
+        if let Some(p) = inode.pending.take() {
+            self.wait_settled(&p);
+        }
+    }
+
+    /// Settles `p` if every copy has finished: checked by sequence number (each channel's
+    /// completion record against the batch's position), then each copy's outcome collected,
+    /// a partial one repaired on the CPU and its hole in the durable record cleared. Never
+    /// blocks; true once settled.
+    pub(crate) fn try_settle(&self, p: &PendingWrite) -> bool {
+        if p.is_settled() {
+            return true;
+        }
+        let engine = self.mover.engine();
+        if !p.seqs.iter().all(|&(c, pos)| engine.record(c).seq > pos) {
+            return false;
+        }
+        let Some(mut parts) = p.parts.try_lock() else {
+            return false;
+        };
+        while let Some(part) = parts.last_mut() {
+            let Some(report) = self.mover.poll_detached(&mut part.copy) else {
+                return false;
+            };
+            if report.repaired_bytes > 0 {
+                // The repair's flushed lines become durable before the hole goes.
+                self.pm.fence();
+                if let Some((c, pos)) = part.recorded {
+                    self.records[c].clear_hole(&self.pm.persist(), pos);
+                }
+            }
+            parts.pop();
+        }
+        p.mark_settled();
+        true
+    }
+
+    /// Blocks until `p` is settled, helping: the engine finishes every copy by itself.
+    pub(crate) fn wait_settled(&self, p: &PendingWrite) {
+        let mut spins = 0u32;
+        while !self.try_settle(p) {
+            spins += 1;
+            if spins < 256 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
     }
 
     // ---- log plumbing -------------------------------------------------------------------
@@ -620,7 +762,10 @@ impl Store {
         self.pm.fence();
     }
 
-    fn free_blocks(&self, blocks: &[u64]) {
+    pub(crate) fn free_blocks(&self, blocks: &[u64]) {
+        if blocks.is_empty() {
+            return;
+        }
         if let [b] = blocks {
             // The common case (one overwritten page): no sorting buffer.
             self.alloc.free(Extent { start: *b, len: 1 });
@@ -692,11 +837,10 @@ impl Store {
 
     /// Returns the blocks and slot of an inode whose slot words are already zero on media.
     fn forget_inode(&self, inode: Inode) {
-        let mut blocks = inode.pages;
+        self.free_blocks(&inode.pages);
         if let Content::File(pages) = &inode.content {
-            blocks.extend(pages.values());
+            self.retire(&inode, pages.values().copied().collect());
         }
-        self.free_blocks(&blocks);
         self.free_inodes.lock().push(inode.ino);
     }
 
@@ -714,7 +858,7 @@ impl Store {
         sorted.dedup();
         let mut out = BTreeMap::new();
         for ino in sorted {
-            let g = self.slot(ino)?.write();
+            let g = self.lock(ino)?;
             if g.is_none() {
                 return Err(Errno::ENOENT);
             }
@@ -774,6 +918,9 @@ impl Store {
     pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
         let g = self.slot(ino)?.read();
         let inode = g.as_ref().ok_or(Errno::ENOENT)?;
+        if let Some(p) = &inode.pending {
+            self.wait_settled(p);
+        }
         let Content::File(pages) = &inode.content else {
             return Err(Errno::EISDIR);
         };
@@ -782,40 +929,26 @@ impl Store {
             return Ok(0);
         }
         let n = (size - off).min(buf.len() as u64) as usize;
-        let mut done = 0usize;
-        while done < n {
-            let pos = off + done as u64;
-            let pg = pos / BLOCK;
-            let in_page = pos % BLOCK;
-            // Extend over pages whose blocks are contiguous (one mover request).
-            let mut len = ((BLOCK - in_page) as usize).min(n - done);
-            match pages.get(&pg) {
-                Some(&b) => {
-                    let mut next = pg + 1;
-                    while done + len < n && pages.get(&next) == Some(&(b + (next - pg))) {
-                        len = (len + BLOCK as usize).min(n - done);
-                        next += 1;
-                    }
-                    let src = self.pm.ptr(b * BLOCK + in_page, len as u64);
-                    // SAFETY: (1) `src` lies in blocks this inode maps, which no one writes
-                    // while we hold its read lock (writes go to fresh blocks under the write
-                    // lock); (2) `buf[done..done + len]` is in bounds and exclusively ours.
-                    unsafe {
-                        self.mover.copy_raw(
-                            buf.as_mut_ptr().add(done),
-                            src,
-                            len,
-                            Hints {
-                                direction: Direction::FromSlow,
-                                ..Hints::default()
-                            },
-                        )
-                    };
-                }
-                None => buf[done..done + len].fill(0),
+        for_each_run(pages, off, n, |done, len, at| match at {
+            Some(at) => {
+                let src = self.pm.ptr(at, len as u64);
+                // SAFETY: (1) `src` lies in blocks this inode maps, which no one writes while we
+                // hold its read lock (writes go to fresh blocks under the write lock); (2)
+                // `buf[done..done + len]` is in bounds and exclusively ours.
+                unsafe {
+                    self.mover.copy_raw(
+                        buf.as_mut_ptr().add(done),
+                        src,
+                        len,
+                        Hints {
+                            direction: Direction::FromSlow,
+                            ..Hints::default()
+                        },
+                    )
+                };
             }
-            done += len;
-        }
+            None => buf[done..done + len].fill(0),
+        });
         Ok(n)
     }
 
@@ -837,23 +970,32 @@ impl Store {
     /// written (all of them, or an error with nothing changed).
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
         self.check_writable()?;
-        let mut g = self.slot(ino)?.write();
+        let mut g = self.lock(ino)?;
         let inode = g.as_mut().ok_or(Errno::ENOENT)?;
-        self.write_locked(inode, off, data)
+        self.write_locked(inode, off, data, Order::Sync)
     }
 
     /// Appends `data` at the end of the file, atomically with finding the end. Returns the
     /// offset it was written at.
     pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64, Errno> {
         self.check_writable()?;
-        let mut g = self.slot(ino)?.write();
+        let mut g = self.lock(ino)?;
         let inode = g.as_mut().ok_or(Errno::ENOENT)?;
         let off = inode.attr.size;
-        self.write_locked(inode, off, data)?;
+        self.write_locked(inode, off, data, Order::Sync)?;
         Ok(off)
     }
 
-    fn write_locked(&self, inode: &mut Inode, off: u64, data: &[u8]) -> Result<usize, Errno> {
+    /// Writes `data` at `off` into the locked `inode`. With [`Order::Orderless`], the engine
+    /// copies that are still running when the metadata commits are left in `inode.pending`.
+    pub(crate) fn write_locked(
+        &self,
+        inode: &mut Inode,
+        off: u64,
+        data: &[u8],
+        order: Order,
+    ) -> Result<usize, Errno> {
+        debug_assert!(inode.pending.is_none(), "the caller settled the last write");
         if !matches!(inode.content, Content::File(_)) {
             return Err(Errno::EISDIR);
         }
@@ -882,9 +1024,11 @@ impl Store {
         // the old page (or zeros) and the new bytes.
         let mut pg = first;
         let mut entries = Vec::with_capacity(extents.len() + 1);
+        let mut parts = Vec::new();
         let mtime = now_ns();
         for e in &extents {
             let mut k = 0;
+            let mut seq = None;
             while k < e.len {
                 let p = pg + k;
                 let block = e.start + k;
@@ -899,9 +1043,45 @@ impl Store {
                     }
                     let src = &data[(page_start - off) as usize..][..(run * BLOCK) as usize];
                     let dst = self.pm.ptr(block * BLOCK, run * BLOCK);
-                    // SAFETY: (1) `dst` is a run of blocks just allocated to us, referenced by
-                    // nothing durable yet; (2) `src` is a slice of `data`.
-                    unsafe { self.mover.copy_raw(dst, src.as_ptr(), src.len(), hints) };
+                    if order == Order::Sync {
+                        // SAFETY: (1) `dst` is a run of blocks just allocated to us, referenced
+                        // by nothing durable yet; (2) `src` is a slice of `data`.
+                        unsafe { self.mover.copy_raw(dst, src.as_ptr(), src.len(), hints) };
+                    } else {
+                        let records: &[DurableRecord] = match order {
+                            Order::Orderless => &self.records,
+                            _ => &[],
+                        };
+                        // SAFETY: as above; the copy is waited for here, or settled before the
+                        // blocks are freed (level 2) and before the caller's buffer is released
+                        // (the asynchronous API keeps it until then).
+                        let t = unsafe {
+                            self.mover
+                                .submit_recorded(dst, src.as_ptr(), src.len(), hints, records)
+                        };
+                        match t.recorded() {
+                            Some((channel, position)) => {
+                                seq = Some(Seq {
+                                    generation: self.geo.mount_count,
+                                    channel: channel as u32,
+                                    position,
+                                });
+                                parts.push(Part {
+                                    recorded: Some((channel, position)),
+                                    copy: t.detach(),
+                                    expected_ns: switchyard_rt::expected_finish(
+                                        &self.mover,
+                                        Direction::ToSlow,
+                                        src.len(),
+                                    ),
+                                });
+                            }
+                            // Unrecorded: the entry may only commit once the copy is done.
+                            None => {
+                                t.wait();
+                            }
+                        }
+                    }
                     k += run;
                     continue;
                 }
@@ -924,12 +1104,16 @@ impl Store {
                 count: e.len,
                 size: old_size.max(end),
                 mtime,
+                seq,
             });
             pg += e.len;
         }
         let a = match self.append_log(inode, &entries) {
             Ok(a) => a,
             Err(err) => {
+                for mut p in parts {
+                    self.mover.wait_detached(&mut p.copy);
+                }
                 for e in extents {
                     self.alloc.free(e);
                 }
@@ -938,16 +1122,28 @@ impl Store {
         };
         let mut freed = Vec::new();
         self.commit_one(inode, a, &entries, &mut freed);
-        self.free_blocks(&freed);
-        self.maybe_compact(inode);
+        self.retire(inode, freed);
+        if parts.is_empty() {
+            self.maybe_compact(inode);
+        } else {
+            let seqs = parts.iter().filter_map(|p| p.recorded).collect();
+            inode.pending = Some(Arc::new(PendingWrite::new(parts, seqs)));
+        }
         Ok(data.len())
+    }
+
+    /// Frees data blocks `inode` no longer maps, or parks them until its asynchronous reads in
+    /// flight finish.
+    fn retire(&self, inode: &Inode, blocks: Vec<u64>) {
+        let now = inode.readers.retire(blocks);
+        self.free_blocks(&now);
     }
 
     /// Changes attributes; a size change truncates (freeing whole pages past the end and
     /// zeroing the rest of the last page, copy-on-write) or extends with a hole.
     pub fn setattr(&self, ino: u64, s: SetAttr) -> Result<Attr, Errno> {
         self.check_writable()?;
-        let mut g = self.slot(ino)?.write();
+        let mut g = self.lock(ino)?;
         let inode = g.as_mut().ok_or(Errno::ENOENT)?;
         let mut attr = inode.attr;
         let t = now_ns();
@@ -973,6 +1169,7 @@ impl Store {
                         count: 1,
                         size,
                         mtime: t,
+                        seq: None,
                     });
                     extent = Some(e);
                 }
@@ -1000,7 +1197,7 @@ impl Store {
         };
         let mut freed = Vec::new();
         self.commit_one(inode, a, &entries, &mut freed);
-        self.free_blocks(&freed);
+        self.retire(inode, freed);
         self.maybe_compact(inode);
         Ok(inode.attr)
     }
@@ -1056,7 +1253,7 @@ impl Store {
     ) -> Result<(u64, Attr), Errno> {
         self.check_writable()?;
         check_name(name)?;
-        let mut pg = self.slot(parent)?.write();
+        let mut pg = self.lock(parent)?;
         let dir = pg.as_mut().ok_or(Errno::ENOENT)?;
         let Content::Dir(d) = &dir.content else {
             return Err(Errno::ENOTDIR);
@@ -1117,6 +1314,7 @@ impl Store {
                     count: x.len,
                     size: target.len() as u64,
                     mtime: t,
+                    seq: None,
                 });
                 pgoff += x.len;
             }
@@ -1548,7 +1746,7 @@ impl Store {
 
     /// Drops an open handle; frees the inode if it was the last and no links remain.
     pub fn release(&self, ino: u64) -> Result<(), Errno> {
-        let mut g = self.slot(ino)?.write();
+        let mut g = self.lock(ino)?;
         let inode = g.as_mut().ok_or(Errno::ENOENT)?;
         inode.open = inode.open.saturating_sub(1);
         if inode.open == 0 && inode.attr.nlink == 0 {
@@ -1557,10 +1755,40 @@ impl Store {
         Ok(())
     }
 
-    /// Checks that `ino` exists: every operation is already durable when it returns, so fsync
-    /// has nothing left to do.
+    /// Checks that `ino` exists and waits for its asynchronous write, if one is still copying:
+    /// every synchronous operation is already durable when it returns.
     pub fn fsync(&self, ino: u64) -> Result<(), Errno> {
-        self.getattr(ino).map(|_| ())
+        let g = self.lock(ino)?;
+        g.as_ref().map(|_| ()).ok_or(Errno::ENOENT)
+    }
+}
+
+/// Splits the `n` bytes of a file at `off` into runs, each either mapped to contiguous blocks
+/// (one mover request; `f` gets the region offset) or a hole (`None`); `f` also gets the run's
+/// offset into the read and its length.
+pub(crate) fn for_each_run(
+    pages: &BTreeMap<u64, u64>,
+    off: u64,
+    n: usize,
+    mut f: impl FnMut(usize, usize, Option<u64>),
+) {
+    let mut done = 0usize;
+    while done < n {
+        let pos = off + done as u64;
+        let pg = pos / BLOCK;
+        let in_page = pos % BLOCK;
+        let mut len = ((BLOCK - in_page) as usize).min(n - done);
+        let at = pages.get(&pg).map(|&b| {
+            // Extend over pages whose blocks are contiguous.
+            let mut next = pg + 1;
+            while done + len < n && pages.get(&next) == Some(&(b + (next - pg))) {
+                len = (len + BLOCK as usize).min(n - done);
+                next += 1;
+            }
+            b * BLOCK + in_page
+        });
+        f(done, len, at);
+        done += len;
     }
 }
 
@@ -1585,6 +1813,12 @@ impl Drop for Store {
     fn drop(&mut self) {
         if self.region.is_some() && !self.failed.load(Ordering::Relaxed) {
             self.mark_clean();
+        }
+        // A leaked asynchronous read may still have the engine copying out of the region:
+        // the mapping goes only once the engine is idle.
+        let engine = self.mover.engine();
+        while (0..engine.info().channels).any(|c| engine.queue_depth(c) > 0) {
+            std::thread::yield_now();
         }
     }
 }

@@ -1,0 +1,499 @@
+//! The asynchronous API (EasyIO §4): `read`, `write`, `pread`, `pwrite` and `append` as
+//! futures, next to the synchronous calls, with the same semantics and errors.
+//!
+//! A future does its whole operation in its first poll — the same code path as the
+//! synchronous call — except that engine copies are submitted instead of waited for:
+//!
+//! - requests the mover keeps on the CPU (below the tuned threshold, or when the engine is
+//!   busy) complete inline, so the first poll returns `Ready`;
+//! - a write commits its metadata while its engine copies run (orderless write, §4.2): the log
+//!   entry names each copy's channel and position, and the channel's durable completion record
+//!   says after a crash whether the copy finished. The file's lock is released at the commit;
+//!   the next operation on the file settles the copies first (two-level locking, §4.3,
+//!   [`crate::inflight`]);
+//! - a read submits its copies under the file's read lock and releases it at once; later
+//!   writes never wait for it.
+//!
+//! While copies run the task yields; it is woken when they finish — by the `switchyard_rt`
+//! executor, which checks completions between tasks, or elsewhere (tokio, …) by the engine's
+//! worker ([`switchyard_rt::wake_when_finished`]). The future is ready only when every copy it
+//! issued has finished (and a partial completion has been repaired): a write that returned is
+//! durable, as a synchronous one.
+//!
+//! Buffers are owned (`Vec<u8>`) and handed back with the result, so that no engine copy can
+//! outlive the memory it reads or writes: dropping a future waits for its copies, and leaking
+//! one leaks its buffer with it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use parking_lot::Mutex;
+use switchyard_mover::{Detached, Direction, Hints};
+
+use crate::error::Errno;
+use crate::fs::{Fd, Fs};
+use crate::inflight::{PendingWrite, Readers};
+use crate::inode::Content;
+use crate::store::{for_each_run, Order, Store};
+use crate::MAX_FILE_SIZE;
+
+/// Where an asynchronous request lands.
+enum At {
+    /// At this offset.
+    Offset(u64),
+    /// At the end of the file (append).
+    End,
+    /// At a descriptor's offset, which the request advances; `append` writes at the end.
+    Cursor {
+        cursor: Arc<Mutex<u64>>,
+        append: bool,
+    },
+}
+
+/// How an asynchronous write orders its data and metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOrder {
+    /// Commit the metadata while the engine copies (the default; EasyIO §4.2).
+    Orderless,
+    /// Commit the metadata only after the copy completes (EasyIO's "Naive" baseline).
+    Ordered,
+}
+
+impl Store {
+    /// Reads up to `buf.len()` bytes at `off` (as [`Store::read`]); resolves to the count and
+    /// the buffer.
+    pub fn read_async(&self, ino: u64, off: u64, buf: Vec<u8>) -> ReadFuture<'_> {
+        ReadFuture::new(self, Ok((ino, At::Offset(off))), buf)
+    }
+
+    /// Writes `data` at `off` (as [`Store::write`]); resolves to the offset written at (all of
+    /// `data`) and the buffer.
+    pub fn write_async(&self, ino: u64, off: u64, data: Vec<u8>) -> WriteFuture<'_> {
+        self.write_async_ordered(ino, off, data, WriteOrder::Orderless)
+    }
+
+    /// [`Store::write_async`] with the given ordering of data and metadata.
+    pub fn write_async_ordered(
+        &self,
+        ino: u64,
+        off: u64,
+        data: Vec<u8>,
+        order: WriteOrder,
+    ) -> WriteFuture<'_> {
+        WriteFuture::new(self, Ok((ino, At::Offset(off))), data, order)
+    }
+
+    /// Appends `data` (as [`Store::append`]); resolves to the offset it landed at.
+    pub fn append_async(&self, ino: u64, data: Vec<u8>) -> WriteFuture<'_> {
+        WriteFuture::new(self, Ok((ino, At::End)), data, WriteOrder::Orderless)
+    }
+
+    /// Arranges for `waker` to be woken when `p`'s first unfinished copy finishes.
+    fn wake_on(&self, p: &PendingWrite, waker: &Waker) {
+        let Some(parts) = p.parts.try_lock() else {
+            // Someone is settling it right now: look again soon.
+            waker.wake_by_ref();
+            return;
+        };
+        match parts
+            .iter()
+            .find_map(|part| Some((part.copy.probe()?, part.expected_ns)))
+            .filter(|(probe, _)| !probe.is_finished())
+        {
+            Some((probe, expected_ns)) => {
+                switchyard_rt::wake_when_finished(probe, expected_ns, waker)
+            }
+            None => waker.wake_by_ref(),
+        }
+    }
+}
+
+impl Fs {
+    /// Reads at the descriptor's offset and advances it (as [`Fs::read`]).
+    pub fn read_async(&self, fd: Fd, buf: Vec<u8>) -> ReadFuture<'_> {
+        let at = self.handle(fd).and_then(|(ino, flags, cursor)| {
+            if !flags.read {
+                return Err(Errno::EBADF);
+            }
+            Ok((
+                ino,
+                At::Cursor {
+                    cursor,
+                    append: false,
+                },
+            ))
+        });
+        ReadFuture::new(self.store(), at, buf)
+    }
+
+    /// Reads at `off` without moving the descriptor's offset (as [`Fs::pread`]).
+    pub fn pread_async(&self, fd: Fd, buf: Vec<u8>, off: u64) -> ReadFuture<'_> {
+        let at = self.handle(fd).and_then(|(ino, flags, _)| {
+            if !flags.read {
+                return Err(Errno::EBADF);
+            }
+            if off > MAX_FILE_SIZE {
+                return Err(Errno::EINVAL);
+            }
+            Ok((ino, At::Offset(off)))
+        });
+        ReadFuture::new(self.store(), at, buf)
+    }
+
+    /// Writes at the descriptor's offset (or the end, with `append`) and advances it (as
+    /// [`Fs::write`]); resolves to the offset written at.
+    pub fn write_async(&self, fd: Fd, data: Vec<u8>) -> WriteFuture<'_> {
+        let at = self.handle(fd).and_then(|(ino, flags, cursor)| {
+            if !flags.write {
+                return Err(Errno::EBADF);
+            }
+            Ok((
+                ino,
+                At::Cursor {
+                    cursor,
+                    append: flags.append,
+                },
+            ))
+        });
+        WriteFuture::new(self.store(), at, data, WriteOrder::Orderless)
+    }
+
+    /// Writes at `off` without moving the descriptor's offset (`append` still appends) (as
+    /// [`Fs::pwrite`]); resolves to the offset written at.
+    pub fn pwrite_async(&self, fd: Fd, data: Vec<u8>, off: u64) -> WriteFuture<'_> {
+        let at = self.handle(fd).and_then(|(ino, flags, _)| {
+            if !flags.write {
+                return Err(Errno::EBADF);
+            }
+            if off > MAX_FILE_SIZE {
+                return Err(Errno::EINVAL);
+            }
+            Ok((
+                ino,
+                if flags.append {
+                    At::End
+                } else {
+                    At::Offset(off)
+                },
+            ))
+        });
+        WriteFuture::new(self.store(), at, data, WriteOrder::Orderless)
+    }
+
+    /// Appends at the end (as [`Fs::append`]); resolves to the offset it landed at.
+    pub fn append_async(&self, fd: Fd, data: Vec<u8>) -> WriteFuture<'_> {
+        let at = self.handle(fd).and_then(|(ino, flags, _)| {
+            if !flags.write {
+                return Err(Errno::EBADF);
+            }
+            Ok((ino, At::End))
+        });
+        WriteFuture::new(self.store(), at, data, WriteOrder::Orderless)
+    }
+}
+
+enum WriteState {
+    Start {
+        ino: u64,
+        at: At,
+    },
+    Failed(Errno),
+    Copying {
+        pending: Arc<PendingWrite>,
+        off: u64,
+    },
+    Done,
+}
+
+/// An asynchronous write (see the module docs). Output: the offset written at, and the buffer.
+pub struct WriteFuture<'s> {
+    store: &'s Store,
+    data: Vec<u8>,
+    order: Order,
+    state: WriteState,
+}
+
+impl<'s> WriteFuture<'s> {
+    fn new(
+        store: &'s Store,
+        at: Result<(u64, At), Errno>,
+        data: Vec<u8>,
+        order: WriteOrder,
+    ) -> WriteFuture<'s> {
+        WriteFuture {
+            store,
+            data,
+            order: match order {
+                WriteOrder::Orderless => Order::Orderless,
+                WriteOrder::Ordered => Order::Ordered,
+            },
+            state: match at {
+                Ok((ino, at)) => WriteState::Start { ino, at },
+                Err(e) => WriteState::Failed(e),
+            },
+        }
+    }
+
+    /// Locks, writes and commits: the offset written at and the copies still running; or
+    /// `Err` with the file's last write when its copy must finish first.
+    #[allow(clippy::type_complexity)]
+    fn start(
+        &mut self,
+        ino: u64,
+        at: &At,
+    ) -> Result<Result<(u64, Option<Arc<PendingWrite>>), Arc<PendingWrite>>, Errno> {
+        let store = self.store;
+        store.check_writable()?;
+        // The descriptor's offset before the inode (the synchronous calls' order).
+        let mut cursor = match at {
+            At::Cursor { cursor, .. } => Some(cursor.lock()),
+            _ => None,
+        };
+        let mut g = match store.try_lock(ino)? {
+            Ok(g) => g,
+            Err(p) => return Ok(Err(p)),
+        };
+        let inode = g.as_mut().ok_or(Errno::ENOENT)?;
+        let off = match (at, &cursor) {
+            (At::Offset(o), _) => *o,
+            (At::End, _) | (At::Cursor { append: true, .. }, _) => inode.attr.size,
+            (At::Cursor { .. }, Some(c)) => **c,
+            (At::Cursor { .. }, None) => unreachable!("locked above"),
+        };
+        store.write_locked(inode, off, &self.data, self.order)?;
+        if let Some(c) = cursor.as_mut() {
+            **c = off + self.data.len() as u64;
+        }
+        Ok(Ok((off, inode.pending.clone())))
+    }
+}
+
+impl Future for WriteFuture<'_> {
+    type Output = (Result<u64, Errno>, Vec<u8>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let store = this.store;
+        loop {
+            match std::mem::replace(&mut this.state, WriteState::Done) {
+                WriteState::Failed(e) => {
+                    return Poll::Ready((Err(e), std::mem::take(&mut this.data)))
+                }
+                WriteState::Start { ino, at } => match this.start(ino, &at) {
+                    Err(e) => return Poll::Ready((Err(e), std::mem::take(&mut this.data))),
+                    Ok(Err(p)) => {
+                        // Level 2: the file's last write is still copying.
+                        store.wake_on(&p, cx.waker());
+                        this.state = WriteState::Start { ino, at };
+                        return Poll::Pending;
+                    }
+                    Ok(Ok((off, None))) => {
+                        return Poll::Ready((Ok(off), std::mem::take(&mut this.data)))
+                    }
+                    Ok(Ok((off, Some(pending)))) => {
+                        this.state = WriteState::Copying { pending, off };
+                    }
+                },
+                WriteState::Copying { pending, off } => {
+                    if store.try_settle(&pending) {
+                        return Poll::Ready((Ok(off), std::mem::take(&mut this.data)));
+                    }
+                    store.wake_on(&pending, cx.waker());
+                    this.state = WriteState::Copying { pending, off };
+                    return Poll::Pending;
+                }
+                WriteState::Done => panic!("a WriteFuture polled after it completed"),
+            }
+        }
+    }
+}
+
+impl Drop for WriteFuture<'_> {
+    fn drop(&mut self) {
+        // The engine may still be reading `data`.
+        if let WriteState::Copying { pending, .. } = &self.state {
+            self.store.wait_settled(pending);
+        }
+    }
+}
+
+enum ReadState {
+    Start {
+        ino: u64,
+        at: At,
+    },
+    Failed(Errno),
+    Copying {
+        parts: Vec<(Detached, u64)>,
+        readers: Arc<Readers>,
+        n: usize,
+    },
+    Done,
+}
+
+/// An asynchronous read (see the module docs). Output: the bytes read, and the buffer.
+pub struct ReadFuture<'s> {
+    store: &'s Store,
+    buf: Vec<u8>,
+    state: ReadState,
+}
+
+impl<'s> ReadFuture<'s> {
+    fn new(store: &'s Store, at: Result<(u64, At), Errno>, buf: Vec<u8>) -> ReadFuture<'s> {
+        ReadFuture {
+            store,
+            buf,
+            state: match at {
+                Ok((ino, at)) => ReadState::Start { ino, at },
+                Err(e) => ReadState::Failed(e),
+            },
+        }
+    }
+
+    /// Submits the copies under the read lock; `Err(Some(p))` when `p`, the file's last
+    /// write, must finish first.
+    #[allow(clippy::type_complexity)]
+    fn start(
+        &mut self,
+        ino: u64,
+        at: &At,
+    ) -> Result<(Vec<(Detached, u64)>, Arc<Readers>, usize), Option<Arc<PendingWrite>>> {
+        let store = self.store;
+        let mut cursor = match at {
+            At::Cursor { cursor, .. } => Some(cursor.lock()),
+            _ => None,
+        };
+        let g = store.slot(ino).map_err(|_| None)?.read();
+        let inode = g.as_ref().ok_or(None)?;
+        if let Some(p) = &inode.pending {
+            if !store.try_settle(p) {
+                return Err(Some(p.clone()));
+            }
+        }
+        let Content::File(pages) = &inode.content else {
+            return Err(None);
+        };
+        let off = match (at, &cursor) {
+            (At::Offset(o), _) => *o,
+            (_, Some(c)) => **c,
+            _ => inode.attr.size,
+        };
+        let size = inode.attr.size;
+        let n = if off >= size {
+            0
+        } else {
+            (size - off).min(self.buf.len() as u64) as usize
+        };
+        let mut parts = Vec::new();
+        let buf = self.buf.as_mut_ptr();
+        let hints = Hints {
+            direction: Direction::FromSlow,
+            ..Hints::default()
+        };
+        for_each_run(pages, off, n, |done, len, at| match at {
+            Some(at) => {
+                let src = store.pm_ptr(at, len as u64);
+                // SAFETY: (1) `src` lies in blocks this inode maps; writes go to fresh blocks,
+                // and blocks it frees are kept from reuse until this read leaves `readers`;
+                // (2) `buf[done..done + len]` is in bounds and owned by this future, which
+                // waits for the copy before giving the buffer back or dropping it.
+                let t = unsafe { store.mover().submit(buf.add(done), src, len, hints) };
+                if t.probe().is_some() {
+                    let expected =
+                        switchyard_rt::expected_finish(store.mover(), hints.direction, len);
+                    parts.push((t.detach(), expected));
+                }
+            }
+            // SAFETY: in bounds of the buffer, which this future owns.
+            None => unsafe { std::ptr::write_bytes(buf.add(done), 0, len) },
+        });
+        if !parts.is_empty() {
+            inode.readers.enter();
+        }
+        if let Some(c) = cursor.as_mut() {
+            **c = off + n as u64;
+        }
+        Ok((parts, inode.readers.clone(), n))
+    }
+
+    /// Collects finished copies; true when none is left.
+    fn collect(&self, parts: &mut Vec<(Detached, u64)>, waker: &Waker) -> bool {
+        while let Some((copy, expected)) = parts.last_mut() {
+            if self.store.mover().poll_detached(copy).is_none() {
+                if let Some(probe) = copy.probe() {
+                    switchyard_rt::wake_when_finished(probe, *expected, waker);
+                } else {
+                    waker.wake_by_ref();
+                }
+                return false;
+            }
+            parts.pop();
+        }
+        true
+    }
+
+    fn leave(&self, readers: &Readers) {
+        let blocks = readers.leave();
+        self.store.free_blocks(&blocks);
+    }
+}
+
+impl Future for ReadFuture<'_> {
+    type Output = (Result<usize, Errno>, Vec<u8>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        loop {
+            match std::mem::replace(&mut this.state, ReadState::Done) {
+                ReadState::Failed(e) => {
+                    return Poll::Ready((Err(e), std::mem::take(&mut this.buf)))
+                }
+                ReadState::Start { ino, at } => match this.start(ino, &at) {
+                    Ok((parts, _, n)) if parts.is_empty() => {
+                        return Poll::Ready((Ok(n), std::mem::take(&mut this.buf)))
+                    }
+                    Ok((parts, readers, n)) => {
+                        this.state = ReadState::Copying { parts, readers, n };
+                    }
+                    Err(Some(p)) => {
+                        this.store.wake_on(&p, cx.waker());
+                        this.state = ReadState::Start { ino, at };
+                        return Poll::Pending;
+                    }
+                    Err(None) => {
+                        let e = this.store.read_error(ino);
+                        return Poll::Ready((Err(e), std::mem::take(&mut this.buf)));
+                    }
+                },
+                ReadState::Copying {
+                    mut parts,
+                    readers,
+                    n,
+                } => {
+                    if this.collect(&mut parts, cx.waker()) {
+                        this.leave(&readers);
+                        return Poll::Ready((Ok(n), std::mem::take(&mut this.buf)));
+                    }
+                    this.state = ReadState::Copying { parts, readers, n };
+                    return Poll::Pending;
+                }
+                ReadState::Done => panic!("a ReadFuture polled after it completed"),
+            }
+        }
+    }
+}
+
+impl Drop for ReadFuture<'_> {
+    fn drop(&mut self) {
+        // The engine may still be writing into `buf` and reading blocks kept for this read.
+        if let ReadState::Copying { parts, readers, .. } = &mut self.state {
+            for (copy, _) in parts.iter_mut() {
+                self.store.mover().wait_detached(copy);
+            }
+            let readers = readers.clone();
+            self.leave(&readers);
+        }
+    }
+}

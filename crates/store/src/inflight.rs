@@ -1,0 +1,115 @@
+//! Copies that outlive the operation that started them: the second level of EasyIO's
+//! two-level locking (§4.3).
+//!
+//! Level 1 is the inode's lock: an asynchronous write holds it only until its metadata commits,
+//! then leaves its unfinished copies here, in a [`PendingWrite`] on the inode. Level 2: whoever
+//! takes the inode's lock next — to read, write, truncate, link, unlink or compact — first
+//! checks the pending write by sequence number (the engine channel's completion record against
+//! the batch's position) and, if the copy is finished, settles it (collects the outcome,
+//! repairs a partial completion, clears its hole in the durable record). If it is not finished
+//! a synchronous caller helps and waits (the engine finishes it without anyone's help, so this
+//! cannot deadlock); an asynchronous caller drops the lock and yields until it is.
+//!
+//! Reads leave nothing on the inode: they never block later writes. Writes are copy-on-write,
+//! so a later write never touches blocks an unfinished read copies from — but it frees the
+//! blocks it replaced, and those must not be reused while a read still copies from them. Each
+//! inode therefore counts its reads in flight ([`Readers`]); blocks it frees meanwhile wait in
+//! its limbo until the last such read finishes.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+use switchyard_mover::Detached;
+
+/// One engine copy of an asynchronous write: the channel and position its log entry names
+/// (`None` when it records nothing durably because the write was ordered), and the copy.
+pub(crate) struct Part {
+    pub(crate) recorded: Option<(usize, u64)>,
+    pub(crate) copy: Detached,
+    /// When the copy should finish ([`switchyard_rt::expected_finish`]).
+    pub(crate) expected_ns: u64,
+}
+
+/// A committed write whose data copies may still be running.
+pub(crate) struct PendingWrite {
+    /// Copies not yet settled.
+    pub(crate) parts: Mutex<Vec<Part>>,
+    /// (channel, position) of every part, for the check by sequence number without the lock.
+    pub(crate) seqs: Vec<(usize, u64)>,
+    settled: AtomicBool,
+}
+
+impl std::fmt::Debug for PendingWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingWrite")
+            .field("seqs", &self.seqs)
+            .field("settled", &self.is_settled())
+            .finish()
+    }
+}
+
+impl PendingWrite {
+    pub(crate) fn new(parts: Vec<Part>, seqs: Vec<(usize, u64)>) -> PendingWrite {
+        PendingWrite {
+            parts: Mutex::new(parts),
+            seqs,
+            settled: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether every copy is finished, repaired and its hole cleared.
+    pub(crate) fn is_settled(&self) -> bool {
+        self.settled.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_settled(&self) {
+        self.settled.store(true, Ordering::Release);
+    }
+}
+
+/// Asynchronous reads of one inode in flight, and the blocks freed while they run.
+#[derive(Debug, Default)]
+pub(crate) struct Readers {
+    count: AtomicUsize,
+    limbo: Mutex<Vec<u64>>,
+}
+
+impl Readers {
+    /// A read starts (under the inode's lock, so no later free misses it).
+    pub(crate) fn enter(&self) {
+        self.count.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A read finished; returns the blocks to free if it was the last one.
+    #[must_use]
+    pub(crate) fn leave(&self) -> Vec<u64> {
+        if self.count.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return Vec::new();
+        }
+        let mut limbo = self.limbo.lock();
+        // A read that started since (under the inode lock) sees only the new mapping; blocks
+        // freed after it started wait for it.
+        if self.count.load(Ordering::Acquire) == 0 {
+            std::mem::take(&mut *limbo)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Blocks replaced or truncated away (under the inode's write lock): the ones that may be
+    /// freed now; the rest wait for the reads in flight.
+    #[must_use]
+    pub(crate) fn retire(&self, blocks: Vec<u64>) -> Vec<u64> {
+        if blocks.is_empty() || self.count.load(Ordering::Acquire) == 0 {
+            return blocks;
+        }
+        let mut limbo = self.limbo.lock();
+        if self.count.load(Ordering::Acquire) == 0 {
+            let mut all = std::mem::take(&mut *limbo);
+            all.extend(blocks);
+            return all;
+        }
+        limbo.extend(blocks);
+        Vec::new()
+    }
+}
