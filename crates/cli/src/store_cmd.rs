@@ -301,6 +301,10 @@ pub struct CrashArgs {
     /// Prove the harness works: inject a missing flush and expect violations.
     #[arg(long)]
     inject_missing_flush: bool,
+    /// Crash asynchronous (orderless) writes instead: their copies go to a delayed engine
+    /// while their metadata commits.
+    #[arg(long = "async")]
+    asynchronous: bool,
 }
 
 /// Runs the crash-state harness.
@@ -313,7 +317,12 @@ pub fn crashtest(a: &CrashArgs) -> anyhow::Result<()> {
     opts.seed = a.seed;
     opts.inject_missing_flush = a.inject_missing_flush;
     let bar = indicatif::ProgressBar::new_spinner();
-    let report = switchyard_store::crash::run(&opts, |r| {
+    let run = if a.asynchronous {
+        switchyard_store::crash::run_async
+    } else {
+        switchyard_store::crash::run
+    };
+    let report = run(&opts, |r| {
         bar.set_message(format!(
             "{} workloads, {} crash points, {} images, {} violations",
             r.workloads,
@@ -325,10 +334,12 @@ pub fn crashtest(a: &CrashArgs) -> anyhow::Result<()> {
     });
     bar.finish_and_clear();
     println!(
-        "{} workloads, {} crash points, {} distinct crash images, {} violations",
+        "{} workloads, {} crash points, {} distinct crash images ({} during asynchronous \
+         writes), {} violations",
         report.workloads,
         report.crash_points,
         report.images,
+        report.async_images,
         report.violations.len()
     );
     for v in &report.violations {

@@ -178,6 +178,8 @@ fn ftype(mode: u32) -> u8 {
 struct Faults {
     /// Log entries are stored but not flushed before the tail commit.
     skip_entry_flush: std::sync::atomic::AtomicBool,
+    /// Orderless writes commit entries that do not name their copy.
+    unrecorded_orderless: std::sync::atomic::AtomicBool,
 }
 
 /// What a mount rebuilt, before the store is assembled around it.
@@ -522,6 +524,14 @@ impl Store {
     /// (a missing-flush bug the crash harness must catch). Never use outside tests.
     pub fn inject_missing_entry_flush(&self) {
         self.faults.skip_entry_flush.store(true, Ordering::Relaxed);
+    }
+
+    /// Test hook: orderless writes commit entries that do not name their engine copy, so
+    /// recovery cannot tell an unfinished one (the asynchronous crash harness must notice).
+    pub fn inject_unrecorded_orderless(&self) {
+        self.faults
+            .unrecorded_orderless
+            .store(true, Ordering::Relaxed);
     }
 
     /// The region this store lives in.
@@ -1059,7 +1069,21 @@ impl Store {
                             self.mover
                                 .submit_recorded(dst, src.as_ptr(), src.len(), hints, records)
                         };
-                        match t.recorded() {
+                        let recorded = t.recorded();
+                        if let (Some(r), true) = (
+                            recorded,
+                            self.faults.unrecorded_orderless.load(Ordering::Relaxed),
+                        ) {
+                            // The injected bug: the copy runs on, the entry does not say so.
+                            parts.push(Part {
+                                recorded: Some(r),
+                                copy: t.detach(),
+                                expected_ns: 0,
+                            });
+                            k += run;
+                            continue;
+                        }
+                        match recorded {
                             Some((channel, position)) => {
                                 seq = Some(Seq {
                                     generation: self.geo.mount_count,
