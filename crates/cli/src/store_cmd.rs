@@ -317,12 +317,7 @@ pub fn crashtest(a: &CrashArgs) -> anyhow::Result<()> {
     opts.seed = a.seed;
     opts.inject_missing_flush = a.inject_missing_flush;
     let bar = indicatif::ProgressBar::new_spinner();
-    let run = if a.asynchronous {
-        switchyard_store::crash::run_async
-    } else {
-        switchyard_store::crash::run
-    };
-    let report = run(&opts, |r| {
+    let progress = |r: &switchyard_store::crash::Report| {
         bar.set_message(format!(
             "{} workloads, {} crash points, {} images, {} violations",
             r.workloads,
@@ -331,7 +326,12 @@ pub fn crashtest(a: &CrashArgs) -> anyhow::Result<()> {
             r.violations.len()
         ));
         bar.tick();
-    });
+    };
+    let report = if a.asynchronous {
+        switchyard_store::crash::run_async(&opts, progress)
+    } else {
+        switchyard_store::crash::run(&opts, progress)
+    };
     bar.finish_and_clear();
     println!(
         "{} workloads, {} crash points, {} distinct crash images ({} during asynchronous \
