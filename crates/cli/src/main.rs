@@ -1,5 +1,6 @@
 //! `switchyard`: the command-line front end.
 
+mod aio_bench;
 mod copy_bench;
 mod cpu_time;
 mod decide_bench;
@@ -70,6 +71,9 @@ enum Command {
 
 #[derive(Subcommand)]
 enum Bench {
+    /// Latency of the store's asynchronous writes: orderless (metadata committed while the
+    /// engine copies) against ordered (committed after the copy), every copy on the engine.
+    Aio(aio_bench::AioArgs),
     /// Copy throughput, latency and CPU cost of glibc memcpy, PMDK, and Switchyard's cpu-only,
     /// engine-only and scheduled paths, over sizes, threads and both directions.
     Copy(copy_bench::CopyArgs),
@@ -139,6 +143,7 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let r = match cli.command {
+        Command::Bench(Bench::Aio(a)) => aio_bench::run(&a),
         Command::Bench(Bench::Copy(a)) => copy_bench::run(&a),
         Command::Bench(Bench::Fs(a)) => fs_bench::run(&a),
         Command::Bench(Bench::Mount(a)) => mount_bench::run(&a),

@@ -19,9 +19,9 @@ const MAIN: usize = usize::MAX;
 /// Longest park while copies are outstanding (a safety net for an expectation that was too
 /// optimistic; the expected completion time usually ends the park first).
 const MAX_PARK: Duration = Duration::from_millis(1);
-/// Copies expected to finish within this are waited for by spinning, not parking (a park and
-/// its wake-up cost a few microseconds themselves).
-const SPIN_NS: u64 = 5_000;
+/// Copies expected to finish within this are waited for by spinning (up to this long past
+/// their expected time), not parking.
+const SPIN_NS: u64 = 100_000;
 
 /// Tasks woken from any thread, and the executor's thread to unpark.
 struct Woken {
@@ -302,30 +302,40 @@ impl Shared {
         before - io.len()
     }
 
-    /// Nothing to run: park until woken if no copy is outstanding, else until the earliest
-    /// is expected to finish (spinning instead when that is only microseconds away).
+    /// Nothing to run: park until woken if no copy is outstanding. Otherwise, when the earliest
+    /// copy is expected within [`SPIN_NS`], spin on the completions until one finishes (or
+    /// [`SPIN_NS`] past its expected time); else, or after that, hand the tasks' wakers to the
+    /// engine (its worker wakes us when a copy finishes) and park, at most [`MAX_PARK`].
+    ///
+    /// Spinning, not a timed park, covers the short waits: a timed park on Linux sleeps its
+    /// timeout plus the timer slack (50 µs by default), longer than a whole 256 KiB copy.
     fn idle(&self) {
         let next = self.io.borrow().iter().map(|o| o.expected_ns).min();
         let Some(next) = next else {
             std::thread::park();
             return;
         };
-        let now = clock::now_ns();
-        let wait = next.saturating_sub(now);
-        if wait <= SPIN_NS {
-            while clock::now_ns() < next {
-                if self.io.borrow().iter().any(|o| o.probe.is_finished()) {
-                    return;
+        let finished = || self.io.borrow().iter().any(|o| o.probe.is_finished());
+        if next.saturating_sub(clock::now_ns()) <= SPIN_NS {
+            let until = next + SPIN_NS;
+            loop {
+                for _ in 0..64 {
+                    if finished() {
+                        return;
+                    }
+                    std::hint::spin_loop();
                 }
-                std::hint::spin_loop();
+                if clock::now_ns() >= until {
+                    break;
+                }
             }
-            // Past the expectation: look again, then park briefly rather than spin on.
-            if self.io.borrow().iter().any(|o| o.probe.is_finished()) {
-                return;
-            }
-            std::thread::park_timeout(Duration::from_micros(20));
+        }
+        for o in self.io.borrow().iter() {
+            o.probe.register(&o.waker);
+        }
+        if finished() {
             return;
         }
-        std::thread::park_timeout(Duration::from_nanos(wait).min(MAX_PARK));
+        std::thread::park_timeout(MAX_PARK);
     }
 }
