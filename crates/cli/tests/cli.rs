@@ -394,3 +394,31 @@ fn mix_bench_runs_every_workload_and_policy_and_the_grid() {
         .to_string_lossy()
         .contains("bench-mix")));
 }
+
+#[test]
+fn aio_bench_compares_orderless_and_ordered_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sy(dir.path())
+        .args(["bench", "aio", "--json", "--rounds", "2", "--writes", "8"])
+        .args(["--sizes", "16K,64K", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 5, "two sizes × two variants, then the summary");
+    for r in &lines[..4] {
+        assert!(r["p50_us"].as_f64().unwrap() > 0.0);
+    }
+    let ratios = lines[4]["orderless_vs_ordered"].as_array().unwrap();
+    assert_eq!(ratios.len(), 2);
+    assert!(ratios.iter().all(|r| r[1].as_f64().unwrap() > 0.0));
+    // The scratch store is gone.
+    assert!(std::fs::read_dir(dir.path())
+        .unwrap()
+        .all(|e| !e.unwrap().file_name().to_string_lossy().contains("bench-aio")));
+}
