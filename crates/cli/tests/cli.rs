@@ -404,7 +404,11 @@ fn aio_bench_compares_orderless_and_ordered_writes() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -418,7 +422,9 @@ fn aio_bench_compares_orderless_and_ordered_writes() {
     assert_eq!(ratios.len(), 2);
     assert!(ratios.iter().all(|r| r[1].as_f64().unwrap() > 0.0));
     // The scratch store is gone.
-    assert!(std::fs::read_dir(dir.path())
+    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
         .unwrap()
-        .all(|e| !e.unwrap().file_name().to_string_lossy().contains("bench-aio")));
+        .file_name()
+        .to_string_lossy()
+        .contains("bench-aio")));
 }

@@ -146,3 +146,39 @@ fn wake_word_loses_no_wakeup() {
         worker.join().unwrap();
     });
 }
+
+/// A task registering its waker through a probe while the worker finishes the batch: either the
+/// registration succeeds and the worker wakes the task, or it reports the batch finished (or
+/// taken) and the task looks again itself. The wake-up is never lost.
+#[test]
+fn a_probe_registration_never_loses_the_wakeup() {
+    use loom::sync::atomic::{AtomicBool, Ordering};
+    struct Flag(Arc<AtomicBool>);
+    impl std::task::Wake for Flag {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+    loom::model(|| {
+        let (batch, ticket) = Batch::new(Vec::new());
+        let probe = ticket.probe();
+        let woken = Arc::new(AtomicBool::new(false));
+        let waker = std::task::Waker::from(std::sync::Arc::new(Flag(woken.clone())));
+        let worker = thread::spawn(move || {
+            assert!(batch.completion.begin(1));
+            batch.completion.finish(Status::Success, 0, 2);
+        });
+        let registered = probe.register(&waker);
+        worker.join().unwrap();
+        assert!(probe.is_finished());
+        if registered {
+            assert!(
+                woken.load(Ordering::Acquire),
+                "the worker did not wake the task"
+            );
+        }
+        // A second waiter never gets the cell.
+        assert!(!probe.register(&waker));
+        drop(ticket);
+    });
+}
