@@ -213,20 +213,17 @@ pub fn state(fs: &Fs) -> Result<State, String> {
     Ok(out)
 }
 
-/// The mover the workloads of [`run_async`] write through: every copy goes to a threads
-/// engine whose worker waits `delay` before each batch (so a write's metadata commits while its
-/// data is still unwritten).
-fn engine_mover(delay: Duration) -> Arc<Mover> {
+/// A mover that sends every copy to a one-channel threads engine misbehaving as `faults` says
+/// (the workloads of [`run_async`] use a delay before each batch, so a write's metadata commits
+/// while its data is still unwritten).
+pub fn engine_mover(faults: FaultPlan) -> Arc<Mover> {
     let mut cfg = Config::default();
     cfg.mover.policy = Policy::Engine;
     let persist = Persist::detect();
     let engine = ThreadsEngine::start(ThreadsConfig {
         pin: false,
         persist,
-        faults: FaultPlan {
-            delay,
-            ..FaultPlan::default()
-        },
+        faults,
         ..ThreadsConfig::default()
     })
     .expect("threads engine");
@@ -322,7 +319,10 @@ pub fn run(opts: &Options, progress: impl FnMut(&Report)) -> Report {
 pub fn run_async(opts: &Options, progress: impl FnMut(&Report)) -> Report {
     run_ops(
         &async_ops(),
-        &engine_mover(Duration::from_millis(1)),
+        &engine_mover(FaultPlan {
+            delay: Duration::from_millis(1),
+            ..FaultPlan::default()
+        }),
         opts,
         progress,
     )

@@ -7,25 +7,16 @@ use std::sync::{mpsc, Arc};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
-use switchyard_engine::{FaultPlan, ThreadsConfig, ThreadsEngine};
+use switchyard_engine::FaultPlan;
 use switchyard_media::{Persist, Region};
-use switchyard_mover::{Config, Mover, Policy};
+use switchyard_mover::Mover;
 use switchyard_rt::{spawn, Executor};
+use switchyard_store::crash::engine_mover;
 use switchyard_store::{Errno, Fs, OpenFlags, Owner, Store, WriteOrder};
 
 /// A mover that sends every request to a threads engine whose batches wait `delay` first.
 fn mover(delay: Duration, faults: FaultPlan) -> Arc<Mover> {
-    let mut cfg = Config::default();
-    cfg.mover.policy = Policy::Engine;
-    let persist = Persist::detect();
-    let engine = ThreadsEngine::start(ThreadsConfig {
-        pin: false,
-        persist,
-        faults: FaultPlan { delay, ..faults },
-        ..ThreadsConfig::default()
-    })
-    .unwrap();
-    Arc::new(Mover::with_engine(&cfg, Arc::new(engine), persist))
+    engine_mover(FaultPlan { delay, ..faults })
 }
 
 fn fresh(m: Arc<Mover>) -> Fs {
