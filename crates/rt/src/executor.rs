@@ -90,8 +90,9 @@ impl Drop for Enter {
     }
 }
 
-/// Registers an outstanding copy with the executor running this thread; false if none is.
-pub(crate) fn wait_for(probe: Probe, expected_ns: u64, waker: &Waker) -> bool {
+/// Registers an outstanding copy with the executor running this thread; hands the probe back
+/// if none is.
+pub(crate) fn wait_for(probe: Probe, expected_ns: u64, waker: &Waker) -> Result<(), Probe> {
     CURRENT.with(|c| match &*c.borrow() {
         Some(s) => {
             s.io.borrow_mut().push(Outstanding {
@@ -99,9 +100,9 @@ pub(crate) fn wait_for(probe: Probe, expected_ns: u64, waker: &Waker) -> bool {
                 waker: waker.clone(),
                 expected_ns,
             });
-            true
+            Ok(())
         }
-        None => false,
+        None => Err(probe),
     })
 }
 

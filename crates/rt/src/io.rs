@@ -81,8 +81,9 @@ pub fn expected_finish(mover: &Mover, direction: Direction, len: usize) -> u64 {
 /// until `expected_ns` at most); elsewhere (tokio, …) by the engine's worker when it finishes
 /// the batch; and if the batch already finished or already has a waiter, at once.
 pub fn wake_when_finished(probe: Probe, expected_ns: u64, waker: &Waker) {
-    if executor::wait_for(probe.clone(), expected_ns, waker) || probe.register(waker) {
-        return;
+    match executor::wait_for(probe, expected_ns, waker) {
+        Ok(()) => {}
+        Err(probe) if probe.register(waker) => {}
+        Err(_) => waker.wake_by_ref(),
     }
-    waker.wake_by_ref();
 }

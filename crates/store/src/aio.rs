@@ -97,11 +97,11 @@ impl Store {
             waker.wake_by_ref();
             return;
         };
-        match parts
-            .iter()
-            .find_map(|part| Some((part.copy.probe()?, part.expected_ns)))
-            .filter(|(probe, _)| !probe.is_finished())
-        {
+        // The first copy still running (an earlier one may be finished but not yet settled).
+        match parts.iter().find_map(|part| {
+            let probe = part.copy.probe().filter(|p| !p.is_finished())?;
+            Some((probe, part.expected_ns))
+        }) {
             Some((probe, expected_ns)) => {
                 switchyard_rt::wake_when_finished(probe, expected_ns, waker)
             }
