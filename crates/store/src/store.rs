@@ -1069,27 +1069,16 @@ impl Store {
                             self.mover
                                 .submit_recorded(dst, src.as_ptr(), src.len(), hints, records)
                         };
-                        let recorded = t.recorded();
-                        if let (Some(r), true) = (
-                            recorded,
-                            self.faults.unrecorded_orderless.load(Ordering::Relaxed),
-                        ) {
-                            // The injected bug: the copy runs on, the entry does not say so.
-                            parts.push(Part {
-                                recorded: Some(r),
-                                copy: t.detach(),
-                                expected_ns: 0,
-                            });
-                            k += run;
-                            continue;
-                        }
-                        match recorded {
+                        match t.recorded() {
                             Some((channel, position)) => {
-                                seq = Some(Seq {
-                                    generation: self.geo.mount_count,
-                                    channel: channel as u32,
-                                    position,
-                                });
+                                // The injected bug leaves the entry without its copy's name.
+                                if !self.faults.unrecorded_orderless.load(Ordering::Relaxed) {
+                                    seq = Some(Seq {
+                                        generation: self.geo.mount_count,
+                                        channel: channel as u32,
+                                        position,
+                                    });
+                                }
                                 parts.push(Part {
                                     recorded: Some((channel, position)),
                                     copy: t.detach(),
