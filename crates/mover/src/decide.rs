@@ -56,7 +56,12 @@ impl Mover {
     ///    occupy every core the engine does not use — bulk copies in progress now, or threads
     ///    that copied during the last adaptation epoch — → CPU (offloading would only add a
     ///    thread competing for the same cores);
-    /// 5. M engine requests already in flight (atomics at the caller, no central thread) → CPU;
+    /// 5. a synchronous copy while M engine requests are already in flight (atomics at the
+    ///    caller, no central thread) → CPU. M is where the engine stops gaining bandwidth, so
+    ///    a caller that would wait in its queue is served sooner by its own CPU. An
+    ///    asynchronous submitter (`sync` false) does not wait: it counts towards M but is
+    ///    admitted by the channel's queue depth instead ([`Mover::submit_recorded`]: EasyIO
+    ///    §4.4 for reads), so that tasks on one core keep several copies in flight;
     /// 6. latency-critical and the round-robin channel has queued work → CPU;
     /// 7. synchronous copies to or from slow memory at or above `split_min_bytes` → split in
     ///    proportion to the bandwidths in effect (§5.3; see [`crate::adapt`]). Fastmove splits
@@ -115,7 +120,7 @@ impl Mover {
             self.counters.add(Counter::fallback_busy_cores, 1);
             return Decision::CPU;
         }
-        if self.inflight.fetch_add(1, Ordering::AcqRel) >= self.concurrency_limit {
+        if self.inflight.fetch_add(1, Ordering::AcqRel) >= self.concurrency_limit && sync {
             self.inflight.fetch_sub(1, Ordering::Release);
             self.counters.add(Counter::fallback_saturated, 1);
             return Decision::CPU;

@@ -155,11 +155,15 @@ fn decisions_follow_the_rules() {
             && d.head == 61,
         "{d:?}"
     );
-    // M = 1 is taken now: the next bulk request falls back to the CPU.
+    // M = 1 is taken now: the next bulk synchronous request falls back to the CPU; an
+    // asynchronous one does not wait for the engine, so M does not turn it away.
     assert_eq!(
         m.decide(at(0), at(4 << 20), 1 << 20, &w, true).path,
         Path::Cpu
     );
+    let beyond_m = m.decide(at(0), at(4 << 20), 1 << 20, &r, false);
+    assert!(matches!(beyond_m.path, Path::Engine { .. }), "{beyond_m:?}");
+    m.release(&beyond_m);
     m.release(&d);
     // Bulk synchronous read → split; asynchronous → engine.
     let s = m.decide(at(0), at(4 << 20), 1 << 20, &r, true);
