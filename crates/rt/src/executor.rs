@@ -19,9 +19,13 @@ const MAIN: usize = usize::MAX;
 /// Longest park while copies are outstanding (a safety net for an expectation that was too
 /// optimistic; the expected completion time usually ends the park first).
 const MAX_PARK: Duration = Duration::from_millis(1);
-/// Copies expected to finish within this are waited for by spinning (up to this long past
-/// their expected time), not parking.
+/// How long past a copy's expected completion the executor spins before it parks.
 const SPIN_NS: u64 = 100_000;
+/// How long before a copy's expected completion a sleeping executor wakes to spin (a thread
+/// woken from a timed sleep runs a few microseconds late).
+const WAKE_EARLY_NS: u64 = 20_000;
+/// The executor thread's timer slack: how late the kernel may end its timed sleeps.
+const TIMER_SLACK_NS: libc::c_ulong = 1_000;
 
 /// Tasks woken from any thread, and the executor's thread to unpark.
 struct Woken {
@@ -166,8 +170,12 @@ impl Default for Executor {
 }
 
 impl Executor {
-    /// An executor for the calling thread.
+    /// An executor for the calling thread. Shortens the thread's timer slack to 1 µs, so that
+    /// its sleeps until a copy's expected completion end on time.
     pub fn new() -> Executor {
+        // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only the calling thread;
+        // a failure leaves the default slack, which only makes sleeps less precise.
+        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, TIMER_SLACK_NS) };
         Executor {
             shared: Rc::new(Shared {
                 tasks: RefCell::new(Vec::new()),
@@ -303,13 +311,14 @@ impl Shared {
         before - io.len()
     }
 
-    /// Nothing to run: park until woken if no copy is outstanding. Otherwise, when the earliest
-    /// copy is expected within [`SPIN_NS`], spin on the completions until one finishes (or
-    /// [`SPIN_NS`] past its expected time); else, or after that, hand the tasks' wakers to the
-    /// engine (its worker wakes us when a copy finishes) and park, at most [`MAX_PARK`].
+    /// Nothing to run: park until woken if no copy is outstanding. Otherwise sleep until
+    /// [`WAKE_EARLY_NS`] before the earliest copy's expected completion (the engine's worker
+    /// wakes us sooner if a copy finishes first), then spin on the completions until one
+    /// finishes or [`SPIN_NS`] past the expected time; a copy later than that is waited for
+    /// parked, the engine waking us, [`MAX_PARK`] at most.
     ///
-    /// Spinning, not a timed park, covers the short waits: a timed park on Linux sleeps its
-    /// timeout plus the timer slack (50 µs by default), longer than a whole 256 KiB copy.
+    /// The timed sleep is accurate because [`Executor::new`] shortens the thread's timer slack
+    /// (Linux's default 50 µs would oversleep a whole 256 KiB copy).
     fn idle(&self) {
         let next = self.io.borrow().iter().map(|o| o.expected_ns).min();
         let Some(next) = next else {
@@ -317,26 +326,40 @@ impl Shared {
             return;
         };
         let finished = || self.io.borrow().iter().any(|o| o.probe.is_finished());
-        if next.saturating_sub(clock::now_ns()) <= SPIN_NS {
-            let until = next + SPIN_NS;
-            loop {
-                for _ in 0..64 {
-                    if finished() {
-                        return;
-                    }
-                    std::hint::spin_loop();
-                }
-                if clock::now_ns() >= until {
-                    break;
-                }
+        let now = clock::now_ns();
+        if next > now + WAKE_EARLY_NS {
+            if self.park_engine_woken(Duration::from_nanos(next - WAKE_EARLY_NS - now)) {
+                return;
+            }
+            if finished() {
+                return;
             }
         }
+        let until = next.max(clock::now_ns()) + SPIN_NS;
+        loop {
+            for _ in 0..64 {
+                if finished() {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
+            if clock::now_ns() >= until {
+                break;
+            }
+        }
+        self.park_engine_woken(MAX_PARK);
+    }
+
+    /// Hands the outstanding copies' wakers to the engine and parks for `timeout` at most;
+    /// false if a copy had already finished (no park).
+    fn park_engine_woken(&self, timeout: Duration) -> bool {
         for o in self.io.borrow().iter() {
             o.probe.register(&o.waker);
         }
-        if finished() {
-            return;
+        if self.io.borrow().iter().any(|o| o.probe.is_finished()) {
+            return false;
         }
-        std::thread::park_timeout(MAX_PARK);
+        std::thread::park_timeout(timeout);
+        true
     }
 }
