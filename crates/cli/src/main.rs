@@ -1,6 +1,7 @@
 //! `switchyard`: the command-line front end.
 
 mod aio_bench;
+mod apps_bench;
 mod copy_bench;
 mod cpu_time;
 mod decide_bench;
@@ -18,7 +19,7 @@ mod stat;
 mod store_cmd;
 mod tune_cmd;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -74,6 +75,10 @@ enum Bench {
     /// Latency of the store's asynchronous writes: orderless (metadata committed while the
     /// engine copies) against ordered (committed after the copy), every copy on the engine.
     Aio(aio_bench::AioArgs),
+    /// Applications on the store, synchronous against asynchronous on the same core: grep,
+    /// snappy decompression, SHA-256, BFS and a fileserver; then FxMark's DWAL and DRBL
+    /// throughput-latency curves.
+    Apps(apps_bench::AppsArgs),
     /// Copy throughput, latency and CPU cost of glibc memcpy, PMDK, and Switchyard's cpu-only,
     /// engine-only and scheduled paths, over sizes, threads and both directions.
     Copy(copy_bench::CopyArgs),
@@ -114,19 +119,11 @@ pub struct Common {
 impl Common {
     /// The configuration: the file if given, else the defaults.
     pub fn load_config(&self) -> anyhow::Result<Config> {
-        let cfg = match &self.config {
-            Some(p) => Config::load(p)?,
-            None => Config::default(),
-        };
-        let default = PathBuf::from(tune_cmd::DEFAULT_PROFILE);
-        Ok(match &self.profile {
-            _ if self.no_profile => cfg,
-            Some(p) => cfg.with_profile(p)?,
-            None if cfg.applied_profile.is_none() && default.exists() => {
-                cfg.with_profile(&default)?
-            }
-            None => cfg,
-        })
+        config_with_profile(
+            self.config.as_deref(),
+            self.profile.as_deref(),
+            self.no_profile,
+        )
     }
 
     /// Where the counters of the last run are kept.
@@ -137,6 +134,27 @@ impl Common {
     }
 }
 
+/// The configuration file (or the defaults) with an engine profile applied: `profile` if
+/// given, else ./switchyard.profile.toml if it exists and the configuration names none; none
+/// with `no_profile`.
+pub fn config_with_profile(
+    config: Option<&Path>,
+    profile: Option<&Path>,
+    no_profile: bool,
+) -> anyhow::Result<Config> {
+    let cfg = match config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    let default = PathBuf::from(tune_cmd::DEFAULT_PROFILE);
+    Ok(match profile {
+        _ if no_profile => cfg,
+        Some(p) => cfg.with_profile(p)?,
+        None if cfg.applied_profile.is_none() && default.exists() => cfg.with_profile(&default)?,
+        None => cfg,
+    })
+}
+
 fn main() -> ExitCode {
     // Die quietly on a closed pipe (`switchyard ls | head`), as Unix tools do.
     // SAFETY: called first thing, before any thread exists; SIG_DFL is a valid disposition.
@@ -144,6 +162,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
         Command::Bench(Bench::Aio(a)) => aio_bench::run(&a),
+        Command::Bench(Bench::Apps(a)) => apps_bench::run(&a),
         Command::Bench(Bench::Copy(a)) => copy_bench::run(&a),
         Command::Bench(Bench::Fs(a)) => fs_bench::run(&a),
         Command::Bench(Bench::Mount(a)) => mount_bench::run(&a),

@@ -428,3 +428,59 @@ fn aio_bench_compares_orderless_and_ordered_writes() {
         .to_string_lossy()
         .contains("bench-aio")));
 }
+
+#[test]
+fn apps_bench_runs_every_application_both_ways_and_the_fxmark_curves() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sy(dir.path())
+        .args(["bench", "apps", "--json", "--rounds", "1", "--data", "16M"])
+        .args(["--tasks", "3", "--workers", "1,2", "--blocks", "64K"])
+        .args(["--fx-bytes", "1M", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let apps = ["grep", "snappy", "hash", "bfs", "fileserver"];
+    // Five applications × two modes, two workloads × two worker counts × two modes, summary.
+    assert_eq!(lines.len(), 10 + 8 + 1);
+    for (i, r) in lines[..10].iter().enumerate() {
+        assert_eq!(r["kind"], "app");
+        assert_eq!(r["app"], apps[i / 2]);
+        assert_eq!(r["mode"], ["sync", "async"][i % 2]);
+        assert_eq!(r["workers"], [1, 3][i % 2]);
+        assert!(r["gib_s"].as_f64().unwrap() > 0.0);
+        assert!(r["p99_us"].as_f64().unwrap() >= r["p50_us"].as_f64().unwrap());
+        assert_eq!(
+            r["io_share"].is_null(),
+            i % 2 == 1,
+            "only sync has an I/O share"
+        );
+    }
+    for r in &lines[10..18] {
+        assert_eq!(r["kind"], "fxmark");
+        assert!(r["kops_s"].as_f64().unwrap() > 0.0);
+    }
+    let summary = &lines[18];
+    let cmp = summary["apps"].as_array().unwrap();
+    assert_eq!(cmp.len(), 5);
+    for c in cmp {
+        assert!(c["async_vs_sync"].as_f64().unwrap() > 0.0);
+        let share = c["io_share"].as_f64().unwrap();
+        assert!(share > 0.0 && share < 1.0, "{c}");
+    }
+    // The scratch stores are gone.
+    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .contains("bench-apps")));
+}
