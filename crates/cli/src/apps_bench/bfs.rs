@@ -1,9 +1,10 @@
-//! bfs: read a serialized graph from a file in 1 MiB chunks, build it in memory (compressed
-//! sparse rows) and run a breadth-first search from vertex 0 (EasyIO's BFS: 1 MB reads, no
-//! writes).
+//! bfs: read a serialized graph from a file in 1 MiB chunks, build it in memory and run a
+//! breadth-first search from vertex 0 (EasyIO's BFS: 1 MB reads, no writes).
 //!
-//! File format: vertex count and edge count (u32 little-endian each), then each edge as
-//! source and destination (u32 little-endian each).
+//! The file is the graph in compressed sparse rows, as the GAP benchmark suite serializes
+//! graphs: vertex count and edge count (u32 little-endian each), the vertices' row offsets
+//! (vertices + 1 of them), then the adjacency (each edge's destination), all u32
+//! little-endian. Building the graph is decoding and checking those arrays.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -11,11 +12,11 @@ use switchyard_store::{Fs, OpenFlags};
 
 use super::harness::{App, Io, Scratch};
 
-/// Bytes per read (a multiple of 8, so edges never straddle chunks).
+/// Bytes per read (a multiple of 4, so words never straddle chunks).
 pub const CHUNK: usize = 1 << 20;
 /// Vertices per graph.
 pub const VERTICES: u32 = 1 << 17;
-/// Directed edges per graph (8 MiB of edges).
+/// Directed edges per graph (4 MiB of adjacency).
 pub const EDGES: u32 = 1 << 20;
 
 /// The prepared graph files and each one's search result.
@@ -31,22 +32,35 @@ impl Bfs {
     /// Writes `data` bytes of random graphs (untimed) and searches them in memory.
     pub fn prepare(fs: &Fs, data: u64) -> anyhow::Result<Bfs> {
         fs.mkdir("/bfs", 0o755)?;
-        let file_len = HEADER + EDGES as usize * 8;
+        let file_len = HEADER + 4 * (VERTICES as usize + 1 + EDGES as usize);
         let graphs = (data as usize / file_len).max(1);
         let (mut paths, mut expected) = (Vec::new(), Vec::new());
         let mut s = scratch();
         for g in 0..graphs {
             let mut rng = StdRng::seed_from_u64(3 << 20 | g as u64);
-            let mut bytes = Vec::with_capacity(file_len);
-            bytes.extend_from_slice(&VERTICES.to_le_bytes());
-            bytes.extend_from_slice(&EDGES.to_le_bytes());
-            s.words[0].clear();
-            for _ in 0..2 * EDGES {
-                let v = rng.random_range(0..VERTICES);
-                bytes.extend_from_slice(&v.to_le_bytes());
-                s.words[0].push(v);
+            let edges: Vec<(u32, u32)> = (0..EDGES)
+                .map(|_| (rng.random_range(0..VERTICES), rng.random_range(0..VERTICES)))
+                .collect();
+            let mut offsets = vec![0u32; VERTICES as usize + 1];
+            for &(from, _) in &edges {
+                offsets[from as usize + 1] += 1;
             }
-            expected.push(search(VERTICES, &mut s));
+            for v in 0..VERTICES as usize {
+                offsets[v + 1] += offsets[v];
+            }
+            let mut adj = vec![0u32; EDGES as usize];
+            let mut at = offsets.clone();
+            for &(from, to) in &edges {
+                adj[at[from as usize] as usize] = to;
+                at[from as usize] += 1;
+            }
+            let mut bytes = Vec::with_capacity(file_len);
+            for w in [VERTICES, EDGES].iter().chain(&offsets).chain(&adj) {
+                bytes.extend_from_slice(&w.to_le_bytes());
+            }
+            s.words[0].clear();
+            s.words[0].extend(offsets.iter().chain(&adj));
+            expected.push(search(VERTICES, &mut s).expect("a well-formed graph"));
             let path = format!("/bfs/{g:04}.graph");
             let fd = fs.open(&path, OpenFlags::CREATE, 0o644)?;
             fs.pwrite(fd, &bytes, 0)?;
@@ -59,38 +73,31 @@ impl Bfs {
 
 fn scratch() -> Scratch {
     let mut s = Scratch::with_bufs(&[CHUNK]);
-    // Edges (2 words each), row offsets, adjacency, levels, queue.
-    let lens = [2 * EDGES, VERTICES + 1, EDGES, VERTICES, VERTICES];
+    // The graph's words (offsets, then adjacency), levels, queue.
+    let lens = [VERTICES + 1 + EDGES, VERTICES, VERTICES];
     s.words = lens.iter().map(|&n| vec![0u32; n as usize]).collect();
     s.words[0].clear();
     s
 }
 
-/// Builds the graph whose edges are in `s.words[0]` as compressed sparse rows and searches
-/// it breadth-first from vertex 0; the vertices reached and the number of levels.
-fn search(vertices: u32, s: &mut Scratch) -> (u32, u32) {
+/// Checks the graph in `s.words[0]` (row offsets, then adjacency) and searches it
+/// breadth-first from vertex 0; the vertices reached and the number of levels, or `None` if
+/// the arrays do not describe a graph of `vertices` vertices.
+fn search(vertices: u32, s: &mut Scratch) -> Option<(u32, u32)> {
     let n = vertices as usize;
-    let [edges, offsets, adj, level, queue] = &mut s.words[..] else {
-        unreachable!("scratch() makes five word buffers")
+    let [graph, level, queue] = &mut s.words[..] else {
+        unreachable!("scratch() makes three word buffers")
     };
-    offsets.clear();
-    offsets.resize(n + 1, 0);
-    for e in edges.chunks_exact(2) {
-        offsets[e[0] as usize + 1] += 1;
+    let (offsets, adj) = graph.split_at_checked(n + 1)?;
+    let well_formed = offsets[0] == 0
+        && offsets[n] as usize == adj.len()
+        && offsets.windows(2).all(|w| w[0] <= w[1])
+        && adj.iter().all(|&w| w < vertices);
+    if !well_formed {
+        return None;
     }
-    for v in 0..n {
-        offsets[v + 1] += offsets[v];
-    }
-    adj.resize(edges.len() / 2, 0);
-    // Fill with `level` as the per-row cursor, then reuse it for levels.
     level.clear();
-    level.extend_from_slice(&offsets[..n]);
-    for e in edges.chunks_exact(2) {
-        let at = &mut level[e[0] as usize];
-        adj[*at as usize] = e[1];
-        *at += 1;
-    }
-    level.fill(u32::MAX);
+    level.resize(n, u32::MAX);
     queue.clear();
     level[0] = 0;
     queue.push(0);
@@ -107,7 +114,7 @@ fn search(vertices: u32, s: &mut Scratch) -> (u32, u32) {
             }
         }
     }
-    (queue.len() as u32, depth + 1)
+    Some((queue.len() as u32, depth + 1))
 }
 
 impl App for Bfs {
@@ -143,17 +150,44 @@ impl App for Bfs {
         }
         s.bufs[0] = buf;
         io.meta(|fs| fs.close(fd))?;
-        let vertices = vertices.ok_or_else(|| anyhow::anyhow!("{path} is empty"))?;
-        anyhow::ensure!(
-            vertices > 0 && s.words[0].iter().all(|&v| v < vertices),
-            "{path} names a vertex beyond its {vertices}"
-        );
-        let got = search(vertices, s);
+        let got = vertices
+            .filter(|&v| v > 0)
+            .and_then(|v| search(v, s))
+            .ok_or_else(|| anyhow::anyhow!("{path} is not a serialized graph"))?;
         anyhow::ensure!(
             got == self.expected[item],
             "BFS of {path} reached {got:?} (vertices, levels), expected {:?}",
             self.expected[item]
         );
         Ok(off)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn graph(words: &[u32]) -> Scratch {
+        Scratch {
+            words: vec![words.to_vec(), Vec::new(), Vec::new()],
+            ..Scratch::default()
+        }
+    }
+
+    #[test]
+    fn search_counts_reached_vertices_and_levels() {
+        // 0 → 1, 0 → 2, 2 → 3; vertex 4 is unreachable.
+        let mut s = graph(&[0, 2, 2, 3, 3, 3, 1, 2, 3]);
+        assert_eq!(search(5, &mut s), Some((4, 3)));
+    }
+
+    #[test]
+    fn arrays_that_are_not_a_graph_are_refused() {
+        // A destination beyond the vertices.
+        assert_eq!(search(2, &mut graph(&[0, 1, 1, 7])), None);
+        // Offsets that go backwards.
+        assert_eq!(search(2, &mut graph(&[0, 1, 0, 1])), None);
+        // Too short for the offsets.
+        assert_eq!(search(4, &mut graph(&[0, 1])), None);
     }
 }

@@ -72,7 +72,7 @@ impl AppName {
             AppName::Grep => "scan one 8 MiB file",
             AppName::Snappy => "decompress one file to a new 2 MiB file",
             AppName::Hash => "hash one 8 MiB file",
-            AppName::Bfs => "read, build and search one 8 MiB graph",
+            AppName::Bfs => "read, build and search one 4.5 MiB graph",
             AppName::Fileserver => "one file's create-write-append-read-stat-delete",
         }
     }
@@ -99,7 +99,7 @@ pub struct AppsArgs {
     fxmark: Vec<Workload>,
     /// Tasks in the asynchronous mode; the synchronous mode runs one thread (one per
     /// application core).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 3)]
     tasks: usize,
     /// The regular expression grep counts lines of (the default is a literal-prefixed
     /// pattern, the kind grep and ripgrep scan fastest).
@@ -391,13 +391,19 @@ impl Compare<'_> {
         let (fs, tasks, rounds, bar) = (self.fs, self.tasks, self.rounds, self.bar);
         let app = Arc::new(app);
         // One thread per application core in sync; `tasks` tasks on that core in async.
-        let workers = |m: usize| match Mode::BOTH[m] {
+        let workers = |mode: Mode| match mode {
             Mode::Sync => 1,
             Mode::Async => tasks,
         };
+        bar.set_message(format!("{}: warming up", name.name()));
+        // One untimed run of each mode first: the first touch of freshly allocated memory (the
+        // workers' buffers, the allocator's arenas) is slow on a virtual machine.
+        for mode in Mode::BOTH {
+            harness::run(&app, fs, mode, workers(mode))?;
+        }
         bar.set_message(name.name());
         let got = rotated(2, rounds, |m| {
-            let r = harness::run(&app, fs, Mode::BOTH[m], workers(m));
+            let r = harness::run(&app, fs, Mode::BOTH[m], workers(Mode::BOTH[m]));
             bar.inc(1);
             r
         })?;
@@ -408,7 +414,7 @@ impl Compare<'_> {
             records.push(AppRecord {
                 app: name,
                 mode,
-                workers: workers(m),
+                workers: workers(mode),
                 gib_s: med(|r| r.gib_s()),
                 ops_s: med(|r| r.ops as f64 / r.wall_s),
                 p50_us: med(|r| r.lat(0.5)),
