@@ -10,6 +10,15 @@ fn sy(dir: &std::path::Path) -> Command {
     c
 }
 
+/// A `--json` command's output: one JSON value per line.
+fn json_lines(stdout: Vec<u8>) -> Vec<serde_json::Value> {
+    String::from_utf8(stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[test]
 fn quick_copy_bench_runs_on_a_small_region_and_stat_shows_its_counters() {
     let d = tempfile::tempdir().unwrap();
@@ -33,11 +42,7 @@ fn quick_copy_bench_runs_on_a_small_region_and_stat_shows_its_counters() {
         .get_output()
         .stdout
         .clone();
-    let text = String::from_utf8(out).unwrap();
-    let records: Vec<serde_json::Value> = text
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let records = json_lines(out);
     for key in [
         "path",
         "direction",
@@ -241,11 +246,7 @@ fn fs_bench_compares_the_store_with_fio_and_times_mounts() {
         .get_output()
         .stdout
         .clone();
-    let lines: Vec<serde_json::Value> = String::from_utf8(out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(out);
     assert_eq!(lines.len(), 2 * 2 * 2 + 1, "8 points and a summary");
     for p in &lines[..8] {
         assert!(p["store_gib_s"].as_f64().unwrap() > 0.0, "{p}");
@@ -363,11 +364,7 @@ fn mix_bench_runs_every_workload_and_policy_and_the_grid() {
         .get_output()
         .stdout
         .clone();
-    let lines: Vec<serde_json::Value> = String::from_utf8(out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(out);
     assert_eq!(lines.len(), 9 + 1, "9 workload-directions and a summary");
     for r in &lines[..9] {
         let policies = r["gib_s"].as_array().unwrap();
@@ -402,18 +399,12 @@ fn aio_bench_compares_orderless_and_ordered_writes() {
         .args(["bench", "aio", "--json", "--rounds", "2", "--writes", "8"])
         .args(["--sizes", "16K,64K", "--dir"])
         .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let lines = json_lines(out);
     assert_eq!(lines.len(), 5, "two sizes × two variants, then the summary");
     for r in &lines[..4] {
         assert!(r["p50_us"].as_f64().unwrap() > 0.0);
@@ -437,18 +428,12 @@ fn apps_bench_runs_every_application_both_ways_and_the_fxmark_curves() {
         .args(["--tasks", "2", "--workers", "1,2", "--blocks", "64K"])
         .args(["--fx-bytes", "1M", "--dir"])
         .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let lines = json_lines(out);
     let apps = ["grep", "snappy", "hash", "bfs", "fileserver"];
     // Five applications × two modes, two workloads × two worker counts × two modes, summary.
     assert_eq!(lines.len(), 10 + 8 + 1);
