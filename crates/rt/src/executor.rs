@@ -328,12 +328,9 @@ impl Shared {
         let finished = || self.io.borrow().iter().any(|o| o.probe.is_finished());
         let now = clock::now_ns();
         if next > now + WAKE_EARLY_NS {
-            if self.park_engine_woken(Duration::from_nanos(next - WAKE_EARLY_NS - now)) {
-                return;
-            }
-            if finished() {
-                return;
-            }
+            // Back in the loop either way: woken, timed out, or a copy had already finished.
+            self.park_engine_woken(Duration::from_nanos(next - WAKE_EARLY_NS - now));
+            return;
         }
         let until = next.max(clock::now_ns()) + SPIN_NS;
         loop {
@@ -350,16 +347,14 @@ impl Shared {
         self.park_engine_woken(MAX_PARK);
     }
 
-    /// Hands the outstanding copies' wakers to the engine and parks for `timeout` at most;
-    /// false if a copy had already finished (no park).
-    fn park_engine_woken(&self, timeout: Duration) -> bool {
+    /// Hands the outstanding copies' wakers to the engine and parks for `timeout` at most,
+    /// unless a copy has already finished.
+    fn park_engine_woken(&self, timeout: Duration) {
         for o in self.io.borrow().iter() {
             o.probe.register(&o.waker);
         }
-        if self.io.borrow().iter().any(|o| o.probe.is_finished()) {
-            return false;
+        if !self.io.borrow().iter().any(|o| o.probe.is_finished()) {
+            std::thread::park_timeout(timeout);
         }
-        std::thread::park_timeout(timeout);
-        true
     }
 }
