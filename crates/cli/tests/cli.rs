@@ -421,7 +421,7 @@ fn aio_bench_compares_orderless_and_ordered_writes() {
 }
 
 #[test]
-fn apps_bench_runs_every_application_both_ways_and_the_fxmark_curves() {
+fn apps_bench_runs_every_application_in_every_mode_and_the_fxmark_curves() {
     let dir = tempfile::tempdir().unwrap();
     let out = sy(dir.path())
         .args(["bench", "apps", "--json", "--rounds", "1", "--data", "16M"])
@@ -435,30 +435,45 @@ fn apps_bench_runs_every_application_both_ways_and_the_fxmark_curves() {
         .clone();
     let lines = json_lines(out);
     let apps = ["grep", "snappy", "hash", "bfs", "fileserver"];
-    // Five applications × two modes, two workloads × two worker counts × two modes, summary.
-    assert_eq!(lines.len(), 10 + 8 + 1);
-    for (i, r) in lines[..10].iter().enumerate() {
+    // Five applications × three modes, two workloads × two worker counts × two modes, summary.
+    assert_eq!(lines.len(), 15 + 8 + 1);
+    for (i, r) in lines[..15].iter().enumerate() {
         assert_eq!(r["kind"], "app");
-        assert_eq!(r["app"], apps[i / 2]);
-        assert_eq!(r["mode"], ["sync", "async"][i % 2]);
-        assert_eq!(r["workers"], [1, 2][i % 2]);
+        assert_eq!(r["app"], apps[i / 3]);
+        assert_eq!(r["mode"], ["sync", "async", "async-wait"][i % 3]);
+        assert_eq!(r["workers"], [1, 2, 2][i % 3]);
         assert!(r["gib_s"].as_f64().unwrap() > 0.0);
         assert!(r["p99_us"].as_f64().unwrap() >= r["p50_us"].as_f64().unwrap());
         assert_eq!(
             r["io_share"].is_null(),
-            i % 2 == 1,
+            i % 3 != 0,
             "only sync has an I/O share"
         );
+        let (engine, helped) = (
+            r["engine_share"].as_f64().unwrap(),
+            r["helped_share"].as_f64().unwrap(),
+        );
+        assert!(
+            (0.0..=1.0).contains(&engine) && engine + helped <= 1.0 + 1e-9,
+            "{r}"
+        );
+        if i % 3 != 1 {
+            assert_eq!(
+                helped, 0.0,
+                "only an executor that helps copies engine tails: {r}"
+            );
+        }
     }
-    for r in &lines[10..18] {
+    for r in &lines[15..23] {
         assert_eq!(r["kind"], "fxmark");
         assert!(r["kops_s"].as_f64().unwrap() > 0.0);
     }
-    let summary = &lines[18];
+    let summary = &lines[23];
     let cmp = summary["apps"].as_array().unwrap();
     assert_eq!(cmp.len(), 5);
     for c in cmp {
         assert!(c["async_vs_sync"].as_f64().unwrap() > 0.0);
+        assert!(c["waiting_vs_sync"].as_f64().unwrap() > 0.0);
         let share = c["io_share"].as_f64().unwrap();
         assert!(share > 0.0 && share < 1.0, "{c}");
     }

@@ -24,14 +24,42 @@
 //!    once, so the two never race.
 //! 5. The worker advances the channel's [`CompletionRecord`] *before* it sets `DONE`, so a
 //!    ticket that observes its batch done also observes the channel's seq past it.
+//!
+//! ## Helping (numbered rules, continued)
+//!
+//! A thread waiting for a batch the worker has started may copy descriptors from the batch's
+//! tail while the worker copies from its head, so that the two meet in the middle
+//! ([`Probe::help`]). The `claims` word holds the next descriptor from the front (the worker's),
+//! the end of the unclaimed range (helpers take `end - 1`), and a `CLOSED` bit.
+//! 6. A descriptor is executed by whoever's compare-and-swap on `claims` took it: the worker
+//!    only from the front, helpers only from the back, neither once `CLOSED` is set or the
+//!    two meet. So each descriptor runs once.
+//! 7. A helper counts itself in `helpers` *before* its claim and leaves after its copy (and
+//!    after adding its bytes to `helped`). The worker, done claiming, sets `CLOSED` and waits
+//!    for `helpers` to drain before it publishes anything: a helper whose claim succeeded did
+//!    so before `CLOSED`, so the worker sees it counted. The outcome therefore covers the
+//!    helpers' bytes, and once `DONE` is visible no helper touches the buffers again.
+//! 8. Only started batches are helped (`RUNNING`, which also rules out cancellation, rule 2),
+//!    and only batches whose descriptors are plain copies or fills without `FENCE` and that
+//!    record no durable completion: a fence orders a descriptor after all earlier ones, and a
+//!    durable record promises data the worker itself made durable.
 
-use crate::sync::{park, Arc, AtomicU32, AtomicU64, Ordering, Thread, UnsafeCell};
+use crate::descriptor::{Descriptor, Flags, Op};
+use crate::sync::{park, spin_hint, Arc, AtomicU32, AtomicU64, Ordering, Thread, UnsafeCell};
 
 const RUNNING: u32 = 1;
 const DONE: u32 = 2;
 const CANCELLED: u32 = 4;
 const WAITER: u32 = 8;
 const CLAIMED: u32 = 16;
+
+/// `claims`: the worker's next descriptor (bits 0..31), the end of the unclaimed range (bits
+/// 32..61), no more claims (bit 63), never helped (bit 62).
+const FRONT_MASK: u64 = 0xffff_ffff;
+const END_SHIFT: u32 = 32;
+const END_MASK: u64 = 0x3fff_ffff;
+const CLOSED: u64 = 1 << 63;
+const NO_HELP: u64 = 1 << 62;
 
 /// How a batch ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -73,6 +101,8 @@ pub struct Outcome {
     pub started_ns: u64,
     /// When the worker finished it, in [`crate::clock`] nanoseconds.
     pub finished_ns: u64,
+    /// Of `bytes_completed`, those copied by helpers ([`Probe::help`]) rather than the engine.
+    pub helped_bytes: u64,
 }
 
 /// The per-batch completion record (see the module docs for its rules).
@@ -83,6 +113,14 @@ pub struct Completion {
     started_ns: AtomicU64,
     finished_ns: AtomicU64,
     waiter: UnsafeCell<Option<Waiter>>,
+    /// The batch's descriptors, in execution order.
+    pub(crate) descriptors: Vec<Descriptor>,
+    /// Who executes which descriptor (rule 6).
+    claims: AtomicU64,
+    /// Helpers between their claim and the end of their copy (rule 7).
+    helpers: AtomicU32,
+    /// Bytes helpers copied.
+    helped: AtomicU64,
 }
 
 /// Who is woken when a batch finishes.
@@ -100,7 +138,15 @@ unsafe impl Sync for Completion {}
 unsafe impl Send for Completion {}
 
 impl Completion {
-    pub(crate) fn new() -> Completion {
+    pub(crate) fn new(descriptors: Vec<Descriptor>) -> Completion {
+        assert!(
+            descriptors.len() as u64 <= END_MASK,
+            "a batch holds at most {END_MASK} descriptors"
+        );
+        let helpable = descriptors.iter().all(|d| {
+            matches!(d.op, Op::Copy { .. } | Op::Fill { .. }) && !d.flags.contains(Flags::FENCE)
+        });
+        let end = (descriptors.len() as u64) << END_SHIFT;
         Completion {
             state: AtomicU32::new(0),
             status: AtomicU32::new(0),
@@ -108,7 +154,79 @@ impl Completion {
             started_ns: AtomicU64::new(0),
             finished_ns: AtomicU64::new(0),
             waiter: UnsafeCell::new(None),
+            descriptors,
+            claims: AtomicU64::new(if helpable { end } else { end | NO_HELP }),
+            helpers: AtomicU32::new(0),
+            helped: AtomicU64::new(0),
         }
+    }
+
+    /// Keeps helpers away from this batch (rule 8). Before submission.
+    pub(crate) fn forbid_help(&self) {
+        self.claims.fetch_or(NO_HELP, Ordering::Relaxed);
+    }
+
+    /// Worker: claims the next descriptor from the front (rule 6); `None` once every
+    /// descriptor is claimed.
+    pub(crate) fn claim_front(&self) -> Option<usize> {
+        let mut c = self.claims.load(Ordering::Acquire);
+        loop {
+            let front = c & FRONT_MASK;
+            if c & CLOSED != 0 || front >= (c >> END_SHIFT) & END_MASK {
+                return None;
+            }
+            match self
+                .claims
+                .compare_exchange(c, c + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(front as usize),
+                Err(cur) => c = cur,
+            }
+        }
+    }
+
+    /// Helper: claims the last unclaimed descriptor (rule 6). The caller counted itself in
+    /// `helpers` first (rule 7).
+    pub(crate) fn claim_back(&self) -> Option<usize> {
+        let mut c = self.claims.load(Ordering::Acquire);
+        loop {
+            let end = (c >> END_SHIFT) & END_MASK;
+            if c & (CLOSED | NO_HELP) != 0 || c & FRONT_MASK >= end {
+                return None;
+            }
+            match self.claims.compare_exchange(
+                c,
+                c - (1 << END_SHIFT),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(end as usize - 1),
+                Err(cur) => c = cur,
+            }
+        }
+    }
+
+    /// Worker: ends claiming and waits for helpers still copying (rule 7). Afterwards every
+    /// descriptor a helper claimed is done and counted in `helped`.
+    pub(crate) fn close(&self) {
+        self.claims.fetch_or(CLOSED, Ordering::SeqCst);
+        while self.helpers.load(Ordering::SeqCst) != 0 {
+            spin_hint();
+        }
+    }
+
+    /// Helper: enters (rule 7) if the batch is started, unfinished and open to help; the
+    /// returned guard leaves on drop.
+    pub(crate) fn enter_helper(&self) -> Option<HelperGuard<'_>> {
+        let s = self.state.load(Ordering::Acquire);
+        if s & RUNNING == 0 || s & DONE != 0 {
+            return None;
+        }
+        if self.claims.load(Ordering::Relaxed) & (CLOSED | NO_HELP) != 0 {
+            return None;
+        }
+        self.helpers.fetch_add(1, Ordering::SeqCst);
+        Some(HelperGuard(self))
     }
 
     /// Worker: claims the batch (rule 1). False if it was cancelled.
@@ -162,6 +280,22 @@ impl Completion {
     }
 }
 
+/// A helper counted in its batch's `helpers` (rule 7); leaves on drop.
+pub(crate) struct HelperGuard<'c>(&'c Completion);
+
+impl HelperGuard<'_> {
+    /// Records `bytes` copied by this helper; before the guard drops, so the worker counts them.
+    pub(crate) fn add(&self, bytes: u64) {
+        self.0.helped.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
+impl Drop for HelperGuard<'_> {
+    fn drop(&mut self) {
+        self.0.helpers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The submitter's handle on a batch's completion. Not `Clone`: one owner waits.
 pub struct Ticket {
     completion: Arc<Completion>,
@@ -188,6 +322,7 @@ impl Ticket {
                 bytes_completed: 0,
                 started_ns: 0,
                 finished_ns: 0,
+                helped_bytes: 0,
             });
         }
         if s & DONE == 0 {
@@ -199,6 +334,7 @@ impl Ticket {
             bytes_completed: c.bytes.load(Ordering::Relaxed),
             started_ns: c.started_ns.load(Ordering::Relaxed),
             finished_ns: c.finished_ns.load(Ordering::Relaxed),
+            helped_bytes: c.helped.load(Ordering::Relaxed),
         })
     }
 
@@ -281,6 +417,46 @@ impl Probe {
         }
         // Finished between the check and the claim: the worker may not have seen WAITER.
         !self.is_finished()
+    }
+}
+
+#[cfg(not(loom))]
+impl Probe {
+    /// Whether the batch is unfinished and of a kind helpers may work on (rule 8): once the
+    /// engine starts it, [`Probe::help`] finds work in it until every descriptor is claimed.
+    pub fn helpable(&self) -> bool {
+        !self.is_finished() && self.completion.claims.load(Ordering::Relaxed) & NO_HELP == 0
+    }
+
+    /// Copies one descriptor from the tail of the batch on the calling thread, while the
+    /// engine works from its head (rules 6–8): a waiter with nothing else to do shortens the
+    /// wait instead of sleeping through it. Returns the bytes copied: 0 when there is nothing
+    /// to take (the batch is not started yet, finished, not open to help, or every
+    /// descriptor is claimed). The batch's outcome counts these bytes as done
+    /// ([`Outcome::helped_bytes`]).
+    ///
+    /// Safe to call from any thread: the submitter guaranteed the buffers for the engine
+    /// ([`crate::Engine::try_submit`]), and the worker publishes the outcome only after every
+    /// helper left.
+    pub fn help(&self, persist: &switchyard_media::Persist) -> usize {
+        let c = &*self.completion;
+        let Some(guard) = c.enter_helper() else {
+            return 0;
+        };
+        let Some(i) = c.claim_back() else {
+            return 0;
+        };
+        let d = &c.descriptors[i];
+        // SAFETY: descriptor `i` is ours alone (rule 6); its buffers stay valid and unaliased
+        // until the outcome is published, which waits for this guard (rule 7).
+        unsafe { d.execute(persist, d.len) };
+        if d.mode() != switchyard_media::CopyMode::Temporal {
+            // Non-temporal stores are weakly ordered: fence before the worker (and through it
+            // the submitter) may see the batch done.
+            persist.fence();
+        }
+        guard.add(d.len as u64);
+        d.len
     }
 }
 

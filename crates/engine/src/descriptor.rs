@@ -77,12 +77,55 @@ pub struct Descriptor {
     pub flags: Flags,
 }
 
+#[cfg(not(loom))]
+impl Descriptor {
+    /// The copy kernel mode its flags ask for.
+    pub(crate) fn mode(&self) -> switchyard_media::CopyMode {
+        use switchyard_media::CopyMode;
+        if self.flags.contains(Flags::DURABLE) {
+            CopyMode::Durable
+        } else if self.flags.contains(Flags::CACHE_CONTROL) {
+            CopyMode::Temporal
+        } else {
+            CopyMode::NonTemporal
+        }
+    }
+
+    /// Executes the first `len <= self.len` bytes with `p`'s kernels; `Some(offset)` of the
+    /// first difference a compare found. A `FENCE` flag is the caller's to honour.
+    ///
+    /// # Safety
+    /// The buffers it names must be valid for `len` bytes, not overlapping, and not accessed by
+    /// others meanwhile ([`crate::Engine::try_submit`]'s contract).
+    pub(crate) unsafe fn execute(
+        &self,
+        p: &switchyard_media::Persist,
+        len: usize,
+    ) -> Option<usize> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe {
+            match self.op {
+                Op::Copy { dst, src } => p.copy(dst, src, len, self.mode()),
+                Op::Fill { dst, pattern } => p.fill(dst, pattern, len, self.mode()),
+                Op::Compare { a, b } => return p.compare(a, b, len),
+                Op::Flush { addr } => {
+                    p.flush(addr, len);
+                    if self.flags.contains(Flags::DURABLE) {
+                        p.fence();
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
 /// An ordered list of descriptors, executed in order by one channel.
 ///
 /// Completion is a *prefix*: `bytes_completed` counts bytes of the descriptors in order, so a
 /// partial completion names exactly where the submitter must resume.
 pub struct Batch {
-    pub(crate) descriptors: Vec<Descriptor>,
+    /// The completion, which also holds the descriptors (helpers reach them through it).
     pub(crate) completion: Arc<Completion>,
     /// Where the worker records this batch's completion durably, if anywhere.
     #[cfg(not(loom))]
@@ -97,11 +140,10 @@ unsafe impl Send for Batch {}
 impl Batch {
     /// A batch over `descriptors`, and the ticket its submitter keeps to learn the outcome.
     pub fn new(descriptors: Vec<Descriptor>) -> (Batch, Ticket) {
-        let completion = Arc::new(Completion::new());
+        let completion = Arc::new(Completion::new(descriptors));
         let ticket = Ticket::new(completion.clone());
         (
             Batch {
-                descriptors,
                 completion,
                 #[cfg(not(loom))]
                 durable: None,
@@ -112,7 +154,7 @@ impl Batch {
 
     /// Total bytes of all descriptors.
     pub fn len(&self) -> usize {
-        self.descriptors.iter().map(|d| d.len).sum()
+        self.completion.descriptors.iter().map(|d| d.len).sum()
     }
 
     /// Whether the batch covers no bytes.
@@ -124,12 +166,13 @@ impl Batch {
     /// before the completion is published (see [`crate::durable`]).
     #[cfg(not(loom))]
     pub fn with_durable_record(mut self, record: crate::durable::DurableRecord) -> Batch {
+        self.completion.forbid_help();
         self.durable = Some(record);
         self
     }
 
     /// The descriptors in execution order.
     pub fn descriptors(&self) -> &[Descriptor] {
-        &self.descriptors
+        &self.completion.descriptors
     }
 }

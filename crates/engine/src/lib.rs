@@ -10,13 +10,20 @@
 //!   [`CompletionRecord`]: a monotonic 64-bit sequence number with the status and
 //!   `bytes_completed` of the latest batch. A partial completion ([`Status::Partial`]) is
 //!   normal: the submitter finishes the rest;
-//! - channels can be suspended and resumed; queue depth can be queried.
+//! - channels can be suspended and resumed; queue depth can be queried;
+//! - a thread waiting for a started batch may **help**: copy descriptors from the batch's tail
+//!   while the channel works from its head ([`Probe::help`]); the outcome covers both, and
+//!   [`Outcome::helped_bytes`] says how much the helper did. Helping relies on the channel
+//!   claiming each descriptor through the batch's completion before executing it, as the
+//!   `threads` engine does; DSA executes a batch without asking, so a hardware engine must
+//!   keep its batches closed to helpers.
 //!
 //! The [`threads`] engine (worker threads as channels) implements it and is the default
 //! everywhere. Hardware engines (DSA, I/OAT) will implement [`Engine`] behind detection; none
 //! is compiled in until it can be tested on hardware.
 //!
-//! The protocols shared between threads — the ring, the completion records, the wake word —
+//! The protocols shared between threads — the ring, the completion records, the wake word,
+//! helping —
 //! are model-checked with loom (`RUSTFLAGS="--cfg loom" cargo test -p switchyard-engine
 //! --release --test loom`).
 

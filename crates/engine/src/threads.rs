@@ -17,10 +17,10 @@ use std::sync::OnceLock;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use switchyard_media::{CopyMode, Persist};
+use switchyard_media::Persist;
 
 use crate::completion::{CompletionRecord, RecordSnapshot, Status};
-use crate::descriptor::{Batch, Flags, Op};
+use crate::descriptor::{Batch, Flags};
 use crate::fault::{Fault, FaultPlan};
 use crate::ring::Ring;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
@@ -274,24 +274,22 @@ fn process(ch: &Channel, cfg: &ThreadsConfig, batch: Batch, position: u64, n: u6
     batch.completion.finish(status, bytes, clock::now_ns());
 }
 
-fn mode(flags: Flags) -> CopyMode {
-    if flags.contains(Flags::DURABLE) {
-        CopyMode::Durable
-    } else if flags.contains(Flags::CACHE_CONTROL) {
-        CopyMode::Temporal
-    } else {
-        CopyMode::NonTemporal
-    }
-}
-
-/// Runs the batch's descriptors in order, stopping at `stop` (byte count, status) if given.
+/// Runs the batch's descriptors in order from the front, as long as helpers have not claimed
+/// them from the back ([`crate::Probe::help`]), stopping at `stop` (byte count, status) if
+/// given; then waits for the helpers, so the result covers their bytes too.
 fn execute(p: &Persist, batch: &Batch, stop: Option<(u64, Status)>) -> (Status, u64) {
+    let c = &batch.completion;
     let mut done = 0u64;
-    for d in &batch.descriptors {
+    let result = loop {
+        let Some(i) = c.claim_front() else {
+            // Helpers took the rest: once they leave, every descriptor is done.
+            break (Status::Success, batch.len() as u64);
+        };
+        let d = &c.descriptors[i];
         let mut len = d.len;
         if let Some((cut, status)) = stop {
             if done >= cut {
-                return (status, done);
+                break (status, done);
             }
             len = len.min((cut - done) as usize);
         }
@@ -300,30 +298,20 @@ fn execute(p: &Persist, batch: &Batch, stop: Option<(u64, Status)>) -> (Status, 
         }
         // SAFETY: the submitter of the batch guaranteed (Engine::try_submit's contract) that
         // every descriptor's buffers are valid for `d.len >= len` bytes, non-overlapping and
-        // not accessed by others until the completion is published.
-        unsafe {
-            match d.op {
-                Op::Copy { dst, src } => p.copy(dst, src, len, mode(d.flags)),
-                Op::Fill { dst, pattern } => p.fill(dst, pattern, len, mode(d.flags)),
-                Op::Compare { a, b } => {
-                    if let Some(off) = p.compare(a, b, len) {
-                        return (Status::Mismatch, done + off as u64);
-                    }
-                }
-                Op::Flush { addr } => {
-                    p.flush(addr, len);
-                    if d.flags.contains(Flags::DURABLE) {
-                        p.fence();
-                    }
-                }
-            }
+        // not accessed by others until the completion is published; descriptor `i` is claimed
+        // by this worker alone (completion rule 6).
+        if let Some(off) = unsafe { d.execute(p, len) } {
+            break (Status::Mismatch, done + off as u64);
         }
         done += len as u64;
-    }
-    match stop {
-        Some((cut, status)) if done >= cut && cut < batch.len() as u64 => (status, done),
-        _ => (Status::Success, done),
-    }
+        if let Some((cut, status)) = stop {
+            if done >= cut && cut < batch.len() as u64 {
+                break (status, done);
+            }
+        }
+    };
+    c.close();
+    result
 }
 
 fn pin_to(index: usize) {

@@ -313,3 +313,138 @@ fn an_incomplete_batch_leaves_a_hole_until_the_submitter_repairs_it() {
         assert!(r.image().covers(pos));
     }
 }
+
+/// A waiter helping from the tail while the worker is held up (an injected start delay) takes
+/// every descriptor; the outcome counts them as done and helped, and the data is exact.
+#[test]
+fn a_helper_copies_the_tail_of_a_started_batch_and_the_outcome_counts_it() {
+    let e = engine(|c| {
+        c.faults = FaultPlan {
+            delay: Duration::from_millis(50),
+            ..FaultPlan::default()
+        }
+    });
+    let persist = switchyard_media::Persist::detect();
+    let src = pattern(16 * 4096 + 100, 7);
+    let mut dst = vec![0u8; src.len()];
+    let (b, mut t) = Batch::new(copies(&mut dst, &src, 4096, Flags::CACHE_CONTROL));
+    let probe = t.probe();
+    assert_eq!(probe.help(&persist), 0, "not submitted, so not started");
+    // SAFETY: buffers outlive the wait.
+    unsafe { e.try_submit(0, b) }.unwrap();
+    while !t.started() {
+        std::thread::yield_now();
+    }
+    let mut helped = 0;
+    loop {
+        match probe.help(&persist) {
+            0 => break,
+            n => helped += n,
+        }
+    }
+    assert_eq!(
+        helped,
+        src.len(),
+        "the worker slept through it: the helper did it all"
+    );
+    let o = t.wait(1000);
+    assert_eq!(
+        (o.status, o.bytes_completed),
+        (Status::Success, src.len() as u64)
+    );
+    assert_eq!(o.helped_bytes, src.len() as u64);
+    assert_eq!(dst, src);
+    assert_eq!(probe.help(&persist), 0, "a finished batch is not helped");
+}
+
+/// Helpers racing the worker on many batches, with injected partial completions: every byte
+/// is copied once by someone, a Success outcome covers the whole batch, a Partial one an exact
+/// prefix, and helped bytes never exceed what completed.
+#[test]
+fn helpers_and_the_worker_meet_in_the_middle_and_prefixes_stay_exact() {
+    let e = engine(|c| {
+        c.faults = FaultPlan {
+            partial_every: 3,
+            ..FaultPlan::default()
+        }
+    });
+    let persist = switchyard_media::Persist::detect();
+    let mut total_helped = 0;
+    for n in 1..=30u64 {
+        let src = pattern(1 << 20, n as u8);
+        let mut dst = vec![0u8; src.len()];
+        let (b, mut t) = Batch::new(copies(&mut dst, &src, 16384, Flags::NONE));
+        let probe = t.probe();
+        let go = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let ready = go.clone();
+        let helper = std::thread::spawn(move || {
+            ready.wait();
+            let mut helped = 0;
+            while !probe.is_finished() {
+                helped += probe.help(&persist);
+            }
+            helped
+        });
+        // SAFETY: buffers outlive the wait.
+        unsafe { e.try_submit(0, b) }.unwrap();
+        go.wait();
+        let o = t.wait(1000);
+        let helped = helper.join().unwrap();
+        assert_eq!(o.helped_bytes, helped as u64);
+        let k = o.bytes_completed as usize;
+        match o.status {
+            Status::Success => assert_eq!(k, src.len()),
+            Status::Partial => assert!(n % 3 == 0),
+            s => panic!("unexpected {s:?}"),
+        }
+        assert_eq!(
+            dst[..k],
+            src[..k],
+            "batch {n}: the completed prefix is really done"
+        );
+        total_helped += helped;
+    }
+    assert!(total_helped > 0, "no helper ever got a descriptor");
+}
+
+/// Batches that record a durable completion, or order a descriptor with a fence, are never
+/// helped.
+#[test]
+fn fenced_and_durably_recorded_batches_are_not_helped() {
+    let e = engine(|c| {
+        c.faults = FaultPlan {
+            delay: Duration::from_millis(20),
+            ..FaultPlan::default()
+        }
+    });
+    let persist = switchyard_media::Persist::detect();
+    let src = pattern(8 * 4096, 3);
+    let mut dst = vec![0u8; src.len()];
+    let mut descs = copies(&mut dst, &src, 4096, Flags::NONE);
+    descs[4].flags = Flags::FENCE;
+    let (b, mut t) = Batch::new(descs);
+    let probe = t.probe();
+    // SAFETY: buffers outlive the wait.
+    unsafe { e.try_submit(0, b) }.unwrap();
+    while !t.started() {
+        std::thread::yield_now();
+    }
+    assert_eq!(probe.help(&persist), 0);
+    assert_eq!(t.wait(1000).helped_bytes, 0);
+    assert_eq!(dst, src);
+
+    let mut line = Line([0; 64]);
+    // SAFETY: `line` is aligned, outlives the batch, and only the engine writes it.
+    let r = unsafe { DurableRecord::new(line.0.as_mut_ptr()) };
+    let mut dst = vec![0u8; src.len()];
+    let (b, mut t) = Batch::new(copies(&mut dst, &src, 4096, Flags::DURABLE));
+    let probe = t.probe();
+    // SAFETY: buffers outlive the wait.
+    unsafe { e.try_submit(0, b.with_durable_record(r)) }.unwrap();
+    while !t.started() {
+        std::thread::yield_now();
+    }
+    assert_eq!(probe.help(&persist), 0);
+    assert_eq!(t.wait(1000).helped_bytes, 0);
+    assert_eq!(dst, src);
+}

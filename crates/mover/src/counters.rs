@@ -56,6 +56,7 @@ counters! {
     partial_completions: "Engine completions that were partial (the mover finished the rest).",
     engine_errors: "Engine completions with an error (the mover redid the rest on the CPU).",
     repaired_bytes: "Bytes the CPU copied after a partial or failed engine completion.",
+    helped_bytes: "Bytes of engine batches that a waiting thread copied from the batch's tail while the engine worked on its head (an idle switchyard_rt executor helps).",
     writer_waits: "CPU writes that waited for the slow-memory writer cap.",
     threshold_raised: "Online adaptation raised a direction's thresholds one size bin (live estimates made offloading worse than the profile said).",
     threshold_lowered: "Online adaptation lowered a direction's thresholds one size bin (live estimates made offloading better than the profile said).",

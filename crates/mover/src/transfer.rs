@@ -21,7 +21,8 @@ pub struct Report {
     pub path: Path,
     /// Bytes the engine copied.
     pub engine_bytes: usize,
-    /// Bytes the CPU copied (head, its split share, fallbacks and repairs).
+    /// Bytes the CPU copied (head, its split share, fallbacks, repairs, and the tail of an
+    /// engine batch a waiting thread helped with).
     pub cpu_bytes: usize,
     /// Of `cpu_bytes`, those copied to finish a partial or failed engine completion.
     pub repaired_bytes: usize,
@@ -386,12 +387,19 @@ impl Mover {
     fn complete(&self, f: &InFlight, o: Outcome, report: &mut Report) {
         self.release(&f.decision);
         let done = (o.bytes_completed as usize).min(f.len);
-        self.counters.add(Counter::engine_bytes, done as u64);
-        report.engine_bytes += done;
-        if o.status == Status::Success && f.len >= MIN_SAMPLED {
+        // Helpers copied from the tail: CPU bytes, and not the engine's bandwidth.
+        let helped = (o.helped_bytes as usize).min(done);
+        self.counters
+            .add(Counter::engine_bytes, (done - helped) as u64);
+        self.counters.add(Counter::helped_bytes, helped as u64);
+        report.engine_bytes += done - helped;
+        report.cpu_bytes += helped;
+        let engine_len = f.len - helped;
+        if o.status == Status::Success && engine_len >= MIN_SAMPLED {
             let est = self.bandwidth.of(f.hints.direction);
-            est.engine[bin(f.len)]
-                .update(f.len as f64 / o.finished_ns.saturating_sub(o.started_ns).max(1) as f64);
+            est.engine[bin(engine_len)].update(
+                engine_len as f64 / o.finished_ns.saturating_sub(o.started_ns).max(1) as f64,
+            );
             est.startup_ns
                 .update(o.started_ns.saturating_sub(f.submitted_ns).max(1) as f64);
             self.adapt.tick(&self.bandwidth, &self.counters);

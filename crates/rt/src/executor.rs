@@ -11,6 +11,7 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use switchyard_engine::{clock, Probe};
+use switchyard_media::Persist;
 
 type Task = Pin<Box<dyn Future<Output = ()>>>;
 
@@ -74,6 +75,10 @@ struct Shared {
     io: RefCell<Vec<Outstanding>>,
     /// Tasks spawned while another one runs, queued until the loop picks them up.
     spawned: RefCell<Vec<Task>>,
+    /// Whether an idle executor helps the engine with its outstanding copies.
+    helping: Cell<bool>,
+    /// The copy kernels it helps with.
+    persist: Persist,
 }
 
 thread_local!(static CURRENT: RefCell<Option<Rc<Shared>>> = const { RefCell::new(None) });
@@ -187,8 +192,17 @@ impl Executor {
                 }),
                 io: RefCell::new(Vec::new()),
                 spawned: RefCell::new(Vec::new()),
+                helping: Cell::new(true),
+                persist: Persist::detect(),
             }),
         }
+    }
+
+    /// Whether the executor, with no task to run, copies the tail of its outstanding engine
+    /// copies itself while the engine works on their heads (on by default). Off, it only
+    /// waits for them: the behaviour to compare with.
+    pub fn set_helping(&self, on: bool) {
+        self.shared.helping.set(on);
     }
 
     /// Spawns a task; it runs once [`Executor::block_on`] runs.
@@ -311,7 +325,10 @@ impl Shared {
         before - io.len()
     }
 
-    /// Nothing to run: park until woken if no copy is outstanding. Otherwise sleep until
+    /// Nothing to run: help the engine with an outstanding copy if there is work to take
+    /// ([`Shared::help`]), or look again at once while a helpable copy is outstanding (its
+    /// engine start is imminent, or its last descriptors are being copied). Else park until
+    /// woken if no copy is outstanding; otherwise sleep until
     /// [`WAKE_EARLY_NS`] before the earliest copy's expected completion (the engine's worker
     /// wakes us sooner if a copy finishes first), then spin on the completions until one
     /// finishes or [`SPIN_NS`] past the expected time; a copy later than that is waited for
@@ -320,6 +337,18 @@ impl Shared {
     /// The timed sleep is accurate because [`Executor::new`] shortens the thread's timer slack
     /// (Linux's default 50 µs would oversleep a whole 256 KiB copy).
     fn idle(&self) {
+        if self.helping.get() {
+            if self.help() {
+                return;
+            }
+            if self.io.borrow().iter().any(|o| o.probe.helpable()) {
+                // A copy the engine is about to start (there will be work to take) or about to
+                // finish (the rest is claimed): watch for it rather than sleep past it, yielding
+                // the core to an engine worker that may share it.
+                std::thread::yield_now();
+                return;
+            }
+        }
         let next = self.io.borrow().iter().map(|o| o.expected_ns).min();
         let Some(next) = next else {
             std::thread::park();
@@ -345,6 +374,17 @@ impl Shared {
             }
         }
         self.park_engine_woken(MAX_PARK);
+    }
+
+    /// Copies one descriptor from the tail of the outstanding engine copy expected to finish
+    /// first among those the engine has started ([`Probe::help`]); true if it copied any. The
+    /// core would otherwise sleep or spin until the copy finished: helping finishes it sooner
+    /// and frees the engine for the next one, and the executor is back in its loop after one
+    /// descriptor, so a task that becomes ready waits at most that long.
+    fn help(&self) -> bool {
+        let mut io = self.io.borrow_mut();
+        io.sort_unstable_by_key(|o| o.expected_ns);
+        io.iter().any(|o| o.probe.help(&self.persist) > 0)
     }
 
     /// Hands the outstanding copies' wakers to the engine and parks for `timeout` at most,

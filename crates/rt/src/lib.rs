@@ -7,10 +7,13 @@
 //!
 //! - [`Executor`]: one per core (a thread), running `!Send` tasks. Between tasks it checks
 //!   the completion of every outstanding copy (one Acquire load each) and wakes the tasks
-//!   whose copies finished; with nothing to run it parks until woken when no copy is
-//!   outstanding, else sleeps until just before the earliest copy is expected to finish (the
-//!   engine's worker wakes it sooner if one finishes first) and spins on the completions from
-//!   there; it never spins while no copy is outstanding.
+//!   whose copies finished. With nothing to run it first **helps**: it copies descriptors from
+//!   the tail of an outstanding engine batch while the engine works from its head
+//!   ([`switchyard_engine::Probe::help`]), so the core copies instead of idling and the copy
+//!   finishes sooner ([`Executor::set_helping`] turns this off). With nothing to help with it
+//!   parks until woken when no copy is outstanding, else sleeps until just before the earliest
+//!   copy is expected to finish (the engine's worker wakes it sooner if one finishes first) and
+//!   spins on the completions from there; it never spins while no copy is outstanding.
 //! - [`copy`]: a copy through the [`Mover`](switchyard_mover::Mover) as a future. Requests the
 //!   mover keeps on the CPU (below the tuned threshold) complete inline, on the first poll; the
 //!   rest go to the engine and the task yields until they finish. A task is never resumed

@@ -52,6 +52,8 @@ fn thread_cpu() -> Duration {
 fn tasks_interleave_and_resume_only_after_their_copy() {
     let m = mover(Policy::Engine, Duration::from_millis(2));
     let ex = Executor::new();
+    // Waiting only: a helping executor would take over the held batches itself.
+    ex.set_helping(false);
     let in_flight = Rc::new(Cell::new(0usize));
     let most = Rc::new(Cell::new(0usize));
     let handles: Vec<_> = (0..32u64)
@@ -87,6 +89,40 @@ fn tasks_interleave_and_resume_only_after_their_copy() {
         most.get()
     );
     assert_eq!(ex.outstanding(), 0);
+}
+
+/// A task's 1 MiB copy whose batch the engine holds for 50 ms after starting it: an executor
+/// with nothing else to run copies the batch's descriptors itself from the tail, so the copy
+/// completes, exact, with every byte helped; one that only waits leaves it all to the engine.
+#[test]
+fn an_idle_executor_helps_the_engine_finish_its_copies() {
+    let m = mover(Policy::Engine, Duration::from_millis(50));
+    for helping in [true, false] {
+        let ex = Executor::new();
+        ex.set_helping(helping);
+        let src = pattern(1 << 20, 5);
+        let mut dst = vec![0u8; src.len()];
+        // SAFETY: both buffers outlive the awaited copy.
+        let report = ex.block_on(unsafe {
+            copy(&m, dst.as_mut_ptr(), src.as_ptr(), src.len(), Hints::read())
+        });
+        assert_eq!(dst, src);
+        assert_eq!(report.engine_bytes + report.cpu_bytes, src.len());
+        if helping {
+            assert_eq!(
+                report.cpu_bytes,
+                src.len(),
+                "the executor helped with every byte"
+            );
+        } else {
+            assert_eq!(
+                report.engine_bytes,
+                src.len(),
+                "the engine copied every byte"
+            );
+        }
+    }
+    assert_eq!(m.stats().helped_bytes, 1 << 20);
 }
 
 /// Small requests stay on the CPU and complete on the first poll; tasks spawn tasks.

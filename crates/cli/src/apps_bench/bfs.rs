@@ -6,6 +6,8 @@
 //! (vertices + 1 of them), then the adjacency (each edge's destination), all u32
 //! little-endian. Building the graph is decoding and checking those arrays.
 
+use std::cell::RefCell;
+
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use switchyard_store::{Fs, OpenFlags};
@@ -60,7 +62,7 @@ impl Bfs {
             }
             s.words[0].clear();
             s.words[0].extend(offsets.iter().chain(&adj));
-            expected.push(search(VERTICES, &mut s).expect("a well-formed graph"));
+            expected.push(search(VERTICES, &s.words[0]).expect("a well-formed graph"));
             let path = format!("/bfs/{g:04}.graph");
             let fd = fs.open(&path, OpenFlags::CREATE, 0o644)?;
             fs.pwrite(fd, &bytes, 0)?;
@@ -71,23 +73,36 @@ impl Bfs {
     }
 }
 
+/// A worker's buffers: the read buffer and the graph's words (offsets, then adjacency), kept
+/// across reads.
 fn scratch() -> Scratch {
     let mut s = Scratch::with_bufs(&[CHUNK]);
-    // The graph's words (offsets, then adjacency), levels, queue.
-    let lens = [VERTICES + 1 + EDGES, VERTICES, VERTICES];
-    s.words = lens.iter().map(|&n| vec![0u32; n as usize]).collect();
+    s.words = vec![vec![0u32; (VERTICES + 1 + EDGES) as usize]];
     s.words[0].clear();
     s
 }
 
-/// Checks the graph in `s.words[0]` (row offsets, then adjacency) and searches it
-/// breadth-first from vertex 0; the vertices reached and the number of levels, or `None` if
-/// the arrays do not describe a graph of `vertices` vertices.
-fn search(vertices: u32, s: &mut Scratch) -> Option<(u32, u32)> {
+thread_local! {
+    /// The search's levels and queue. A search never waits for I/O, so every task on a core
+    /// uses the same arrays, and they stay in the core's cache from one search to the next
+    /// (per-task arrays would be cold each time another task searched in between).
+    static SEARCH: RefCell<(Vec<u32>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Checks the graph in `graph` (row offsets, then adjacency) and searches it breadth-first
+/// from vertex 0; the vertices reached and the number of levels, or `None` if the arrays do
+/// not describe a graph of `vertices` vertices.
+fn search(vertices: u32, graph: &[u32]) -> Option<(u32, u32)> {
+    SEARCH.with_borrow_mut(|(level, queue)| search_with(vertices, graph, level, queue))
+}
+
+fn search_with(
+    vertices: u32,
+    graph: &[u32],
+    level: &mut Vec<u32>,
+    queue: &mut Vec<u32>,
+) -> Option<(u32, u32)> {
     let n = vertices as usize;
-    let [graph, level, queue] = &mut s.words[..] else {
-        unreachable!("scratch() makes three word buffers")
-    };
     let (offsets, adj) = graph.split_at_checked(n + 1)?;
     let well_formed = offsets[0] == 0
         && offsets[n] as usize == adj.len()
@@ -152,7 +167,7 @@ impl App for Bfs {
         io.meta(|fs| fs.close(fd))?;
         let got = vertices
             .filter(|&v| v > 0)
-            .and_then(|v| search(v, s))
+            .and_then(|v| search(v, &s.words[0]))
             .ok_or_else(|| anyhow::anyhow!("{path} is not a serialized graph"))?;
         anyhow::ensure!(
             got == self.expected[item],
@@ -167,27 +182,19 @@ impl App for Bfs {
 mod tests {
     use super::*;
 
-    fn graph(words: &[u32]) -> Scratch {
-        Scratch {
-            words: vec![words.to_vec(), Vec::new(), Vec::new()],
-            ..Scratch::default()
-        }
-    }
-
     #[test]
     fn search_counts_reached_vertices_and_levels() {
         // 0 → 1, 0 → 2, 2 → 3; vertex 4 is unreachable.
-        let mut s = graph(&[0, 2, 2, 3, 3, 3, 1, 2, 3]);
-        assert_eq!(search(5, &mut s), Some((4, 3)));
+        assert_eq!(search(5, &[0, 2, 2, 3, 3, 3, 1, 2, 3]), Some((4, 3)));
     }
 
     #[test]
     fn arrays_that_are_not_a_graph_are_refused() {
         // A destination beyond the vertices.
-        assert_eq!(search(2, &mut graph(&[0, 1, 1, 7])), None);
+        assert_eq!(search(2, &[0, 1, 1, 7]), None);
         // Offsets that go backwards.
-        assert_eq!(search(2, &mut graph(&[0, 1, 0, 1])), None);
+        assert_eq!(search(2, &[0, 1, 0, 1]), None);
         // Too short for the offsets.
-        assert_eq!(search(4, &mut graph(&[0, 1])), None);
+        assert_eq!(search(4, &[0, 1]), None);
     }
 }

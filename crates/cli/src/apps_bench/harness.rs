@@ -5,7 +5,8 @@
 //!   blocking API. Its futures never return `Pending`, so the application code is exactly
 //!   blocking code; each thread drives its loop with `block_on` only to share that code.
 //! - **async**: one thread on the application core running `workers` tasks on a
-//!   `switchyard_rt` executor; a task that waits for a copy yields to the others.
+//!   `switchyard_rt` executor; a task that waits for a copy yields to the others, and with
+//!   no task to run the executor helps the engine copy (**async-wait**: it only waits).
 //!
 //! Workers take items (files, graphs, appends …) from one shared counter until none are left.
 //! Everything a run allocates (its buffers) is allocated and touched before the clock starts.
@@ -26,19 +27,27 @@ use crate::cpu_time;
 pub enum Mode {
     /// Blocking calls, one thread per worker.
     Sync,
-    /// Futures on one executor, one task per worker.
+    /// Futures on one executor, one task per worker; the idle executor helps the engine with
+    /// its outstanding copies (`switchyard_rt`'s default).
     Async,
+    /// As `Async`, but the idle executor only waits for its copies: the baseline that shows
+    /// what helping gains.
+    #[serde(rename = "async-wait")]
+    AsyncWait,
 }
 
 impl Mode {
-    /// Both, in the order rounds rotate through.
+    /// Sync and async, in the order rounds rotate through.
     pub const BOTH: [Mode; 2] = [Mode::Sync, Mode::Async];
+    /// Every mode, in the order rounds rotate through.
+    pub const ALL: [Mode; 3] = [Mode::Sync, Mode::Async, Mode::AsyncWait];
 
     /// Its name in tables.
     pub fn name(self) -> &'static str {
         match self {
             Mode::Sync => "sync",
             Mode::Async => "async",
+            Mode::AsyncWait => "async-wait",
         }
     }
 }
@@ -124,7 +133,7 @@ impl Io {
                 let n = self.timed(|| self.fs.pread(fd, &mut buf, off))?;
                 Ok((n, buf))
             }
-            Mode::Async => {
+            Mode::Async | Mode::AsyncWait => {
                 let (r, buf) = self.fs.pread_async(fd, buf, off).await;
                 Ok((r?, buf))
             }
@@ -138,7 +147,7 @@ impl Io {
                 self.timed(|| self.fs.pwrite(fd, &data, off))?;
                 Ok(data)
             }
-            Mode::Async => {
+            Mode::Async | Mode::AsyncWait => {
                 let (r, data) = self.fs.pwrite_async(fd, data, off).await;
                 r?;
                 Ok(data)
@@ -153,7 +162,7 @@ impl Io {
                 self.timed(|| self.fs.append(fd, &data))?;
                 Ok(data)
             }
-            Mode::Async => {
+            Mode::Async | Mode::AsyncWait => {
                 let (r, data) = self.fs.append_async(fd, data).await;
                 r?;
                 Ok(data)
@@ -177,6 +186,12 @@ pub struct Run {
     pub lat_us: Vec<f64>,
     /// Seconds the workers spent inside store calls (sync), summed over workers.
     pub io_s: f64,
+    /// Bytes the mover copied on the engine, during the run.
+    pub engine_bytes: u64,
+    /// Bytes the mover copied on the CPU (helped ones included), during the run.
+    pub cpu_bytes: u64,
+    /// Of `cpu_bytes`, those an idle executor copied from the tail of an engine batch.
+    pub helped_bytes: u64,
 }
 
 impl Run {
@@ -207,6 +222,11 @@ impl Run {
     /// Share of wall time the (one) sync worker spent in store calls.
     pub fn io_share(&self, workers: usize) -> f64 {
         self.io_s / (self.wall_s * workers as f64)
+    }
+
+    /// Share of the copied bytes that `part` of them are (0 when nothing was copied).
+    pub fn copy_share(&self, part: u64) -> f64 {
+        part as f64 / (self.engine_bytes + self.cpu_bytes).max(1) as f64
     }
 }
 
@@ -261,6 +281,7 @@ pub fn run<A: App>(app: &Arc<A>, fs: &Arc<Fs>, mode: Mode, workers: usize) -> an
         mode,
         io_ns: Cell::new(0),
     };
+    let stats0 = fs.store().mover().stats();
     let cpu0 = cpu_time::process();
     let t0 = Instant::now();
     let tallies: Vec<anyhow::Result<Tally>> = match mode {
@@ -281,12 +302,13 @@ pub fn run<A: App>(app: &Arc<A>, fs: &Arc<Fs>, mode: Mode, workers: usize) -> an
                 .map(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
                 .collect()
         }),
-        Mode::Async => std::thread::scope(|s| {
+        Mode::Async | Mode::AsyncWait => std::thread::scope(|s| {
             let (app, next) = (app.clone(), next.clone());
-            let tasks: Vec<Io> = (0..workers).map(|_| io(Mode::Async)).collect();
+            let tasks: Vec<Io> = (0..workers).map(|_| io(mode)).collect();
             s.spawn(move || {
                 pin_to_app_core();
                 let ex = Executor::new();
+                ex.set_helping(mode == Mode::Async);
                 let handles: Vec<_> = tasks
                     .into_iter()
                     .zip(scratches)
@@ -309,9 +331,13 @@ pub fn run<A: App>(app: &Arc<A>, fs: &Arc<Fs>, mode: Mode, workers: usize) -> an
     };
     let wall_s = t0.elapsed().as_secs_f64();
     let cpu_s = (cpu_time::process() - cpu0).as_secs_f64();
+    let stats = fs.store().mover().stats();
     let mut run = Run {
         wall_s,
         cpu_s,
+        engine_bytes: stats.engine_bytes - stats0.engine_bytes,
+        cpu_bytes: stats.cpu_bytes + stats.helped_bytes - stats0.cpu_bytes - stats0.helped_bytes,
+        helped_bytes: stats.helped_bytes - stats0.helped_bytes,
         ..Run::default()
     };
     for t in tallies {

@@ -98,8 +98,10 @@ pub struct AppsArgs {
     #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "dwal,drbl")]
     fxmark: Vec<Workload>,
     /// Tasks in the asynchronous mode; the synchronous mode runs one thread (one per
-    /// application core).
-    #[arg(long, default_value_t = 3)]
+    /// application core). Two keep one read in flight while the other task computes, which
+    /// is what EasyIO's admission rule lets one engine channel hold (fewer than 2 queued);
+    /// more add working sets that compete for the core's cache.
+    #[arg(long, default_value_t = 2)]
     tasks: usize,
     /// The regular expression grep counts lines of (the default is a literal-prefixed
     /// pattern, the kind grep and ripgrep scan fastest).
@@ -140,7 +142,7 @@ pub struct AppsArgs {
 pub struct AppRecord {
     /// The application.
     pub app: AppName,
-    /// `sync` or `async`.
+    /// `sync`, `async` or `async-wait`.
     pub mode: Mode,
     /// Threads (sync) or tasks (async).
     pub workers: usize,
@@ -156,6 +158,10 @@ pub struct AppRecord {
     pub cpu_s_per_gib: f64,
     /// Share of run time spent inside store calls (sync only).
     pub io_share: Option<f64>,
+    /// Share of the copied bytes the engine copied.
+    pub engine_share: f64,
+    /// Share of the copied bytes the idle executor copied from the tail of engine batches.
+    pub helped_share: f64,
 }
 
 /// One point of an FxMark curve: medians over rounds.
@@ -200,6 +206,8 @@ pub struct Comparison {
     pub op: &'static str,
     /// Median over rounds of async ÷ sync throughput in the same round.
     pub async_vs_sync: f64,
+    /// The same for async-wait (an executor that waits for its copies instead of helping).
+    pub waiting_vs_sync: f64,
     /// Share of the sync run's time spent inside store calls.
     pub io_share: f64,
 }
@@ -279,7 +287,9 @@ pub fn run(a: &AppsArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating a scratch directory in {}", dir.display()))?;
     let mover = Arc::new(Mover::start(&cfg)?);
     let max_workers = a.workers.iter().copied().max().unwrap_or(1);
-    let steps = (a.apps.len() + a.fxmark.len() * a.blocks.len() * a.workers.len()) * rounds * 2;
+    let steps = (a.apps.len() * Mode::ALL.len()
+        + a.fxmark.len() * a.blocks.len() * a.workers.len() * Mode::BOTH.len())
+        * rounds;
     let bar = indicatif::ProgressBar::new(steps as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -393,24 +403,24 @@ impl Compare<'_> {
         // One thread per application core in sync; `tasks` tasks on that core in async.
         let workers = |mode: Mode| match mode {
             Mode::Sync => 1,
-            Mode::Async => tasks,
+            Mode::Async | Mode::AsyncWait => tasks,
         };
         bar.set_message(format!("{}: warming up", name.name()));
         // One untimed run of each mode first: the first touch of freshly allocated memory (the
         // workers' buffers, the allocator's arenas) is slow on a virtual machine.
-        for mode in Mode::BOTH {
+        for mode in Mode::ALL {
             harness::run(&app, fs, mode, workers(mode))?;
         }
         bar.set_message(name.name());
-        let got = rotated(2, rounds, |m| {
-            let r = harness::run(&app, fs, Mode::BOTH[m], workers(Mode::BOTH[m]));
+        let got = rotated(Mode::ALL.len(), rounds, |m| {
+            let r = harness::run(&app, fs, Mode::ALL[m], workers(Mode::ALL[m]));
             bar.inc(1);
             r
         })?;
         let mut records = Vec::new();
         for (m, runs) in got.iter().enumerate() {
             let med = |f: fn(&Run) -> f64| over_rounds(runs, f);
-            let mode = Mode::BOTH[m];
+            let mode = Mode::ALL[m];
             records.push(AppRecord {
                 app: name,
                 mode,
@@ -421,19 +431,25 @@ impl Compare<'_> {
                 p99_us: med(|r| r.lat(0.99)),
                 cpu_s_per_gib: med(|r| r.cpu_s_per_gib()),
                 io_share: (mode == Mode::Sync).then(|| med(|r| r.io_share(1))),
+                engine_share: med(|r| r.copy_share(r.engine_bytes)),
+                helped_share: med(|r| r.copy_share(r.helped_bytes)),
             });
         }
-        let (sync, asyn) = (&got[0], &got[1]);
+        // The median over rounds of each round's ratio of mode `a` to mode `b`.
+        let ratio = |a: usize, b: usize| {
+            median(
+                &mut got[a]
+                    .iter()
+                    .zip(&got[b])
+                    .map(|(x, y)| x.gib_s() / y.gib_s())
+                    .collect::<Vec<_>>(),
+            )
+        };
         let cmp = Comparison {
             app: name,
             op: name.op(),
-            async_vs_sync: median(
-                &mut sync
-                    .iter()
-                    .zip(asyn)
-                    .map(|(s, a)| a.gib_s() / s.gib_s())
-                    .collect::<Vec<_>>(),
-            ),
+            async_vs_sync: ratio(1, 0),
+            waiting_vs_sync: ratio(2, 0),
             io_share: records[0].io_share.unwrap_or(0.0),
         };
         Ok((records, cmp))
@@ -467,12 +483,12 @@ fn print_tables(records: &[Record], s: &Summary) {
         .collect();
     if !apps.is_empty() {
         println!(
-            "{:<11} {:<5} {:>7} {:>9} {:>10} {:>10} {:>8} {:>6}",
-            "app", "mode", "GiB/s", "ops/s", "p50", "p99", "CPU s/GiB", "I/O"
+            "{:<11} {:<10} {:>7} {:>9} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7}",
+            "app", "mode", "GiB/s", "ops/s", "p50", "p99", "CPU s/GiB", "I/O", "engine", "helped"
         );
         for r in &apps {
             println!(
-                "{:<11} {:<5} {:>7.2} {:>9.1} {:>8.0}µs {:>8.0}µs {:>8.3} {:>6}",
+                "{:<11} {:<10} {:>7.2} {:>9.1} {:>8.0}µs {:>8.0}µs {:>8.3} {:>6} {:>6.0}% {:>6.0}%",
                 r.app.name(),
                 r.mode.name(),
                 r.gib_s,
@@ -482,14 +498,25 @@ fn print_tables(records: &[Record], s: &Summary) {
                 r.cpu_s_per_gib,
                 r.io_share
                     .map_or(String::new(), |x| format!("{:.0}%", 100.0 * x)),
+                100.0 * r.engine_share,
+                100.0 * r.helped_share,
             );
         }
-        println!("\nasync ÷ sync throughput (median over rounds of the same round's ratio):");
+        println!(
+            "(I/O: sync's share of time in store calls; engine, helped: shares of the copied bytes \
+             the engine copied, and the idle executor copied from the tail of engine batches)"
+        );
+        println!(
+            "\nthroughput ÷ sync's (median over rounds of the same round's ratio): async, and \
+             async-wait (an executor that does not help the engine)"
+        );
         for c in &s.apps {
             println!(
-                "  {:<11} {:>6.3}   (sync spends {:.0}% of its time in store calls; one operation: {})",
+                "  {:<11} {:>6.3} {:>6.3}   (sync spends {:.0}% of its time in store calls; one \
+                 operation: {})",
                 c.app.name(),
                 c.async_vs_sync,
+                c.waiting_vs_sync,
                 100.0 * c.io_share,
                 c.op
             );
