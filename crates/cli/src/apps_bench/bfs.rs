@@ -1,5 +1,7 @@
 //! bfs: read a serialized graph from a file in 1 MiB chunks, build it in memory and run a
-//! breadth-first search from vertex 0 (EasyIO's BFS: 1 MB reads, no writes).
+//! breadth-first search from vertex 0 (EasyIO's BFS: 1 MB reads, no writes). Every chunk is
+//! read before the graph is built, so building and searching run without waiting for I/O and
+//! use per-core arrays (see [`GRAPH`]).
 //!
 //! The file is the graph in compressed sparse rows, as the GAP benchmark suite serializes
 //! graphs: vertex count and edge count (u32 little-endian each), the vertices' row offsets
@@ -34,10 +36,8 @@ impl Bfs {
     /// Writes `data` bytes of random graphs (untimed) and searches them in memory.
     pub fn prepare(fs: &Fs, data: u64) -> anyhow::Result<Bfs> {
         fs.mkdir("/bfs", 0o755)?;
-        let file_len = HEADER + 4 * (VERTICES as usize + 1 + EDGES as usize);
-        let graphs = (data as usize / file_len).max(1);
+        let graphs = (data as usize / FILE_LEN).max(1);
         let (mut paths, mut expected) = (Vec::new(), Vec::new());
-        let mut s = scratch();
         for g in 0..graphs {
             let mut rng = StdRng::seed_from_u64(3 << 20 | g as u64);
             let edges: Vec<(u32, u32)> = (0..EDGES)
@@ -56,13 +56,11 @@ impl Bfs {
                 adj[at[from as usize] as usize] = to;
                 at[from as usize] += 1;
             }
-            let mut bytes = Vec::with_capacity(file_len);
+            let mut bytes = Vec::with_capacity(FILE_LEN);
             for w in [VERTICES, EDGES].iter().chain(&offsets).chain(&adj) {
                 bytes.extend_from_slice(&w.to_le_bytes());
             }
-            s.words[0].clear();
-            s.words[0].extend(offsets.iter().chain(&adj));
-            expected.push(search(VERTICES, &s.words[0]).expect("a well-formed graph"));
+            expected.push(build_and_search([&bytes].iter()).expect("a well-formed graph"));
             let path = format!("/bfs/{g:04}.graph");
             let fd = fs.open(&path, OpenFlags::CREATE, 0o644)?;
             fs.pwrite(fd, &bytes, 0)?;
@@ -73,27 +71,49 @@ impl Bfs {
     }
 }
 
-/// A worker's buffers: the read buffer and the graph's words (offsets, then adjacency), kept
-/// across reads.
+/// Bytes of one graph file.
+const FILE_LEN: usize = HEADER + 4 * (VERTICES as usize + 1 + EDGES as usize);
+
+/// A worker's buffers: the file's chunks as read, kept until the whole graph is in.
 fn scratch() -> Scratch {
-    let mut s = Scratch::with_bufs(&[CHUNK]);
-    s.words = vec![vec![0u32; (VERTICES + 1 + EDGES) as usize]];
-    s.words[0].clear();
-    s
+    Scratch::with_bufs(&vec![CHUNK; FILE_LEN.div_ceil(CHUNK)])
 }
 
 thread_local! {
-    /// The search's levels and queue. A search never waits for I/O, so every task on a core
-    /// uses the same arrays, and they stay in the core's cache from one search to the next
-    /// (per-task arrays would be cold each time another task searched in between).
-    static SEARCH: RefCell<(Vec<u32>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// The graph's words (offsets, then adjacency), the search's levels and its queue. Building
+    /// and searching never wait for I/O, so every task on a core uses the same arrays, and they
+    /// stay in the core's cache from one graph to the next (per-task arrays would be cold each
+    /// time another task had built and searched its graph in between).
+    static GRAPH: RefCell<[Vec<u32>; 3]> = const { RefCell::new([Vec::new(), Vec::new(), Vec::new()]) };
+}
+
+/// Decodes the graph file in `chunks` (the file's bytes, in order) and searches it: see
+/// [`search`]; `None` if the bytes are not a serialized graph.
+fn build_and_search(chunks: impl Iterator<Item = impl AsRef<[u8]>>) -> Option<(u32, u32)> {
+    GRAPH.with_borrow_mut(|[graph, level, queue]| {
+        graph.clear();
+        for c in chunks {
+            let c = c.as_ref();
+            graph.extend(
+                c.chunks_exact(4)
+                    .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes"))),
+            );
+        }
+        let (&vertices, graph) = graph.split_first()?;
+        let (_edges, graph) = graph.split_first()?;
+        if vertices == 0 {
+            return None;
+        }
+        search_with(vertices, graph, level, queue)
+    })
 }
 
 /// Checks the graph in `graph` (row offsets, then adjacency) and searches it breadth-first
 /// from vertex 0; the vertices reached and the number of levels, or `None` if the arrays do
 /// not describe a graph of `vertices` vertices.
+#[cfg(test)]
 fn search(vertices: u32, graph: &[u32]) -> Option<(u32, u32)> {
-    SEARCH.with_borrow_mut(|(level, queue)| search_with(vertices, graph, level, queue))
+    search_with(vertices, graph, &mut Vec::new(), &mut Vec::new())
 }
 
 fn search_with(
@@ -144,31 +164,31 @@ impl App for Bfs {
     async fn op(&self, io: &Io, _: usize, item: usize, s: &mut Scratch) -> anyhow::Result<u64> {
         let path = &self.paths[item];
         let fd = io.meta(|fs| fs.open(path, OpenFlags::READ, 0))?;
-        let mut buf = std::mem::take(&mut s.bufs[0]);
-        s.words[0].clear();
-        let (mut off, mut vertices) = (0u64, None);
+        // Every chunk into its own buffer; the graph is built once all are in.
+        let (mut off, mut chunks) = (0u64, 0);
         loop {
-            let (n, b) = io.pread(fd, buf, off).await?;
-            buf = b;
+            anyhow::ensure!(chunks < s.bufs.len(), "{path} is larger than a graph file");
+            let buf = std::mem::take(&mut s.bufs[chunks]);
+            let (n, buf) = io.pread(fd, buf, off).await?;
+            s.bufs[chunks] = buf;
+            off += n as u64;
             if n == 0 {
                 break;
             }
-            let mut words = buf[..n]
-                .chunks_exact(4)
-                .map(|w| u32::from_le_bytes(w.try_into().expect("4 bytes")));
-            if off == 0 {
-                vertices = words.next();
-                words.next();
+            chunks += 1;
+            if n < CHUNK {
+                break;
             }
-            s.words[0].extend(words);
-            off += n as u64;
         }
-        s.bufs[0] = buf;
         io.meta(|fs| fs.close(fd))?;
-        let got = vertices
-            .filter(|&v| v > 0)
-            .and_then(|v| search(v, &s.words[0]))
-            .ok_or_else(|| anyhow::anyhow!("{path} is not a serialized graph"))?;
+        let len = off as usize;
+        let got = build_and_search(
+            s.bufs[..chunks]
+                .iter()
+                .enumerate()
+                .map(|(i, b)| &b[..(len - i * CHUNK).min(CHUNK)]),
+        )
+        .ok_or_else(|| anyhow::anyhow!("{path} is not a serialized graph"))?;
         anyhow::ensure!(
             got == self.expected[item],
             "BFS of {path} reached {got:?} (vertices, levels), expected {:?}",
@@ -186,6 +206,19 @@ mod tests {
     fn search_counts_reached_vertices_and_levels() {
         // 0 → 1, 0 → 2, 2 → 3; vertex 4 is unreachable.
         assert_eq!(search(5, &[0, 2, 2, 3, 3, 3, 1, 2, 3]), Some((4, 3)));
+    }
+
+    #[test]
+    fn a_file_read_in_chunks_builds_the_graph_it_serializes() {
+        // 5 vertices, 3 edges: 0 → 1, 0 → 2, 2 → 3.
+        let words = [5u32, 3, 0, 2, 2, 3, 3, 3, 1, 2, 3];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(build_and_search([&bytes].iter()), Some((4, 3)));
+        assert_eq!(build_and_search(bytes.chunks(8)), Some((4, 3)));
+        // A vertex count of zero, or a file cut short, is not a graph.
+        assert_eq!(build_and_search([&[0u8; 8][..]].iter()), None);
+        assert_eq!(build_and_search(bytes[..24].chunks(8)), None);
+        assert_eq!(build_and_search(bytes[..4].chunks(8)), None);
     }
 
     #[test]

@@ -57,8 +57,6 @@ impl Mode {
 pub struct Scratch {
     /// Byte buffers, allocated and touched (so faulted in) before the run starts.
     pub bufs: Vec<Vec<u8>>,
-    /// Word buffers (graphs).
-    pub words: Vec<Vec<u32>>,
     /// Operations this worker has done in this run.
     pub done: u64,
 }
