@@ -27,7 +27,7 @@
 //!
 //! ## Helping (numbered rules, continued)
 //!
-//! A thread waiting for a batch the worker has started may copy descriptors from the batch's
+//! A thread waiting for a batch may copy descriptors from the batch's
 //! tail while the worker copies from its head, so that the two meet in the middle
 //! ([`Probe::help`]). The `claims` word holds the next descriptor from the front (the worker's),
 //! the end of the unclaimed range (helpers take `end - 1`), and a `CLOSED` bit.
@@ -39,10 +39,12 @@
 //!    for `helpers` to drain before it publishes anything: a helper whose claim succeeded did
 //!    so before `CLOSED`, so the worker sees it counted. The outcome therefore covers the
 //!    helpers' bytes, and once `DONE` is visible no helper touches the buffers again.
-//! 8. Only started batches are helped (`RUNNING`, which also rules out cancellation, rule 2),
-//!    and only batches whose descriptors are plain copies or fills without `FENCE` and that
-//!    record no durable completion: a fence orders a descriptor after all earlier ones, and a
-//!    durable record promises data the worker itself made durable.
+//! 8. Queued and running batches are helped, not finished or cancelled ones. A cancel closes
+//!    the claims and waits for helpers as the worker does (rule 7), so the submitter owns the
+//!    buffers once `try_cancel` returns. Only batches whose descriptors are plain copies or
+//!    fills without `FENCE` and that record no durable completion are helped: a fence orders
+//!    a descriptor after all earlier ones, and a durable record promises data the worker
+//!    itself made durable.
 
 use crate::descriptor::{Descriptor, Flags, Op};
 use crate::sync::{park, spin_hint, Arc, AtomicU32, AtomicU64, Ordering, Thread, UnsafeCell};
@@ -215,11 +217,11 @@ impl Completion {
         }
     }
 
-    /// Helper: enters (rule 7) if the batch is started, unfinished and open to help; the
-    /// returned guard leaves on drop.
+    /// Helper: enters (rule 7) if the batch is neither finished nor cancelled and is open to
+    /// help (rule 8); the returned guard leaves on drop.
     pub(crate) fn enter_helper(&self) -> Option<HelperGuard<'_>> {
         let s = self.state.load(Ordering::Acquire);
-        if s & RUNNING == 0 || s & DONE != 0 {
+        if s & (DONE | CANCELLED) != 0 {
             return None;
         }
         if self.claims.load(Ordering::Relaxed) & (CLOSED | NO_HELP) != 0 {
@@ -351,8 +353,9 @@ impl Ticket {
         self.completion.state.load(Ordering::Acquire) & (RUNNING | DONE) != 0
     }
 
-    /// Cancels the batch if no worker has started it (rule 2). On `true` the engine will not
-    /// touch the batch's buffers and the ticket reports [`Status::Cancelled`].
+    /// Cancels the batch if no worker has started it (rule 2). On `true` neither the engine nor
+    /// a helper will touch the batch's buffers (rule 8: it waits for a helper mid-copy) and the
+    /// ticket reports [`Status::Cancelled`].
     pub fn try_cancel(&self) -> bool {
         let st = &self.completion.state;
         let mut s = st.load(Ordering::Acquire);
@@ -361,7 +364,11 @@ impl Ticket {
                 return s & CANCELLED != 0;
             }
             match st.compare_exchange(s, s | CANCELLED, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return true,
+                Ok(_) => {
+                    // Helpers may have claimed descriptors before the cancel (rule 8).
+                    self.completion.close();
+                    return true;
+                }
                 Err(cur) => s = cur,
             }
         }
@@ -422,16 +429,16 @@ impl Probe {
 
 #[cfg(not(loom))]
 impl Probe {
-    /// Whether the batch is unfinished and of a kind helpers may work on (rule 8): once the
-    /// engine starts it, [`Probe::help`] finds work in it until every descriptor is claimed.
+    /// Whether the batch is unfinished and of a kind helpers may work on (rule 8):
+    /// [`Probe::help`] finds work in it until every descriptor is claimed.
     pub fn helpable(&self) -> bool {
         !self.is_finished() && self.completion.claims.load(Ordering::Relaxed) & NO_HELP == 0
     }
 
     /// Copies one descriptor from the tail of the batch on the calling thread, while the
-    /// engine works from its head (rules 6–8): a waiter with nothing else to do shortens the
-    /// wait instead of sleeping through it. Returns the bytes copied: 0 when there is nothing
-    /// to take (the batch is not started yet, finished, not open to help, or every
+    /// engine works (or will work) from its head (rules 6–8): a waiter with nothing else to do
+    /// shortens the wait instead of sleeping through it. Returns the bytes copied: 0 when there
+    /// is nothing to take (the batch is finished or cancelled, not open to help, or every
     /// descriptor is claimed). The batch's outcome counts these bytes as done
     /// ([`Outcome::helped_bytes`]).
     ///

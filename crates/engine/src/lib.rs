@@ -11,7 +11,7 @@
 //!   `bytes_completed` of the latest batch. A partial completion ([`Status::Partial`]) is
 //!   normal: the submitter finishes the rest;
 //! - channels can be suspended and resumed; queue depth can be queried;
-//! - a thread waiting for a started batch may **help**: copy descriptors from the batch's tail
+//! - a thread waiting for a batch may **help**: copy descriptors from the batch's tail
 //!   while the channel works from its head ([`Probe::help`]); the outcome covers both, and
 //!   [`Outcome::helped_bytes`] says how much the helper did. Helping relies on the channel
 //!   claiming each descriptor through the batch's completion before executing it, as the

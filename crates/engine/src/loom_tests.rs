@@ -183,66 +183,108 @@ fn a_probe_registration_never_loses_the_wakeup() {
     });
 }
 
+/// Descriptors the loom models execute: each "copy" adds one to its loom-tracked cell, so
+/// loom reports any two executions (or an execution and the owner's access) not ordered by
+/// the protocol.
+struct Cells([loom::cell::UnsafeCell<u32>; 2]);
+// SAFETY: every access goes through loom's tracked cells; the protocol under test decides who
+// may touch which, and loom reports any unsynchronised pair.
+unsafe impl Sync for Cells {}
+// SAFETY: as above.
+unsafe impl Send for Cells {}
+
+impl Cells {
+    fn new() -> Arc<Cells> {
+        Arc::new(Cells([
+            loom::cell::UnsafeCell::new(0),
+            loom::cell::UnsafeCell::new(0),
+        ]))
+    }
+
+    fn run(&self, i: usize) {
+        // SAFETY: the caller claimed descriptor `i`; loom checks the access is exclusive.
+        self.0[i].with_mut(|p| unsafe { *p += 1 });
+    }
+
+    fn get(&self, i: usize) -> u32 {
+        // SAFETY: loom checks the read is ordered after every write.
+        self.0[i].with(|p| unsafe { *p })
+    }
+
+    /// A batch of two descriptors the models never execute for real.
+    fn batch() -> (Batch, crate::completion::Ticket) {
+        use crate::descriptor::{Descriptor, Flags, Op};
+        let d = Descriptor {
+            op: Op::Fill {
+                dst: std::ptr::null_mut(),
+                pattern: 0,
+            },
+            len: 1,
+            flags: Flags::NONE,
+        };
+        Batch::new(vec![d, d])
+    }
+}
+
+/// A helper that claims one descriptor from the back.
+fn help_once(c: &crate::completion::Completion, cells: &Cells) {
+    if let Some(g) = c.enter_helper() {
+        if let Some(i) = c.claim_back() {
+            cells.run(i);
+            g.add(1);
+        }
+    }
+}
+
 /// A worker claiming from the front while a helper claims from the back: every
 /// descriptor is executed exactly once, no execution races another access (loom checks the
 /// cells), and the owner, once the batch is done, sees every write and the helped count.
 #[test]
 fn helpers_and_the_worker_execute_each_descriptor_once() {
-    use crate::descriptor::{Descriptor, Flags, Op};
-    use loom::cell::UnsafeCell;
-    const N: usize = 2;
-    struct Cells([UnsafeCell<u32>; N]);
-    // SAFETY: every access goes through loom's tracked cells; the protocol under test decides
-    // who may touch which, and loom reports any unsynchronised pair.
-    unsafe impl Sync for Cells {}
-    unsafe impl Send for Cells {}
-    let run = |cells: &Cells, i: usize| {
-        // SAFETY: the caller claimed descriptor `i`; loom checks the access is exclusive.
-        cells.0[i].with_mut(|p| unsafe { *p += 1 });
-    };
-    loom::model(move || {
-        let descs = (0..N)
-            .map(|_| Descriptor {
-                op: Op::Fill {
-                    dst: std::ptr::null_mut(),
-                    pattern: 0,
-                },
-                len: 1,
-                flags: Flags::NONE,
-            })
-            .collect();
-        let (batch, mut ticket) = Batch::new(descs);
-        let cells = Arc::new(Cells([UnsafeCell::new(0), UnsafeCell::new(0)]));
-        let c = batch.completion.clone();
-        let hc = cells.clone();
-        let helper = thread::spawn(move || {
-            if let Some(g) = c.enter_helper() {
-                if let Some(i) = c.claim_back() {
-                    run(&hc, i);
-                    g.add(1);
-                }
-            }
-        });
+    loom::model(|| {
+        let (batch, mut ticket) = Cells::batch();
+        let cells = Cells::new();
+        let (c, hc) = (batch.completion.clone(), cells.clone());
+        let helper = thread::spawn(move || help_once(&c, &hc));
         let wc = cells.clone();
         let worker = thread::spawn(move || {
             let c = &batch.completion;
             assert!(c.begin(1));
             let mut mine = 0;
             while let Some(i) = c.claim_front() {
-                run(&wc, i);
+                wc.run(i);
                 mine += 1;
             }
             c.close();
-            c.finish(Status::Success, N as u64, 2);
+            c.finish(Status::Success, 2, 2);
             mine
         });
         let o = ticket.wait(0);
-        for k in 0..N {
-            // SAFETY: read after the batch is done; loom checks it is ordered after the write.
-            assert_eq!(cells.0[k].with(|p| unsafe { *p }), 1, "descriptor {k}");
+        for k in 0..2 {
+            assert_eq!(cells.get(k), 1, "descriptor {k}");
         }
         let mine = worker.join().unwrap();
         helper.join().unwrap();
-        assert_eq!(mine + o.helped_bytes as usize, N);
+        assert_eq!(mine + o.helped_bytes as usize, 2);
+    });
+}
+
+/// A helper working on a queued batch while its submitter cancels it: once the cancel returns,
+/// the submitter may use the buffers (loom reports a helper still writing them).
+#[test]
+fn a_cancel_waits_for_helpers_of_a_queued_batch() {
+    loom::model(|| {
+        let (batch, ticket) = Cells::batch();
+        let cells = Cells::new();
+        let (c, hc) = (batch.completion.clone(), cells.clone());
+        let helper = thread::spawn(move || help_once(&c, &hc));
+        assert!(ticket.try_cancel());
+        // The submitter copies everything itself.
+        for k in 0..2 {
+            cells.run(k);
+        }
+        helper.join().unwrap();
+        assert!(cells.get(0) + cells.get(1) <= 3);
+        drop(batch);
     });
 }

@@ -329,7 +329,6 @@ fn a_helper_copies_the_tail_of_a_started_batch_and_the_outcome_counts_it() {
     let mut dst = vec![0u8; src.len()];
     let (b, mut t) = Batch::new(copies(&mut dst, &src, 4096, Flags::CACHE_CONTROL));
     let probe = t.probe();
-    assert_eq!(probe.help(&persist), 0, "not submitted, so not started");
     // SAFETY: buffers outlive the wait.
     unsafe { e.try_submit(0, b) }.unwrap();
     while !t.started() {
@@ -355,6 +354,53 @@ fn a_helper_copies_the_tail_of_a_started_batch_and_the_outcome_counts_it() {
     assert_eq!(o.helped_bytes, src.len() as u64);
     assert_eq!(dst, src);
     assert_eq!(probe.help(&persist), 0, "a finished batch is not helped");
+}
+
+/// A batch queued behind one the worker is held up on is helped too: the helper takes all of
+/// it, and the worker, reaching it, finds nothing left and publishes it done.
+#[test]
+fn a_queued_batch_is_helped_before_the_worker_reaches_it() {
+    let e = engine(|c| {
+        c.faults = FaultPlan {
+            delay: Duration::from_millis(30),
+            ..FaultPlan::default()
+        }
+    });
+    let persist = switchyard_media::Persist::detect();
+    let (first_src, src) = (pattern(4096, 1), pattern(8 * 4096, 2));
+    let (mut first_dst, mut dst) = (vec![0u8; 4096], vec![0u8; src.len()]);
+    let (first, mut first_t) = Batch::new(copies(&mut first_dst, &first_src, 4096, Flags::NONE));
+    let (queued, mut t) = Batch::new(copies(&mut dst, &src, 4096, Flags::NONE));
+    let probe = t.probe();
+    // SAFETY: buffers outlive the waits.
+    unsafe {
+        e.try_submit(0, first).unwrap();
+        e.try_submit(0, queued).unwrap();
+    }
+    while !first_t.started() {
+        std::thread::yield_now();
+    }
+    let mut helped = 0;
+    loop {
+        match probe.help(&persist) {
+            0 => break,
+            n => helped += n,
+        }
+    }
+    assert!(!t.started(), "the worker is still held on the first batch");
+    assert_eq!(helped, src.len());
+    let o = t.wait(1000);
+    assert_eq!(
+        (o.status, o.helped_bytes),
+        (Status::Success, src.len() as u64)
+    );
+    assert_eq!(dst, src);
+    assert_eq!(
+        first_t.wait(1000).helped_bytes,
+        0,
+        "nobody helped the first batch"
+    );
+    assert_eq!(first_dst, first_src);
 }
 
 /// Helpers racing the worker on many batches, with injected partial completions: every byte

@@ -326,8 +326,8 @@ impl Shared {
     }
 
     /// Nothing to run: help the engine with an outstanding copy if there is work to take
-    /// ([`Shared::help`]), or look again at once while a helpable copy is outstanding (its
-    /// engine start is imminent, or its last descriptors are being copied). Else park until
+    /// ([`Shared::help`]), or look again at once while a helpable copy is outstanding (its last
+    /// descriptors are being copied). Else park until
     /// woken if no copy is outstanding; otherwise sleep until
     /// [`WAKE_EARLY_NS`] before the earliest copy's expected completion (the engine's worker
     /// wakes us sooner if a copy finishes first), then spin on the completions until one
@@ -342,9 +342,9 @@ impl Shared {
                 return;
             }
             if self.io.borrow().iter().any(|o| o.probe.helpable()) {
-                // A copy the engine is about to start (there will be work to take) or about to
-                // finish (the rest is claimed): watch for it rather than sleep past it, yielding
-                // the core to an engine worker that may share it.
+                // A copy whose every descriptor is claimed finishes as soon as the engine is
+                // through with it: watch for it rather than sleep past it, yielding the core to
+                // an engine worker that may share it.
                 std::thread::yield_now();
                 return;
             }
@@ -377,10 +377,10 @@ impl Shared {
     }
 
     /// Copies one descriptor from the tail of the outstanding engine copy expected to finish
-    /// first among those the engine has started ([`Probe::help`]); true if it copied any. The
-    /// core would otherwise sleep or spin until the copy finished: helping finishes it sooner
-    /// and frees the engine for the next one, and the executor is back in its loop after one
-    /// descriptor, so a task that becomes ready waits at most that long.
+    /// first that has descriptors left to take, running or still queued ([`Probe::help`]);
+    /// true if it copied any. The core would otherwise sleep or spin until the copy finished:
+    /// helping finishes it sooner and leaves the engine less to do, and the executor is back in
+    /// its loop after one descriptor, so a task that becomes ready waits at most that long.
     fn help(&self) -> bool {
         let mut io = self.io.borrow_mut();
         io.sort_unstable_by_key(|o| o.expected_ns);
