@@ -314,16 +314,26 @@ fn an_incomplete_batch_leaves_a_hole_until_the_submitter_repairs_it() {
     }
 }
 
+/// Helps `probe`'s batch until there is nothing left to take; the bytes copied.
+fn help_all(probe: &switchyard_engine::Probe, persist: &switchyard_media::Persist) -> usize {
+    std::iter::from_fn(|| Some(probe.help(persist)).filter(|&n| n > 0)).sum()
+}
+
+/// An engine whose worker waits `delay` after starting each batch.
+fn delayed(delay: Duration) -> ThreadsEngine {
+    engine(|c| {
+        c.faults = FaultPlan {
+            delay,
+            ..FaultPlan::default()
+        }
+    })
+}
+
 /// A waiter helping from the tail while the worker is held up (an injected start delay) takes
 /// every descriptor; the outcome counts them as done and helped, and the data is exact.
 #[test]
 fn a_helper_copies_the_tail_of_a_started_batch_and_the_outcome_counts_it() {
-    let e = engine(|c| {
-        c.faults = FaultPlan {
-            delay: Duration::from_millis(50),
-            ..FaultPlan::default()
-        }
-    });
+    let e = delayed(Duration::from_millis(50));
     let persist = switchyard_media::Persist::detect();
     let src = pattern(16 * 4096 + 100, 7);
     let mut dst = vec![0u8; src.len()];
@@ -334,13 +344,7 @@ fn a_helper_copies_the_tail_of_a_started_batch_and_the_outcome_counts_it() {
     while !t.started() {
         std::thread::yield_now();
     }
-    let mut helped = 0;
-    loop {
-        match probe.help(&persist) {
-            0 => break,
-            n => helped += n,
-        }
-    }
+    let helped = help_all(&probe, &persist);
     assert_eq!(
         helped,
         src.len(),
@@ -360,12 +364,7 @@ fn a_helper_copies_the_tail_of_a_started_batch_and_the_outcome_counts_it() {
 /// it, and the worker, reaching it, finds nothing left and publishes it done.
 #[test]
 fn a_queued_batch_is_helped_before_the_worker_reaches_it() {
-    let e = engine(|c| {
-        c.faults = FaultPlan {
-            delay: Duration::from_millis(30),
-            ..FaultPlan::default()
-        }
-    });
+    let e = delayed(Duration::from_millis(30));
     let persist = switchyard_media::Persist::detect();
     let (first_src, src) = (pattern(4096, 1), pattern(8 * 4096, 2));
     let (mut first_dst, mut dst) = (vec![0u8; 4096], vec![0u8; src.len()]);
@@ -380,13 +379,7 @@ fn a_queued_batch_is_helped_before_the_worker_reaches_it() {
     while !first_t.started() {
         std::thread::yield_now();
     }
-    let mut helped = 0;
-    loop {
-        match probe.help(&persist) {
-            0 => break,
-            n => helped += n,
-        }
-    }
+    let helped = help_all(&probe, &persist);
     assert!(!t.started(), "the worker is still held on the first batch");
     assert_eq!(helped, src.len());
     let o = t.wait(1000);
@@ -457,12 +450,7 @@ fn helpers_and_the_worker_meet_in_the_middle_and_prefixes_stay_exact() {
 /// helped.
 #[test]
 fn fenced_and_durably_recorded_batches_are_not_helped() {
-    let e = engine(|c| {
-        c.faults = FaultPlan {
-            delay: Duration::from_millis(20),
-            ..FaultPlan::default()
-        }
-    });
+    let e = delayed(Duration::from_millis(20));
     let persist = switchyard_media::Persist::detect();
     let src = pattern(8 * 4096, 3);
     let mut dst = vec![0u8; src.len()];
