@@ -365,6 +365,8 @@ impl Shared {
         loop {
             for _ in 0..64 {
                 if finished() {
+                    // Wake its task now rather than on the loop's next pass.
+                    self.check_io();
                     return;
                 }
                 std::hint::spin_loop();

@@ -297,7 +297,7 @@ impl Future for WriteFuture<'_> {
                     }
                 },
                 WriteState::Copying { pending, off } => {
-                    if store.try_settle(&pending) {
+                    if store.try_settle_own(&pending) {
                         return Poll::Ready((Ok(off), std::mem::take(&mut this.data)));
                     }
                     store.wake_on(&pending, cx.waker());

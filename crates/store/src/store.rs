@@ -655,6 +655,20 @@ impl Store {
         if !p.seqs.iter().all(|&(c, pos)| engine.record(c).seq > pos) {
             return false;
         }
+        self.collect(p)
+    }
+
+    /// [`Store::try_settle`] for the write's own future, woken because one of its copies
+    /// finished: it asks the copies themselves, without first reading each channel's
+    /// completion record (a cache line the engine's worker has just written, so a transfer
+    /// from the worker's core on the write's critical path).
+    pub(crate) fn try_settle_own(&self, p: &PendingWrite) -> bool {
+        p.is_settled() || self.collect(p)
+    }
+
+    /// Collects every copy of `p` (see [`Store::try_settle`]); false if one is unfinished or
+    /// another thread is collecting.
+    fn collect(&self, p: &PendingWrite) -> bool {
         let Some(mut parts) = p.parts.try_lock() else {
             return false;
         };
