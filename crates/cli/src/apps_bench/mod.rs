@@ -228,25 +228,25 @@ pub struct Summary {
 }
 
 /// A store of its own for one application (dropped, and its file removed, after it).
-struct Scratch {
+struct AppStore {
     fs: Arc<Fs>,
     path: PathBuf,
 }
 
-impl Scratch {
+impl AppStore {
     fn new(
         dir: &Path,
         name: &str,
         len: u64,
         cfg: &Config,
         mover: &Arc<Mover>,
-    ) -> anyhow::Result<Scratch> {
+    ) -> anyhow::Result<AppStore> {
         let path = dir.join(format!("{name}.region"));
         let region = Region::create(&path, len, cfg.persist())?;
         // Page allocation on first touch is the file system's cost, not the store's.
         region.populate()?;
         let fs = Fs::new(Store::format(region, mover.clone(), Owner::current())?);
-        Ok(Scratch {
+        Ok(AppStore {
             fs: Arc::new(fs),
             path,
         })
@@ -303,7 +303,7 @@ pub fn run(a: &AppsArgs) -> anyhow::Result<()> {
     let mut setup = None;
     for &app in &a.apps {
         bar.set_message(format!("{}: writing its input", app.name()));
-        let store = Scratch::new(
+        let store = AppStore::new(
             work.path(),
             app.name(),
             4 * data + (256 << 20),
@@ -332,7 +332,7 @@ pub fn run(a: &AppsArgs) -> anyhow::Result<()> {
     }
     if !a.fxmark.is_empty() {
         let fx_region = (max_workers as u64) * (4 << 20) + 2 * fx_bytes + (256 << 20);
-        let store = Scratch::new(work.path(), "fxmark", fx_region, &cfg, &mover)?;
+        let store = AppStore::new(work.path(), "fxmark", fx_region, &cfg, &mover)?;
         for &workload in &a.fxmark {
             for &block in &a.blocks {
                 bar.set_message(format!("{} {}", workload.name(), size::show(block)));
