@@ -75,8 +75,9 @@ enum Bench {
     /// Latency of the store's asynchronous writes: orderless (metadata committed while the
     /// engine copies) against ordered (committed after the copy), every copy on the engine.
     Aio(aio_bench::AioArgs),
-    /// Applications on the store, synchronous against asynchronous on the same core: grep,
-    /// snappy decompression, SHA-256, BFS and a fileserver; then FxMark's DWAL and DRBL
+    /// Applications on the store, synchronous against asynchronous on the same core (and
+    /// asynchronous with an executor that does not help the engine): grep, snappy
+    /// decompression, SHA-256, BFS and a fileserver; then FxMark's DWAL and DRBL
     /// throughput-latency curves.
     Apps(apps_bench::AppsArgs),
     /// Copy throughput, latency and CPU cost of glibc memcpy, PMDK, and Switchyard's cpu-only,
