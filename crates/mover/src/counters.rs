@@ -47,7 +47,7 @@ counters! {
     below_threshold: "Requests kept on the CPU because they were below the size threshold.",
     misaligned_writes: "Writes kept on the CPU because source and destination differ in 64 B offset (§5.2).",
     aligned_heads: "Writes whose unaligned head the CPU copied before offloading the rest (§5.2).",
-    fallback_busy_cores: "Bulk requests kept on the CPU because callers (bulk copies now, or threads that copied in the last epoch) already busied every core a helper-thread engine does not use.",
+    fallback_busy_cores: "Requests kept on the CPU because callers already busied every core a helper-thread engine does not use: bulk requests while bulk copies run on them now, and every synchronous request while threads copied on them in the last epoch.",
     fallback_saturated: "Bulk requests sent to the CPU because M engine requests were in flight.",
     fallback_queue_full: "Bulk requests sent to the CPU because the channel queue was full or suspended.",
     fallback_latency: "Latency-critical requests kept off a busy channel.",

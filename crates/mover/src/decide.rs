@@ -55,7 +55,9 @@ impl Mover {
     /// 4. the engine runs on the application's cores (helper threads) and callers already
     ///    occupy every core the engine does not use — bulk copies in progress now, or threads
     ///    that copied during the last adaptation epoch — → CPU (offloading would only add a
-    ///    thread competing for the same cores);
+    ///    thread competing for the same cores). A synchronous copy checks the epoch's callers
+    ///    before anything else and then skips this function altogether
+    ///    ([`Mover::copy_raw`]);
     /// 5. a synchronous copy while M engine requests are already in flight (atomics at the
     ///    caller, no central thread) → CPU. M is where the engine stops gaining bandwidth, so
     ///    a caller that would wait in its queue is served sooner by its own CPU. An

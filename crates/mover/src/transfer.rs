@@ -76,6 +76,13 @@ impl Mover {
         len: usize,
         hints: Hints,
     ) -> Report {
+        if self.policy == Policy::Auto
+            && self.cores_shared
+            && self.adapt.callers() > self.spare_cores
+        {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { self.copy_with_cores_busy(dst, src, len, &hints) };
+        }
         // Bulk callers are counted while they copy, so others see how busy the cores are.
         let bulk = self.cores_shared
             && self.policy == Policy::Auto
@@ -152,6 +159,36 @@ impl Mover {
             self.active_bulk.fetch_sub(1, Ordering::Relaxed);
         }
         report
+    }
+
+    /// The last epoch saw callers on every core a helper-thread engine does not use, so the
+    /// engine could only compete with them: the CPU copies, as with policy `cpu`, without
+    /// consulting the thresholds and without timing the copy (bandwidth measured while every
+    /// core copies says nothing about a split made with a core to spare). The epochs keep
+    /// ticking at the sampling rate, so the mover notices when callers leave.
+    ///
+    /// # Safety
+    /// As [`Mover::copy_raw`].
+    unsafe fn copy_with_cores_busy(
+        &self,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+        hints: &Hints,
+    ) -> Report {
+        self.counters.add(Counter::fallback_busy_cores, 1);
+        self.counters.add(Counter::cpu_requests, 1);
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.cpu_copy_timed(dst, src, len, hints, false) };
+        if sample_cpu_copy(len) {
+            self.adapt.tick(&self.bandwidth, &self.counters);
+        }
+        Report {
+            path: Path::Cpu,
+            engine_bytes: 0,
+            cpu_bytes: len,
+            repaired_bytes: 0,
+        }
     }
 
     /// Starts a copy and returns at once: small requests are copied inline (the handle is
@@ -258,6 +295,23 @@ impl Mover {
     /// # Safety
     /// As [`Mover::copy_raw`].
     pub(crate) unsafe fn cpu_copy(&self, dst: *mut u8, src: *const u8, len: usize, hints: &Hints) {
+        let timed = self.policy == Policy::Auto && sample_cpu_copy(len);
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.cpu_copy_timed(dst, src, len, hints, timed) };
+    }
+
+    /// [`Mover::cpu_copy`], timing the copy into the CPU bandwidth estimates if `timed`.
+    ///
+    /// # Safety
+    /// As [`Mover::copy_raw`].
+    unsafe fn cpu_copy_timed(
+        &self,
+        dst: *mut u8,
+        src: *const u8,
+        len: usize,
+        hints: &Hints,
+        timed: bool,
+    ) {
         if len == 0 {
             return;
         }
@@ -271,8 +325,7 @@ impl Mover {
         if capped {
             self.acquire_writer();
         }
-        let sample = self.policy == Policy::Auto && sample_cpu_copy(len);
-        let t = sample.then(Instant::now);
+        let t = timed.then(Instant::now);
         // SAFETY: forwarded from this function's contract.
         unsafe { self.persist.copy(dst, src, len, mode) };
         if let Some(t) = t {
