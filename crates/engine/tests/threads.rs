@@ -333,7 +333,7 @@ fn delayed(delay: Duration) -> ThreadsEngine {
 /// every descriptor; the outcome counts them as done and helped, and the data is exact.
 #[test]
 fn a_helper_copies_the_tail_of_a_started_batch_and_the_outcome_counts_it() {
-    let e = delayed(Duration::from_millis(50));
+    let e = delayed(Duration::from_millis(200));
     let persist = switchyard_media::Persist::detect();
     let src = pattern(16 * 4096 + 100, 7);
     let mut dst = vec![0u8; src.len()];
@@ -364,7 +364,7 @@ fn a_helper_copies_the_tail_of_a_started_batch_and_the_outcome_counts_it() {
 /// it, and the worker, reaching it, finds nothing left and publishes it done.
 #[test]
 fn a_queued_batch_is_helped_before_the_worker_reaches_it() {
-    let e = delayed(Duration::from_millis(30));
+    let e = delayed(Duration::from_millis(200));
     let persist = switchyard_media::Persist::detect();
     let (first_src, src) = (pattern(4096, 1), pattern(8 * 4096, 2));
     let (mut first_dst, mut dst) = (vec![0u8; 4096], vec![0u8; src.len()]);

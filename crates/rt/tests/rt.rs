@@ -91,12 +91,12 @@ fn tasks_interleave_and_resume_only_after_their_copy() {
     assert_eq!(ex.outstanding(), 0);
 }
 
-/// A task's 1 MiB copy whose batch the engine holds for 50 ms after starting it: an executor
+/// A task's 1 MiB copy whose batch the engine holds for 200 ms after starting it: an executor
 /// with nothing else to run copies the batch's descriptors itself from the tail, so the copy
 /// completes, exact, with every byte helped; one that only waits leaves it all to the engine.
 #[test]
 fn an_idle_executor_helps_the_engine_finish_its_copies() {
-    let m = mover(Policy::Engine, Duration::from_millis(50));
+    let m = mover(Policy::Engine, Duration::from_millis(200));
     for helping in [true, false] {
         let ex = Executor::new();
         ex.set_helping(helping);
