@@ -33,11 +33,10 @@ use parking_lot::Mutex;
 use switchyard_mover::{Detached, Direction, Hints};
 
 use crate::error::Errno;
-use crate::fs::{Fd, Fs};
+use crate::fs::{Access, Fd, Fs};
 use crate::inflight::{PendingWrite, Readers};
 use crate::inode::Content;
 use crate::store::{for_each_run, Order, Store};
-use crate::MAX_FILE_SIZE;
 
 /// Where an asynchronous request lands.
 enum At {
@@ -113,49 +112,33 @@ impl Store {
 impl Fs {
     /// Reads at the descriptor's offset and advances it (as [`Fs::read`]).
     pub fn read_async(&self, fd: Fd, buf: Vec<u8>) -> ReadFuture<'_> {
-        let at = self.handle(fd).and_then(|(ino, flags, cursor)| {
-            if !flags.read {
-                return Err(Errno::EBADF);
-            }
-            Ok((
-                ino,
-                At::Cursor {
-                    cursor,
-                    append: false,
-                },
-            ))
+        let at = self.open_for(fd, Access::Read, None).map(|f| {
+            let cursor = At::Cursor {
+                cursor: f.offset.clone(),
+                append: false,
+            };
+            (f.ino, cursor)
         });
         ReadFuture::new(self.store(), at, buf)
     }
 
     /// Reads at `off` without moving the descriptor's offset (as [`Fs::pread`]).
     pub fn pread_async(&self, fd: Fd, buf: Vec<u8>, off: u64) -> ReadFuture<'_> {
-        let at = self.handle(fd).and_then(|(ino, flags, _)| {
-            if !flags.read {
-                return Err(Errno::EBADF);
-            }
-            if off > MAX_FILE_SIZE {
-                return Err(Errno::EINVAL);
-            }
-            Ok((ino, At::Offset(off)))
-        });
+        let at = self
+            .open_for(fd, Access::Read, Some(off))
+            .map(|f| (f.ino, At::Offset(off)));
         ReadFuture::new(self.store(), at, buf)
     }
 
     /// Writes at the descriptor's offset (or the end, with `append`) and advances it (as
     /// [`Fs::write`]); resolves to the offset written at.
     pub fn write_async(&self, fd: Fd, data: Vec<u8>) -> WriteFuture<'_> {
-        let at = self.handle(fd).and_then(|(ino, flags, cursor)| {
-            if !flags.write {
-                return Err(Errno::EBADF);
-            }
-            Ok((
-                ino,
-                At::Cursor {
-                    cursor,
-                    append: flags.append,
-                },
-            ))
+        let at = self.open_for(fd, Access::Write, None).map(|f| {
+            let cursor = At::Cursor {
+                cursor: f.offset.clone(),
+                append: f.flags.append,
+            };
+            (f.ino, cursor)
         });
         WriteFuture::new(self.store(), at, data, WriteOrder::Orderless)
     }
@@ -163,33 +146,22 @@ impl Fs {
     /// Writes at `off` without moving the descriptor's offset (`append` still appends) (as
     /// [`Fs::pwrite`]); resolves to the offset written at.
     pub fn pwrite_async(&self, fd: Fd, data: Vec<u8>, off: u64) -> WriteFuture<'_> {
-        let at = self.handle(fd).and_then(|(ino, flags, _)| {
-            if !flags.write {
-                return Err(Errno::EBADF);
-            }
-            if off > MAX_FILE_SIZE {
-                return Err(Errno::EINVAL);
-            }
-            Ok((
-                ino,
-                if flags.append {
-                    At::End
-                } else {
-                    At::Offset(off)
-                },
-            ))
+        let at = self.open_for(fd, Access::Write, Some(off)).map(|f| {
+            let at = if f.flags.append {
+                At::End
+            } else {
+                At::Offset(off)
+            };
+            (f.ino, at)
         });
         WriteFuture::new(self.store(), at, data, WriteOrder::Orderless)
     }
 
     /// Appends at the end (as [`Fs::append`]); resolves to the offset it landed at.
     pub fn append_async(&self, fd: Fd, data: Vec<u8>) -> WriteFuture<'_> {
-        let at = self.handle(fd).and_then(|(ino, flags, _)| {
-            if !flags.write {
-                return Err(Errno::EBADF);
-            }
-            Ok((ino, At::End))
-        });
+        let at = self
+            .open_for(fd, Access::Write, None)
+            .map(|f| (f.ino, At::End));
         WriteFuture::new(self.store(), at, data, WriteOrder::Orderless)
     }
 }

@@ -68,10 +68,17 @@ pub enum Whence {
     End,
 }
 
-struct Open {
-    ino: u64,
-    flags: OpenFlags,
-    offset: Arc<Mutex<u64>>,
+pub(crate) struct Open {
+    pub(crate) ino: u64,
+    pub(crate) flags: OpenFlags,
+    pub(crate) offset: Arc<Mutex<u64>>,
+}
+
+/// What a descriptor call does with the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
 }
 
 /// A store with paths and file descriptors.
@@ -189,10 +196,27 @@ impl Fs {
         self.fds.lock().get(&fd.0).cloned().ok_or(Errno::EBADF)
     }
 
-    /// A descriptor's inode, flags and offset (for the asynchronous API).
-    pub(crate) fn handle(&self, fd: Fd) -> Result<(u64, OpenFlags, Arc<Mutex<u64>>), Errno> {
+    /// The open file behind `fd` if it was opened for `access` (else EBADF) and `off`, for
+    /// the positional calls, is within the largest file (else EINVAL). The synchronous and
+    /// asynchronous calls check descriptors here alike.
+    pub(crate) fn open_for(
+        &self,
+        fd: Fd,
+        access: Access,
+        off: Option<u64>,
+    ) -> Result<Arc<Open>, Errno> {
         let f = self.open_file(fd)?;
-        Ok((f.ino, f.flags, f.offset.clone()))
+        let allowed = match access {
+            Access::Read => f.flags.read,
+            Access::Write => f.flags.write,
+        };
+        if !allowed {
+            return Err(Errno::EBADF);
+        }
+        if off.is_some_and(|o| o > MAX_FILE_SIZE) {
+            return Err(Errno::EINVAL);
+        }
+        Ok(f)
     }
 
     // ---- descriptors --------------------------------------------------------------------
@@ -256,10 +280,7 @@ impl Fs {
 
     /// Reads at the descriptor's offset and advances it.
     pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize, Errno> {
-        let f = self.open_file(fd)?;
-        if !f.flags.read {
-            return Err(Errno::EBADF);
-        }
+        let f = self.open_for(fd, Access::Read, None)?;
         let mut off = f.offset.lock();
         let n = self.store.read(f.ino, *off, buf)?;
         *off += n as u64;
@@ -268,22 +289,13 @@ impl Fs {
 
     /// Reads at `off` without moving the descriptor's offset.
     pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
-        let f = self.open_file(fd)?;
-        if !f.flags.read {
-            return Err(Errno::EBADF);
-        }
-        if off > MAX_FILE_SIZE {
-            return Err(Errno::EINVAL);
-        }
+        let f = self.open_for(fd, Access::Read, Some(off))?;
         self.store.read(f.ino, off, buf)
     }
 
     /// Writes at the descriptor's offset (or the end, with `append`) and advances it.
     pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize, Errno> {
-        let f = self.open_file(fd)?;
-        if !f.flags.write {
-            return Err(Errno::EBADF);
-        }
+        let f = self.open_for(fd, Access::Write, None)?;
         let mut off = f.offset.lock();
         if f.flags.append {
             let at = self.store.append(f.ino, data)?;
@@ -298,13 +310,7 @@ impl Fs {
     /// Writes at `off` without moving the descriptor's offset (`append` still appends, as on
     /// Linux).
     pub fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize, Errno> {
-        let f = self.open_file(fd)?;
-        if !f.flags.write {
-            return Err(Errno::EBADF);
-        }
-        if off > MAX_FILE_SIZE {
-            return Err(Errno::EINVAL);
-        }
+        let f = self.open_for(fd, Access::Write, Some(off))?;
         if f.flags.append {
             self.store.append(f.ino, data)?;
             return Ok(data.len());
@@ -314,10 +320,7 @@ impl Fs {
 
     /// Appends `data` at the end; returns the offset it landed at.
     pub fn append(&self, fd: Fd, data: &[u8]) -> Result<u64, Errno> {
-        let f = self.open_file(fd)?;
-        if !f.flags.write {
-            return Err(Errno::EBADF);
-        }
+        let f = self.open_for(fd, Access::Write, None)?;
         self.store.append(f.ino, data)
     }
 
