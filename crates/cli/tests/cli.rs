@@ -385,11 +385,17 @@ fn mix_bench_runs_every_workload_and_policy_and_the_grid() {
     assert!(s["thresholds_in_effect"]["from_slow"]["local_aligned"].is_u64());
     // The profile it tuned is kept for the next run; the scratch region is gone.
     assert!(d.path().join("switchyard.profile.toml").exists());
-    assert!(!std::fs::read_dir(d.path()).unwrap().any(|e| e
+    assert_no_scratch(d.path(), "bench-mix");
+}
+
+/// Asserts that no entry of `dir` has `marker` in its name: a bench removed its scratch files.
+fn assert_no_scratch(dir: &std::path::Path, marker: &str) {
+    let left: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
-        .file_name()
-        .to_string_lossy()
-        .contains("bench-mix")));
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(marker))
+        .collect();
+    assert!(left.is_empty(), "scratch files left behind: {left:?}");
 }
 
 #[test]
@@ -413,11 +419,7 @@ fn aio_bench_compares_orderless_and_ordered_writes() {
     assert_eq!(ratios.len(), 2);
     assert!(ratios.iter().all(|r| r[1].as_f64().unwrap() > 0.0));
     // The scratch store is gone.
-    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
-        .unwrap()
-        .file_name()
-        .to_string_lossy()
-        .contains("bench-aio")));
+    assert_no_scratch(dir.path(), "bench-aio");
 }
 
 #[test]
@@ -478,9 +480,5 @@ fn apps_bench_runs_every_application_in_every_mode_and_the_fxmark_curves() {
         assert!(share > 0.0 && share < 1.0, "{c}");
     }
     // The scratch stores are gone.
-    assert!(std::fs::read_dir(dir.path()).unwrap().all(|e| !e
-        .unwrap()
-        .file_name()
-        .to_string_lossy()
-        .contains("bench-apps")));
+    assert_no_scratch(dir.path(), "bench-apps");
 }
