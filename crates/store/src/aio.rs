@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
-use switchyard_mover::{Detached, Direction, Hints};
+use switchyard_mover::{Detached, Hints};
 
 use crate::error::Errno;
 use crate::fs::{Access, Fd, Fs};
@@ -360,10 +360,7 @@ impl<'s> ReadFuture<'s> {
         };
         let mut parts = Vec::new();
         let buf = self.buf.as_mut_ptr();
-        let hints = Hints {
-            direction: Direction::FromSlow,
-            ..Hints::default()
-        };
+        let hints = Hints::read();
         for_each_run(pages, off, n, |done, len, at| match at {
             Some(at) => {
                 let src = store.pm_ptr(at, len as u64);

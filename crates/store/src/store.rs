@@ -960,15 +960,8 @@ impl Store {
                 // hold its read lock (writes go to fresh blocks under the write lock); (2)
                 // `buf[done..done + len]` is in bounds and exclusively ours.
                 unsafe {
-                    self.mover.copy_raw(
-                        buf.as_mut_ptr().add(done),
-                        src,
-                        len,
-                        Hints {
-                            direction: Direction::FromSlow,
-                            ..Hints::default()
-                        },
-                    )
+                    self.mover
+                        .copy_raw(buf.as_mut_ptr().add(done), src, len, Hints::read())
                 };
             }
             None => buf[done..done + len].fill(0),
@@ -1039,10 +1032,8 @@ impl Store {
         let old_size = inode.attr.size;
         // The commit's first fence drains these copies with the log entries.
         let hints = Hints {
-            direction: Direction::ToSlow,
-            durable: true,
             defer_fence: true,
-            ..Hints::default()
+            ..Hints::write()
         };
         // Fill the new blocks: whole pages straight from `data`, edge pages assembled from
         // the old page (or zeros) and the new bytes.
