@@ -218,8 +218,8 @@ impl Run {
     }
 
     /// Share of wall time the (one) sync worker spent in store calls.
-    pub fn io_share(&self, workers: usize) -> f64 {
-        self.io_s / (self.wall_s * workers as f64)
+    pub fn io_share(&self) -> f64 {
+        self.io_s / self.wall_s
     }
 
     /// Share of the copied bytes that `part` of them are (0 when nothing was copied).

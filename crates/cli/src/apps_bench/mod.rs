@@ -344,7 +344,7 @@ pub fn run(a: &AppsArgs) -> anyhow::Result<()> {
                     max_workers,
                 )?);
                 for &workers in &a.workers {
-                    let got = rotated(2, rounds, |m| {
+                    let got = rotated(Mode::BOTH.len(), rounds, |m| {
                         let r = harness::run(&fx, &store.fs, Mode::BOTH[m], workers);
                         bar.inc(1);
                         r
@@ -396,7 +396,7 @@ struct Compare<'a> {
 }
 
 impl Compare<'_> {
-    /// Runs `app` in both modes for `rounds` rounds; each mode's medians, and the comparison.
+    /// Runs `app` in every mode for `rounds` rounds; each mode's medians, and the comparisons.
     fn run<A: App>(&self, name: AppName, app: A) -> anyhow::Result<(Vec<AppRecord>, Comparison)> {
         let (fs, tasks, rounds, bar) = (self.fs, self.tasks, self.rounds, self.bar);
         let app = Arc::new(app);
@@ -430,7 +430,7 @@ impl Compare<'_> {
                 p50_us: med(|r| r.lat(0.5)),
                 p99_us: med(|r| r.lat(0.99)),
                 cpu_s_per_gib: med(|r| r.cpu_s_per_gib()),
-                io_share: (mode == Mode::Sync).then(|| med(|r| r.io_share(1))),
+                io_share: (mode == Mode::Sync).then(|| med(|r| r.io_share())),
                 engine_share: med(|r| r.copy_share(r.engine_bytes)),
                 helped_share: med(|r| r.copy_share(r.helped_bytes)),
             });
