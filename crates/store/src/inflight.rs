@@ -7,8 +7,8 @@
 //! checks the pending write by sequence number (the engine channel's completion record against
 //! the batch's position) and, if the copy is finished, settles it (collects the outcome,
 //! repairs a partial completion, clears its hole in the durable record). If it is not finished
-//! a synchronous caller helps and waits (the engine finishes it without anyone's help, so this
-//! cannot deadlock); an asynchronous caller drops the lock and yields until it is.
+//! a synchronous caller waits (the engine finishes every copy on its own, so this cannot
+//! deadlock); an asynchronous caller drops the lock and yields until it is.
 //!
 //! Reads leave nothing on the inode: they never block later writes. Writes are copy-on-write,
 //! so a later write never touches blocks an unfinished read copies from — but it frees the
@@ -21,10 +21,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use parking_lot::Mutex;
 use switchyard_mover::Detached;
 
-/// One engine copy of an asynchronous write: the channel and position its log entry names
-/// (`None` when it records nothing durably because the write was ordered), and the copy.
+/// One engine copy of an orderless write: the channel and position its log entry names, and
+/// the copy.
 pub(crate) struct Part {
-    pub(crate) recorded: Option<(usize, u64)>,
+    pub(crate) recorded: (usize, u64),
     pub(crate) copy: Detached,
     /// When the copy should finish ([`switchyard_rt::expected_finish`]).
     pub(crate) expected_ns: u64,

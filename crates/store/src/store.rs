@@ -679,9 +679,8 @@ impl Store {
             if report.repaired_bytes > 0 {
                 // The repair's flushed lines become durable before the hole goes.
                 self.pm.fence();
-                if let Some((c, pos)) = part.recorded {
-                    self.records[c].clear_hole(&self.pm.persist(), pos);
-                }
+                let (c, pos) = part.recorded;
+                self.records[c].clear_hole(&self.pm.persist(), pos);
             }
             parts.pop();
         }
@@ -689,7 +688,8 @@ impl Store {
         true
     }
 
-    /// Blocks until `p` is settled, helping: the engine finishes every copy by itself.
+    /// Blocks until `p` is settled (spinning, then yielding): the engine finishes every copy on
+    /// its own, so this cannot deadlock.
     pub(crate) fn wait_settled(&self, p: &PendingWrite) {
         let mut spins = 0u32;
         while !self.try_settle(p) {
@@ -1085,7 +1085,7 @@ impl Store {
                                     });
                                 }
                                 parts.push(Part {
-                                    recorded: Some((channel, position)),
+                                    recorded: (channel, position),
                                     copy: t.detach(),
                                     expected_ns: switchyard_rt::expected_finish(
                                         &self.mover,
@@ -1144,7 +1144,7 @@ impl Store {
         if parts.is_empty() {
             self.maybe_compact(inode);
         } else {
-            let seqs = parts.iter().filter_map(|p| p.recorded).collect();
+            let seqs = parts.iter().map(|p| p.recorded).collect();
             inode.pending = Some(Arc::new(PendingWrite::new(parts, seqs)));
         }
         Ok(data.len())
