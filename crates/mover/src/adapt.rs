@@ -26,7 +26,9 @@
 //! down when the engine recovers, one in [`EXPLORE`] requests between the tuned threshold and
 //! the raised one is offloaded anyway (counted as `explored`); below the tuned threshold the
 //! engine's estimate stays at the profile's value, so an engine faster than profiled is not
-//! discovered there.
+//! discovered there. Likewise one in [`EXPLORE`] splits whose share from the estimates rounds to
+//! nothing is split anyway with [`EXPLORE_SHARE`] to the engine, so that no estimate can switch
+//! splitting off for good.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -55,6 +57,8 @@ pub const DEADBAND: f64 = 0.05;
 /// One in this many requests between a direction's tuned threshold and its raised one is
 /// offloaded anyway, to keep the engine's estimates of those sizes live.
 pub const EXPLORE: u32 = 32;
+/// The engine's share of an exploring split (see [`Adapt::explore_split`]).
+pub const EXPLORE_SHARE: f64 = 0.25;
 /// Sampled copies per thread between two looks at the clock.
 const TICKS: u32 = 8;
 /// The directions the tuner profiles, and so the ones adapted.
@@ -116,6 +120,17 @@ struct DirState {
     /// Bins the thresholds are moved from the tuned ones.
     shift: i32,
     vote: Vote,
+}
+
+/// True once in [`EXPLORE`] calls on this thread.
+#[inline]
+fn one_in_explore() -> bool {
+    thread_local!(static SEEN: Cell<u32> = const { Cell::new(0) });
+    SEEN.with(|n| {
+        let v = n.get().wrapping_add(1);
+        n.set(v);
+        v % EXPLORE == 0
+    })
 }
 
 /// Consecutive epochs wishing for the same step.
@@ -252,15 +267,16 @@ impl Adapt {
     /// thread's [`EXPLORE`]th such request.
     #[inline]
     pub(crate) fn explore(&self, dir: Direction, len: usize) -> bool {
-        if len < self.explore_from[dir.index()].load(Ordering::Relaxed) {
-            return false;
-        }
-        thread_local!(static SEEN: Cell<u32> = const { Cell::new(0) });
-        SEEN.with(|n| {
-            let v = n.get().wrapping_add(1);
-            n.set(v);
-            v % EXPLORE == 0
-        })
+        len >= self.explore_from[dir.index()].load(Ordering::Relaxed) && one_in_explore()
+    }
+
+    /// Whether this split, whose share from the estimates rounds to nothing, is one to split
+    /// anyway with [`EXPLORE_SHARE`] to the engine: this thread's [`EXPLORE`]th such split.
+    /// Without it a start-up estimate that grew past every split's size (a preempted worker)
+    /// would never be sampled again, and splitting would stay off for good.
+    #[inline]
+    pub(crate) fn explore_split(&self) -> bool {
+        one_in_explore()
     }
 
     /// Threads that copied through the mover during the last epoch (0 before the first).

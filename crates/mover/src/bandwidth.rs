@@ -45,6 +45,10 @@ pub fn sample_cpu_copy(len: usize) -> bool {
 /// Number of size bins: 16 KiB, 32 KiB, … , ≥ 2 MiB.
 pub const BINS: usize = 8;
 const ALPHA: f64 = 0.125;
+/// A sample counts as at most this factor above or below the current value (winsorizing), so
+/// an outlier — an engine worker preempted for a scheduler time slice, a copy interrupted by a
+/// page fault — moves an estimate by a bounded step instead of by orders of magnitude.
+pub const OUTLIER_FACTOR: f64 = 4.0;
 
 /// One EWMA.
 #[derive(Debug)]
@@ -67,10 +71,13 @@ impl Ewma {
         }
     }
 
-    /// Folds in a sample.
+    /// Folds in a sample, first clamped to within [`OUTLIER_FACTOR`] of the current value: one
+    /// sample moves the estimate by at most `ALPHA · (OUTLIER_FACTOR − 1)` of itself, however far
+    /// off it is, while a lasting change is still followed within tens of samples.
     pub fn update(&self, sample: f64) {
         if sample.is_finite() && sample > 0.0 {
             let old = self.get();
+            let sample = sample.clamp(old / OUTLIER_FACTOR, old * OUTLIER_FACTOR);
             self.0
                 .store((old + ALPHA * (sample - old)).to_bits(), Ordering::Relaxed);
         }
@@ -171,5 +178,38 @@ mod tests {
         let fast_engine = bw.engine_share(Direction::FromSlow, l, 4096);
         assert!(fast_engine > l * 2 / 3, "{fast_engine}");
         assert_eq!(fast_engine % 4096, 0);
+    }
+
+    /// A worker preempted for a time slice once made the start-up delay 300 µs (from 300 ns)
+    /// and kept splits off for the rest of the run: an outlier moves an estimate a bounded
+    /// step, and ordinary samples bring it back.
+    #[test]
+    fn an_outlier_moves_an_estimate_a_bounded_step() {
+        let e = Ewma::new(300.0);
+        e.update(4_000_000.0);
+        let bound = 300.0 * (1.0 + ALPHA * (OUTLIER_FACTOR - 1.0));
+        assert!((e.get() - bound).abs() < 1e-9, "{}", e.get());
+        for _ in 0..5 {
+            e.update(4_000_000.0);
+        }
+        assert!(
+            e.get() < 300.0 * 8.0,
+            "six time slices in a row: {}",
+            e.get()
+        );
+        for _ in 0..60 {
+            e.update(300.0);
+        }
+        assert!(
+            e.get() < 330.0,
+            "ordinary samples bring it back: {}",
+            e.get()
+        );
+        e.update(0.001);
+        assert!(
+            e.get() > 300.0 * 0.85,
+            "a bandwidth sample from a stalled copy: {}",
+            e.get()
+        );
     }
 }

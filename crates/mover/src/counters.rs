@@ -60,7 +60,7 @@ counters! {
     writer_waits: "CPU writes that waited for the slow-memory writer cap.",
     threshold_raised: "Online adaptation raised a direction's thresholds one size bin (live estimates made offloading worse than the profile said).",
     threshold_lowered: "Online adaptation lowered a direction's thresholds one size bin (live estimates made offloading better than the profile said).",
-    explored: "Requests below a raised threshold offloaded anyway, to keep the engine's estimates live.",
+    explored: "Requests offloaded or split although the estimates said not to (below a raised threshold, or a split share that rounds to nothing), to keep the engine's estimates live.",
     split_nudges: "Epochs in which online adaptation moved the estimates a split's ratio comes from.",
 }
 

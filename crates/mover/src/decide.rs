@@ -2,6 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
+use crate::adapt::EXPLORE_SHARE;
 use crate::config::Policy;
 use crate::counters::Counter;
 use crate::hints::{Direction, Hints};
@@ -136,12 +137,21 @@ impl Mover {
         let body = len - head;
         if sync && self.split && hints.direction != Direction::Dram && body >= self.split_min_bytes
         {
+            let share = |s: f64| (body as f64 * s) as usize / 4096 * 4096;
             let engine_bytes = if self.split_share > 0.0 {
-                (body as f64 * self.split_share) as usize / 4096 * 4096
+                share(self.split_share)
             } else {
-                self.adapt
+                match self
+                    .adapt
                     .split_estimates()
                     .engine_share(hints.direction, body, 4096)
+                {
+                    n if n < 4096 && self.adapt.explore_split() => {
+                        self.counters.add(Counter::explored, 1);
+                        share(EXPLORE_SHARE)
+                    }
+                    n => n,
+                }
             };
             if engine_bytes < 4096 {
                 self.inflight.fetch_sub(1, Ordering::Release);

@@ -362,3 +362,41 @@ fn threads_that_copied_in_the_last_epoch_keep_bulk_on_the_cpu() {
         crowded.fallback_busy_cores
     );
 }
+
+/// A start-up estimate so large that every split's engine share rounds to nothing (a profile
+/// taken while the worker was preempted, or live samples from such a time) used to switch
+/// splitting off for good: no split, so no sample that could correct it. One in EXPLORE such
+/// splits is split anyway, and the live estimate comes back to what the engine really does.
+#[test]
+fn splits_are_explored_when_the_estimates_rule_them_out() {
+    let m = mover(Policy::Auto, FaultPlan::default(), |c| {
+        let mut p = optimistic_profile(c);
+        for s in &mut p.startup {
+            s.ns = 10_000_000.0;
+        }
+        p.apply(c);
+        c.applied_profile = Some(Arc::new(p));
+    });
+    let startup = |m: &Mover| m.bandwidth().of(Direction::FromSlow).startup_ns.get();
+    assert_eq!(startup(&m), 10_000_000.0);
+    let src = data(256 << 10, 3);
+    let mut dst = vec![0u8; 256 << 10];
+    // About 50 ordinary samples suffice; a worker preempted by other tests' threads delays
+    // some, so the loop runs until the estimate is back, with a generous bound.
+    let t = std::time::Instant::now();
+    while startup(&m) >= 100_000.0 && t.elapsed() < std::time::Duration::from_secs(60) {
+        m.copy(&mut dst, &src, Hints::read()).unwrap();
+        assert_eq!(dst, src);
+    }
+    let s = m.stats();
+    assert!(
+        startup(&m) < 100_000.0,
+        "the live start-up delay follows the engine: {} ns, {s:?}",
+        startup(&m)
+    );
+    assert!(s.explored > 0 && s.split_requests >= s.explored, "{s:?}");
+    assert!(
+        s.cpu_requests >= s.explored * (switchyard_mover::adapt::EXPLORE as u64 - 1),
+        "only one in EXPLORE is explored: {s:?}"
+    );
+}
