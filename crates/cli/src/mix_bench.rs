@@ -15,7 +15,8 @@
 //! on these policies over one shared engine: `cpu` (CPU only), `engine` (engine only),
 //! `default` (built-in thresholds), `tuned` (the engine profile, adapted online as the mover
 //! runs), `fixed` (the same profile held fixed: the steady-state cost of adaptation is
-//! `tuned` ÷ `fixed`), and for `bulk` and `mixed` the steps of Fastmove's Fig. 11 breakdown:
+//! `tuned` ÷ `fixed`), `cpu_again` (a second cpu-only mover: the A/A control, whose ratio to
+//! `cpu` shows how far noise alone moves a ratio), and for `bulk` and `mixed` the steps of Fastmove's Fig. 11 breakdown:
 //! `limit` (offload everything, concurrency limit M from the profile, no split) and
 //! `thresholds` (plus the profile's thresholds, no split); `tuned` adds the split and
 //! adaptation. Each policy's mover lives for the whole run, as a long-running one would.
@@ -68,6 +69,9 @@ pub struct MixArgs {
     /// Comma-separated caller thread counts (default 1 and the number of cores).
     #[arg(long, value_delimiter = ',')]
     threads: Vec<usize>,
+    /// Comma-separated workloads to run (default all): bulk, mixed, tpcc, fileserver, graph.
+    #[arg(long, value_delimiter = ',')]
+    workloads: Vec<String>,
     /// Rounds per case (default 9; 5 with --quick).
     #[arg(long)]
     rounds: Option<usize>,
@@ -189,6 +193,10 @@ struct Record {
     tuned_vs_default: f64,
     /// Median per-round tuned (adapting) ÷ fixed (the same profile held fixed).
     tuned_vs_fixed: f64,
+    /// The A/A control: median per-round `cpu_again` (a second cpu-only mover, measured in
+    /// the same rounds) ÷ `cpu`. The two are the same system, so its distance from 1 is how
+    /// far this case's ratios move by noise alone.
+    a_a: f64,
     grid: Option<Grid>,
 }
 
@@ -206,6 +214,8 @@ struct Summary {
     tuned_vs_fixed_median: f64,
     /// Worst tuned ÷ fixed.
     tuned_vs_fixed_min: Option<(f64, String)>,
+    /// The A/A control farthest from 1 over Table 1's mixes.
+    table1_a_a_widest: Option<(f64, String)>,
     /// What adaptation did to the tuned mover over the run: thresholds raised and lowered a
     /// bin, epochs that moved the split's estimates.
     adaptation: (u64, u64, u64),
@@ -277,6 +287,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
             "default",
             "tuned",
             "fixed",
+            "cpu_again",
             "limit",
             "thresholds",
         ],
@@ -286,6 +297,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
             with(&base, &|_| {}),
             with(&tuned_cfg, &|_| {}),
             with(&tuned_cfg, &|c| c.mover.adapt = false),
+            with(&base, &|c| c.mover.policy = Policy::Cpu),
             with(&tuned_cfg, &|c| {
                 c.mover.thresholds = Thresholds::all(0);
                 c.mover.split = false;
@@ -298,7 +310,19 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         ],
     };
 
-    let workloads = workloads();
+    let workloads: Vec<Workload> = workloads()
+        .into_iter()
+        .filter(|w| a.workloads.is_empty() || a.workloads.iter().any(|n| n == w.name))
+        .collect();
+    if let Some(n) = a
+        .workloads
+        .iter()
+        .find(|n| !workloads.iter().any(|w| w.name == n.as_str()))
+    {
+        anyhow::bail!(
+            "no workload named {n:?} (the workloads: bulk, mixed, tpcc, fileserver, graph)"
+        );
+    }
     let bar = indicatif::ProgressBar::new((workloads.len() * threads.len()) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cases {msg} ({eta} left)")
@@ -332,7 +356,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         let dname = w.dir.name();
         bar.set_message(format!("{} {dname} ×{t}", w.name));
         let breakdown = !w.table1;
-        let n = if breakdown { 7 } else { 5 };
+        let n = if breakdown { 8 } else { 6 };
         let got = Rounds::run(n, rounds, |i| Ok(measure(&policies.movers[i], w, t)))?;
         let grid = if a.grid && breakdown {
             Some(grid(w, t, &tuned_cfg, &base, &engine, rounds, &measure)?)
@@ -354,6 +378,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
             tuned_vs_engine: got.ratio(3, 1),
             tuned_vs_default: got.ratio(3, 2),
             tuned_vs_fixed: got.ratio(3, 4),
+            a_a: got.ratio(5, 0),
             grid,
         });
         bar.inc(1);
@@ -376,6 +401,11 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
             &mut records.iter().map(|r| r.tuned_vs_fixed).collect::<Vec<_>>(),
         ),
         tuned_vs_fixed_min: worst(&|r| Some(r.tuned_vs_fixed)),
+        table1_a_a_widest: records
+            .iter()
+            .filter(|r| r.table1)
+            .map(|r| (r.a_a, label(r)))
+            .max_by(|a, b| (a.0 - 1.0).abs().total_cmp(&(b.0 - 1.0).abs())),
         adaptation: {
             let s = policies.movers[3].stats();
             (s.threshold_raised, s.threshold_lowered, s.split_nudges)
@@ -458,7 +488,7 @@ fn grid(
 
 fn print_table(records: &[Record], s: &Summary) {
     println!(
-        "{:<22} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9}",
+        "{:<22} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>9}",
         "workload",
         "thr",
         "cpu",
@@ -468,13 +498,14 @@ fn print_table(records: &[Record], s: &Summary) {
         "÷cpu",
         "÷engine",
         "÷default",
+        "A/A",
         "grid best",
         "÷best"
     );
     for r in records {
         let g = |name: &str| r.gib_s.iter().find(|x| x.0 == name).map_or(0.0, |x| x.1);
         println!(
-            "{:<22} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.3} {:>8.3} {:>8.3} {:>8} {:>9}",
+            "{:<22} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.3} {:>8.3} {:>8.3} {:>7.3} {:>8} {:>9}",
             format!("{} {}", r.workload, r.direction),
             r.threads,
             g("cpu"),
@@ -484,6 +515,7 @@ fn print_table(records: &[Record], s: &Summary) {
             r.tuned_vs_cpu,
             r.tuned_vs_engine,
             r.tuned_vs_default,
+            r.a_a,
             r.grid
                 .as_ref()
                 .map_or("-".into(), |g| format!("{:.2}", g.best_gib_s)),
@@ -492,7 +524,9 @@ fn print_table(records: &[Record], s: &Summary) {
                 .map_or("-".into(), |g| format!("{:.3}", g.tuned_vs_best)),
         );
     }
-    println!("(GiB/s; ratios are medians of per-round ratios)");
+    println!(
+        "(GiB/s; ratios are medians of per-round ratios; A/A: a second cpu-only mover ÷ cpu-only)"
+    );
     println!();
     println!("tuned profile: {}", s.profile);
     if let Some((v, at)) = &s.table1_tuned_vs_cpu_min {
@@ -503,6 +537,12 @@ fn print_table(records: &[Record], s: &Summary) {
     }
     if let Some((v, at)) = &s.grid_tuned_vs_best_min {
         println!("bulk and mixed, tuned ÷ the grid's best: worst {v:.3} at {at} (target ≥ 0.95)");
+    }
+    if let Some((v, at)) = &s.table1_a_a_widest {
+        println!(
+            "A/A control, a second cpu-only mover ÷ cpu-only: farthest from 1 at {v:.3} ({at}); \
+             ratios within that of 1.0 are noise"
+        );
     }
     if let Some((v, at)) = &s.tuned_vs_fixed_min {
         println!(

@@ -34,6 +34,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+use crossbeam_utils::CachePadded;
+
 use switchyard_engine::clock;
 
 use crate::bandwidth::{Bandwidth, DirectionEstimates, Ewma, BINS, MIN_SAMPLED};
@@ -86,6 +88,8 @@ pub(crate) struct Adapt {
     thresholds: [[[AtomicUsize; 2]; 2]; 3],
     /// Per direction, the smallest threshold in effect.
     min_threshold: [AtomicUsize; 3],
+    /// Per direction: see [`Adapt::cpu_below`].
+    cpu_below: CachePadded<[AtomicUsize; 3]>,
     /// The configured (tuned) thresholds, which shifts are relative to.
     base: [[[usize; 2]; 2]; 3],
     /// Per direction: while its thresholds are raised, the smallest tuned one (requests from
@@ -215,6 +219,13 @@ impl Adapt {
             thresholds: base.map(|d| d.map(|r| r.map(AtomicUsize::new))),
             min_threshold: base
                 .map(|d| AtomicUsize::new(d.iter().flatten().copied().min().unwrap_or(0))),
+            cpu_below: CachePadded::new(base.map(|d| {
+                AtomicUsize::new(if settings.epochs {
+                    d.iter().flatten().copied().min().unwrap_or(0)
+                } else {
+                    0
+                })
+            })),
             base,
             explore_from: std::array::from_fn(|_| AtomicUsize::new(usize::MAX)),
             split,
@@ -277,6 +288,15 @@ impl Adapt {
     #[inline]
     pub(crate) fn explore_split(&self) -> bool {
         one_in_explore()
+    }
+
+    /// Requests of `dir` shorter than this go to the CPU whatever else holds: below every
+    /// threshold in effect and not ones that could be explored. 0 unless the mover schedules
+    /// (policy `auto`). One cache line serves every direction, so that the common small
+    /// request reads one line of scheduler state after its previous copy evicted the rest.
+    #[inline]
+    pub(crate) fn cpu_below(&self, dir: Direction) -> usize {
+        self.cpu_below[dir.index()].load(Ordering::Relaxed)
     }
 
     /// Threads that copied through the mover during the last epoch (0 before the first).
@@ -405,6 +425,9 @@ impl Adapt {
             .min()
             .unwrap_or(0);
         self.min_threshold[d.index()].store(min, Ordering::Relaxed);
+        if self.settings.epochs {
+            self.cpu_below[d.index()].store(min.min(explore), Ordering::Relaxed);
+        }
     }
 }
 
@@ -600,6 +623,11 @@ mod tests {
             .filter(|_| a.explore(Direction::FromSlow, 256 << 10))
             .count();
         assert_eq!(explored, 10, "one in EXPLORE between tuned and raised");
+        assert_eq!(
+            a.cpu_below(Direction::FromSlow),
+            256 << 10,
+            "requests that may be explored are not short-cut to the CPU"
+        );
         assert!(!(0..EXPLORE).any(|_| a.explore(Direction::ToSlow, 1 << 30)));
         // The engine recovers (as exploring measures it): back to the tuned threshold.
         epochs(&a, &prior, &c, 100);
@@ -612,7 +640,29 @@ mod tests {
         assert_eq!(c.snapshot().threshold_raised, MAX_SHIFT as u64);
         assert_eq!(a.threshold(Direction::ToSlow, false, false), NEVER);
         assert_eq!(a.min_threshold(Direction::FromSlow), 256 << 10, "recovered");
+        assert_eq!(a.cpu_below(Direction::FromSlow), 256 << 10);
+        assert_eq!(a.cpu_below(Direction::ToSlow), NEVER);
         assert_eq!(a.min_threshold(Direction::ToSlow), NEVER);
+    }
+
+    /// Requests below every threshold take the short cut to the CPU only when the mover
+    /// schedules; with a fixed policy the short cut is closed.
+    #[test]
+    fn the_cpu_short_cut_is_the_smallest_threshold_and_only_when_scheduling() {
+        let a = Adapt::new(&tuned(), &profiled(), settings());
+        assert_eq!(a.cpu_below(Direction::FromSlow), 256 << 10);
+        assert_eq!(a.cpu_below(Direction::ToSlow), NEVER);
+        let fixed = Adapt::new(
+            &tuned(),
+            &profiled(),
+            Settings {
+                epochs: false,
+                ..settings()
+            },
+        );
+        for d in [Direction::ToSlow, Direction::FromSlow, Direction::Dram] {
+            assert_eq!(fixed.cpu_below(d), 0);
+        }
     }
 
     /// An engine that starts far sooner than profiled makes splitting writes worth it:

@@ -76,6 +76,19 @@ impl Mover {
         len: usize,
         hints: Hints,
     ) -> Report {
+        if len < self.adapt.cpu_below(hints.direction) {
+            // The common small request: one line of scheduler state, the CPU path.
+            self.counters.add(Counter::below_threshold, 1);
+            self.counters.add(Counter::cpu_requests, 1);
+            // SAFETY: forwarded from this function's contract.
+            unsafe { self.cpu_copy(dst, src, len, &hints) };
+            return Report {
+                path: Path::Cpu,
+                engine_bytes: 0,
+                cpu_bytes: len,
+                repaired_bytes: 0,
+            };
+        }
         if self.policy == Policy::Auto
             && self.cores_shared
             && self.adapt.callers() > self.spare_cores
