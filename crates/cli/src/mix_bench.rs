@@ -20,7 +20,10 @@
 //! `limit` (offload everything, concurrency limit M from the profile, no split) and
 //! `thresholds` (plus the profile's thresholds, no split); `tuned` adds the split and
 //! adaptation. Each policy's mover lives for the whole run, as a long-running one would.
-//! Policies alternate in rotated rounds; ratios are medians of per-round ratios.
+//! Policies alternate in rotated rounds; ratios are medians of per-round ratios. Each case
+//! also reports the share of `tuned`'s bytes that the CPU copied: where it is (nearly) all,
+//! `tuned` made cpu-only's choice for every request, parity is its ceiling, and the summary
+//! reports those cases apart from the ones where it offloaded.
 //!
 //! With `--grid`, `bulk` and `mixed` also get an exhaustive grid over the threshold of their
 //! direction, M, the split share and the smallest split: every setting is screened once, then the best three are
@@ -79,6 +82,10 @@ pub struct MixArgs {
     #[arg(long)]
     slice_ms: Option<u64>,
 }
+
+/// A `tuned` mover that copied at least this share of a case's bytes on the CPU made
+/// cpu-only's choice throughout: the case is reported as a parity case.
+const PARITY_SHARE: f64 = 0.99;
 
 /// Pause before each slice: longer than an idle engine worker spins and lingers by default.
 const SETTLE: Duration = Duration::from_millis(2);
@@ -197,6 +204,9 @@ struct Record {
     /// the same rounds) ÷ `cpu`. The two are the same system, so its distance from 1 is how
     /// far this case's ratios move by noise alone.
     a_a: f64,
+    /// Share of the bytes the `tuned` mover moved in this case that the CPU copied: 1.0 means
+    /// it made cpu-only's choice for every request, so parity with cpu-only is its ceiling.
+    tuned_cpu_share: f64,
     grid: Option<Grid>,
 }
 
@@ -206,6 +216,12 @@ struct Summary {
     bench: &'static str,
     /// Worst tuned ÷ cpu over Table 1's mixes.
     table1_tuned_vs_cpu_min: Option<(f64, String)>,
+    /// Worst tuned ÷ cpu over Table 1's mixes where `tuned` offloaded (its CPU share below
+    /// [`PARITY_SHARE`]).
+    table1_offloaded_tuned_vs_cpu_min: Option<(f64, String)>,
+    /// The range of tuned ÷ cpu over Table 1's mixes where `tuned` copied (nearly) everything
+    /// on the CPU, as cpu-only does.
+    table1_parity_tuned_vs_cpu: Option<(f64, f64)>,
     /// Worst tuned ÷ engine over Table 1's mixes.
     table1_tuned_vs_engine_min: Option<(f64, String)>,
     /// Worst tuned ÷ the grid's best over bulk and mixed.
@@ -357,7 +373,11 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         bar.set_message(format!("{} {dname} ×{t}", w.name));
         let breakdown = !w.table1;
         let n = if breakdown { 8 } else { 6 };
+        let before = policies.movers[3].stats();
         let got = Rounds::run(n, rounds, |i| Ok(measure(&policies.movers[i], w, t)))?;
+        let after = policies.movers[3].stats();
+        let cpu = after.cpu_bytes - before.cpu_bytes;
+        let moved = cpu + after.engine_bytes - before.engine_bytes;
         let grid = if a.grid && breakdown {
             Some(grid(w, t, &tuned_cfg, &base, &engine, rounds, &measure)?)
         } else {
@@ -379,6 +399,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
             tuned_vs_default: got.ratio(3, 2),
             tuned_vs_fixed: got.ratio(3, 4),
             a_a: got.ratio(5, 0),
+            tuned_cpu_share: cpu as f64 / moved.max(1) as f64,
             grid,
         });
         bar.inc(1);
@@ -395,6 +416,18 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         summary: true,
         bench: "mix",
         table1_tuned_vs_cpu_min: worst(&|r| r.table1.then_some(r.tuned_vs_cpu)),
+        table1_offloaded_tuned_vs_cpu_min: worst(&|r| {
+            (r.table1 && r.tuned_cpu_share < PARITY_SHARE).then_some(r.tuned_vs_cpu)
+        }),
+        table1_parity_tuned_vs_cpu: {
+            let v: Vec<f64> = records
+                .iter()
+                .filter(|r| r.table1 && r.tuned_cpu_share >= PARITY_SHARE)
+                .map(|r| r.tuned_vs_cpu)
+                .collect();
+            let lo = v.iter().copied().reduce(f64::min);
+            lo.zip(v.iter().copied().reduce(f64::max))
+        },
         table1_tuned_vs_engine_min: worst(&|r| r.table1.then_some(r.tuned_vs_engine)),
         grid_tuned_vs_best_min: worst(&|r| r.grid.as_ref().map(|g| g.tuned_vs_best)),
         tuned_vs_fixed_median: median(
@@ -488,13 +521,14 @@ fn grid(
 
 fn print_table(records: &[Record], s: &Summary) {
     println!(
-        "{:<22} {:>5} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>8} {:>9}",
+        "{:<22} {:>5} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>7} {:>8} {:>9}",
         "workload",
         "thr",
         "cpu",
         "engine",
         "default",
         "tuned",
+        "CPU%",
         "÷cpu",
         "÷engine",
         "÷default",
@@ -505,13 +539,14 @@ fn print_table(records: &[Record], s: &Summary) {
     for r in records {
         let g = |name: &str| r.gib_s.iter().find(|x| x.0 == name).map_or(0.0, |x| x.1);
         println!(
-            "{:<22} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>8.3} {:>8.3} {:>8.3} {:>7.3} {:>8} {:>9}",
+            "{:<22} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>6.1} {:>8.3} {:>8.3} {:>8.3} {:>7.3} {:>8} {:>9}",
             format!("{} {}", r.workload, r.direction),
             r.threads,
             g("cpu"),
             g("engine"),
             g("default"),
             g("tuned"),
+            r.tuned_cpu_share * 100.0,
             r.tuned_vs_cpu,
             r.tuned_vs_engine,
             r.tuned_vs_default,
@@ -525,12 +560,22 @@ fn print_table(records: &[Record], s: &Summary) {
         );
     }
     println!(
-        "(GiB/s; ratios are medians of per-round ratios; A/A: a second cpu-only mover ÷ cpu-only)"
+        "(GiB/s; CPU%: share of tuned's bytes the CPU copied; ratios are medians of per-round \
+         ratios; A/A: a second cpu-only mover ÷ cpu-only)"
     );
     println!();
     println!("tuned profile: {}", s.profile);
     if let Some((v, at)) = &s.table1_tuned_vs_cpu_min {
         println!("Table 1 mixes, tuned ÷ cpu-only: worst {v:.3} at {at} (target ≥ 1.0)");
+    }
+    if let Some((v, at)) = &s.table1_offloaded_tuned_vs_cpu_min {
+        println!("  where tuned offloaded: worst {v:.3} at {at}");
+    }
+    if let Some((lo, hi)) = &s.table1_parity_tuned_vs_cpu {
+        println!(
+            "  where tuned copied ≥ {:.0}% of the bytes on the CPU, as cpu-only does: {lo:.3}–{hi:.3}",
+            PARITY_SHARE * 100.0
+        );
     }
     if let Some((v, at)) = &s.table1_tuned_vs_engine_min {
         println!("Table 1 mixes, tuned ÷ engine-only: worst {v:.3} at {at} (target ≥ 1.0)");

@@ -369,8 +369,11 @@ fn mix_bench_runs_every_workload_and_policy_and_the_grid() {
     for r in &lines[..9] {
         let policies = r["gib_s"].as_array().unwrap();
         let breakdown = matches!(r["workload"].as_str().unwrap(), "bulk" | "mixed");
-        assert_eq!(policies.len(), if breakdown { 7 } else { 5 }, "{r}");
+        assert_eq!(policies.len(), if breakdown { 8 } else { 6 }, "{r}");
         assert!(r["tuned_vs_fixed"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["a_a"].as_f64().unwrap() > 0.0, "{r}");
+        let share = r["tuned_cpu_share"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&share), "{r}");
         assert!(policies.iter().all(|p| p[1].as_f64().unwrap() > 0.0), "{r}");
         assert_eq!(r["grid"].is_object(), breakdown, "{r}");
         if breakdown {
@@ -379,6 +382,15 @@ fn mix_bench_runs_every_workload_and_policy_and_the_grid() {
     }
     let s = &lines[9];
     assert!(s["table1_tuned_vs_cpu_min"][0].as_f64().unwrap() > 0.0);
+    assert!(s["table1_a_a_widest"][0].as_f64().unwrap() > 0.0);
+    let (offloaded, parity) = (
+        &s["table1_offloaded_tuned_vs_cpu_min"],
+        &s["table1_parity_tuned_vs_cpu"],
+    );
+    assert!(
+        offloaded.is_array() || parity.is_array(),
+        "each Table 1 mix is either: {s}"
+    );
     assert!(s["grid_tuned_vs_best_min"][0].as_f64().unwrap() > 0.0);
     assert!(s["tuned_vs_fixed_median"].as_f64().unwrap() > 0.0);
     assert_eq!(s["adaptation"].as_array().unwrap().len(), 3);
