@@ -400,3 +400,41 @@ fn splits_are_explored_when_the_estimates_rule_them_out() {
         "only one in EXPLORE is explored: {s:?}"
     );
 }
+
+/// The two parts of a split share the memory bandwidth, so each runs slower than its path
+/// alone. CPU parts smaller than the smallest split once fed the CPU estimates of their own
+/// size bins, where the model compares whole requests: 32–64 KiB CPU copies looked slow, and
+/// adaptation sent 24 KiB reads to the engine. CPU parts now feed only the bins where
+/// requests are split.
+#[test]
+fn cpu_parts_of_splits_feed_only_the_bins_where_requests_are_split() {
+    use switchyard_mover::bandwidth::bin;
+    let m = mover(Policy::Auto, FaultPlan::default(), |_| {});
+    let cpu = |m: &Mover| -> Vec<f64> {
+        let e = m.bandwidth().of(Direction::FromSlow);
+        e.cpu.iter().map(|x| x.get()).collect()
+    };
+    let before = cpu(&m);
+    let src = data(256 << 10, 5);
+    let mut dst = vec![0u8; 256 << 10];
+    // 64 KiB reads split into a CPU part below 64 KiB (the engine's share is small while its
+    // start-up estimate is the neutral 5 µs); 256 KiB reads into parts above it.
+    for i in 0..800 {
+        let len = if i % 2 == 0 { 64 << 10 } else { 256 << 10 };
+        m.copy(&mut dst[..len], &src[..len], Hints::read()).unwrap();
+        assert_eq!(dst[..len], src[..len]);
+    }
+    let s = m.stats();
+    assert!(s.split_requests > 0, "{s:?}");
+    let after = cpu(&m);
+    let below = bin(64 << 10); // the test mover splits from 64 KiB
+    assert_eq!(
+        after[..below],
+        before[..below],
+        "bins below the smallest split"
+    );
+    assert!(
+        (below..after.len()).any(|b| after[b] != before[b]),
+        "bins where requests are split learn from the CPU parts: {after:?}"
+    );
+}
