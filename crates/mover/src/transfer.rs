@@ -148,18 +148,8 @@ impl Mover {
                 let cpu_from = if started.is_some() { engine_bytes } else { 0 };
                 let t = Instant::now();
                 // SAFETY: disjoint from the engine part, inside the caller's ranges.
-                unsafe {
-                    self.cpu_copy_timed(
-                        d.add(cpu_from),
-                        s.add(cpu_from),
-                        body - cpu_from,
-                        &hints,
-                        false,
-                    )
-                };
-                if self.samples_split_part(body - engine_bytes) {
-                    self.sample_cpu(hints.direction, body - engine_bytes, t);
-                }
+                unsafe { self.cpu_copy(d.add(cpu_from), s.add(cpu_from), body - cpu_from, &hints) };
+                self.sample_cpu(hints.direction, body - engine_bytes, t);
                 report.cpu_bytes += body - cpu_from;
                 self.counters
                     .add(Counter::split_cpu_bytes, (body - engine_bytes) as u64);
@@ -378,18 +368,6 @@ impl Mover {
             }
             std::thread::yield_now();
         }
-    }
-
-    /// Whether the CPU part of a split, `len` bytes, feeds the CPU estimate of its size bin.
-    /// The two parts run at once and share the memory bandwidth, so each is slower than its
-    /// path alone. Bins where requests are split want exactly that; bins below the smallest
-    /// split hold whole-request rates, which the adaptation's model compares (the CPU alone
-    /// against the engine alone). Fed with CPU parts, 32–64 KiB CPU copies looked slower than
-    /// they are and the read threshold came down until 24 KiB reads went to the engine
-    /// (`bench mix`, tpcc reads: 0.956× cpu-only). Engine parts still feed every bin: they
-    /// can only make offloading look worse, never send small requests to the engine.
-    fn samples_split_part(&self, len: usize) -> bool {
-        bin(len) >= bin(self.split_min_bytes)
     }
 
     fn sample_cpu(&self, dir: Direction, len: usize, since: Instant) {
