@@ -16,7 +16,8 @@
 //! `default` (built-in thresholds), `tuned` (the engine profile, adapted online as the mover
 //! runs), `fixed` (the same profile held fixed: the steady-state cost of adaptation is
 //! `tuned` ÷ `fixed`), `cpu_again` (a second cpu-only mover: the A/A control, whose ratio to
-//! `cpu` shows how far noise alone moves a ratio), and for `bulk` and `mixed` the steps of Fastmove's Fig. 11 breakdown:
+//! `cpu` shows how far noise alone moves a ratio), and for `bulk` and `mixed` the steps of
+//! Fastmove's Fig. 11 breakdown:
 //! `limit` (offload everything, concurrency limit M from the profile, no split) and
 //! `thresholds` (plus the profile's thresholds, no split); `tuned` adds the split and
 //! adaptation. Each policy's mover lives for the whole run, as a long-running one would.
@@ -249,6 +250,19 @@ struct Policies {
 
 /// Runs the benchmark.
 pub fn run(a: &MixArgs) -> anyhow::Result<()> {
+    let workloads: Vec<Workload> = workloads()
+        .into_iter()
+        .filter(|w| a.workloads.is_empty() || a.workloads.iter().any(|n| n == w.name))
+        .collect();
+    if let Some(n) = a
+        .workloads
+        .iter()
+        .find(|n| !workloads.iter().any(|w| w.name == n.as_str()))
+    {
+        anyhow::bail!(
+            "no workload named {n:?} (the workloads: bulk, mixed, tpcc, fileserver, graph)"
+        );
+    }
     let base = match &a.config {
         Some(p) => Config::load(p)?,
         None => Config::default(),
@@ -326,19 +340,6 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         ],
     };
 
-    let workloads: Vec<Workload> = workloads()
-        .into_iter()
-        .filter(|w| a.workloads.is_empty() || a.workloads.iter().any(|n| n == w.name))
-        .collect();
-    if let Some(n) = a
-        .workloads
-        .iter()
-        .find(|n| !workloads.iter().any(|w| w.name == n.as_str()))
-    {
-        anyhow::bail!(
-            "no workload named {n:?} (the workloads: bulk, mixed, tpcc, fileserver, graph)"
-        );
-    }
     let bar = indicatif::ProgressBar::new((workloads.len() * threads.len()) as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cases {msg} ({eta} left)")

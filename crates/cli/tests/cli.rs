@@ -400,6 +400,17 @@ fn mix_bench_runs_every_workload_and_policy_and_the_grid() {
     assert_no_scratch(d.path(), "bench-mix");
 }
 
+#[test]
+fn mix_bench_names_the_workloads_when_asked_for_an_unknown_one() {
+    let d = tempfile::tempdir().unwrap();
+    sy(d.path())
+        .args(["bench", "mix", "--workloads", "tpcc,oltp"])
+        .assert()
+        .failure()
+        .stderr(contains("no workload named \"oltp\"").and(contains("fileserver")));
+    assert_no_scratch(d.path(), "bench-mix");
+}
+
 /// Asserts that no entry of `dir` has `marker` in its name: a bench removed its scratch files.
 fn assert_no_scratch(dir: &std::path::Path, marker: &str) {
     let left: Vec<_> = std::fs::read_dir(dir)
