@@ -301,9 +301,20 @@ fn tune_finds_the_thresholds_writes_a_profile_and_commands_load_only_their_own()
     assert!(m["writer_scaling"].as_array().unwrap().len() >= 2);
     assert_eq!(m["nt"].as_array().unwrap().len(), 9);
     let p = &v["profile"];
-    assert_eq!(p["version"], 2);
+    assert_eq!(p["version"], 3);
     assert!(p["tuned"]["concurrency_limit"].as_u64().unwrap() >= 1);
     assert_eq!(p["bins"].as_array().unwrap().len(), 16);
+    // The engine's side is the rate while executing and the delay before it starts, as the
+    // mover's live estimates measure them: neither may be left at the neutral prior (8 B/ns,
+    // 5 µs) the estimates start from.
+    for b in p["bins"].as_array().unwrap() {
+        let g = b["engine_gib_s"].as_f64().unwrap();
+        assert!(g > 0.0 && (g * 1.073_741_824 - 8.0).abs() > 1e-9, "{b}");
+    }
+    for s in p["startup"].as_array().unwrap() {
+        let ns = s["ns"].as_f64().unwrap();
+        assert!(ns > 0.0 && ns != 5_000.0, "{s}");
+    }
     let t = &p["tuned"]["thresholds"]["from_slow"]["local_aligned"];
     assert!(t.as_u64().unwrap() >= 4096, "{t}");
 
@@ -338,6 +349,13 @@ fn tune_finds_the_thresholds_writes_a_profile_and_commands_load_only_their_own()
         .assert()
         .failure()
         .stderr(contains("format version 9"));
+    // So is an older one, with what to do about it.
+    std::fs::write(&profile, "version = 2\n").unwrap();
+    sy(d.path())
+        .args(["stat"])
+        .assert()
+        .failure()
+        .stderr(contains("format version 2").and(contains("run `switchyard tune`")));
 }
 
 #[test]

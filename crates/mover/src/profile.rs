@@ -7,7 +7,7 @@
 //! copied or stale profile cannot silently misconfigure the scheduler.
 //!
 //! ```toml
-//! version = 2
+//! version = 3
 //! [machine]
 //! cpu = "AMD EPYC 9B14"
 //! cores = 2
@@ -44,7 +44,7 @@ use crate::config::{Config, Thresholds};
 use crate::hints::Direction;
 
 /// The profile format this build reads and writes.
-pub const PROFILE_VERSION: u32 = 2;
+pub const PROFILE_VERSION: u32 = 3;
 
 /// A threshold that no request reaches: the engine never pays off on that path.
 pub const NEVER: usize = 1 << 40;
@@ -161,9 +161,11 @@ pub struct Bin {
     pub direction: String,
     /// Request size measured (the bin's lower bound).
     pub size: usize,
-    /// One thread, CPU path.
+    /// One thread, CPU path: requests of this size per second, as bytes.
     pub cpu_gib_s: f64,
-    /// One thread, engine path.
+    /// One thread, engine path: bandwidth while the engine executes a request of this size
+    /// (from its start to its completion), what the mover's live estimates track. Format
+    /// version 2 held an end-to-end rate here, start-up and completion included.
     pub engine_gib_s: f64,
 }
 
@@ -253,7 +255,8 @@ impl Profile {
             Some(n) if n == PROFILE_VERSION as i64 => {}
             Some(n) => {
                 return Err(parse(format!(
-                    "format version {n}; this build reads version {PROFILE_VERSION}"
+                    "format version {n}; this build reads version {PROFILE_VERSION} \
+                     (run `switchyard tune` to measure this machine again)"
                 )))
             }
             None => return Err(parse("no `version`: not a switchyard profile".into())),

@@ -32,6 +32,7 @@ use serde::Serialize;
 use switchyard_engine::Engine;
 use switchyard_media::Region;
 
+use crate::bandwidth;
 use crate::config::{Config, ConfigError, Locality, Policy, Thresholds};
 use crate::hints::Direction;
 use crate::lab::{median, rotated, Lab};
@@ -232,7 +233,7 @@ pub fn tune(
     let nt_sizes: Vec<usize> = (8..=16).map(|s| 1usize << s).collect();
     let dirs = [Direction::ToSlow, Direction::FromSlow];
     let total = dirs.len() * 2 * (sizes.len() + effort.bisect)
-        + dirs.len() * (bins.len() + 1)
+        + dirs.len() * bins.len()
         + 2 * max_callers
         + nt_sizes.len();
     let mut steps = Steps {
@@ -329,33 +330,38 @@ pub fn tune(
     let mut startup = Vec::new();
     for &dir in &dirs {
         let name = dir.name();
+        let mut starts = Vec::new();
         for &size in &bins {
-            let [cpu, eng, _] = paired(
+            // The engine's side is what the mover's live estimates track (bandwidth while
+            // executing, and the delay from submission to the start), read from the
+            // engine-only mover after each of its slices; the median over the rounds is kept.
+            // Online adaptation compares live estimates with these, so both must measure the
+            // same thing: end-to-end rates here (start-up and completion included) made every
+            // live sample look faster than profiled and pulled the thresholds down.
+            let live = paths.engine.bandwidth().of(dir);
+            let mut engine = Vec::with_capacity(rounds);
+            let [cpu, _, _] = paired(
                 rounds,
                 || lab.rate(&paths.cpu, dir, &[size], 1, 0, slice),
-                || lab.rate(&paths.engine, dir, &[size], 1, 0, slice),
+                || {
+                    let r = lab.rate(&paths.engine, dir, &[size], 1, 0, slice);
+                    engine.push(live.engine[bandwidth::bin(size)].get());
+                    starts.push(live.startup_ns.get());
+                    r
+                },
             );
             bin_out.push(Bin {
                 direction: name.to_string(),
                 size,
                 cpu_gib_s: cpu,
-                engine_gib_s: eng,
+                engine_gib_s: median(&mut engine) / 1.073_741_824,
             });
             steps.tick(&format!("bandwidth {name}"));
         }
-        // A 4 KiB engine request's time beyond moving 4 KiB at the smallest bin's bandwidth.
-        let small = median(
-            &mut (0..rounds)
-                .map(|_| lab.rate(&paths.engine, dir, &[4096], 1, 0, slice))
-                .collect::<Vec<_>>(),
-        );
-        let per_request_ns = 4096.0 / (small * 1.073_741_824);
-        let transfer_ns = 4096.0 / (bin_out.last().map_or(1.0, |b| b.engine_gib_s) * 1.073_741_824);
         startup.push(Startup {
             direction: name.to_string(),
-            ns: (per_request_ns - transfer_ns).max(1.0),
+            ns: median(&mut starts),
         });
-        steps.tick(&format!("start-up {name}"));
     }
 
     // 3. M, and 4. the CPU-writer cap.
