@@ -13,8 +13,10 @@
 //!    smallest size from which offloading wins (by [`WIN`]) at every larger size (a lone loss
 //!    between wins is measured once more, and the second measurement stands); bisection
 //!    between it and the size below narrows it. No win anywhere gives [`NEVER`].
-//! 2. **Per-bin bandwidths** of the CPU and the engine alone, 16 KiB to 2 MiB, one thread,
-//!    and the engine's start-up delay (a 4 KiB request's time beyond its transfer time).
+//! 2. **Per-bin bandwidths** of the CPU and the engine alone, 16 KiB to 2 MiB, one thread
+//!    (the CPU's per request; the engine's while it executes), and the engine's start-up
+//!    delay from submission to its start: the engine's side as the mover's live estimates
+//!    measure it, so that adaptation compares like with like.
 //! 3. **M**, the engine's saturation point: engine-only 64 KiB reads from 1 to N concurrent
 //!    callers; M is the fewest reaching [`SATURATED`] of the peak.
 //! 4. **The CPU-writer cap**: CPU-only durable 64 KiB writes from 1 to N threads; the cap is the
