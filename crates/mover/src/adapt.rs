@@ -59,7 +59,8 @@ pub const DEADBAND: f64 = 0.05;
 /// One in this many requests between a direction's tuned threshold and its raised one is
 /// offloaded anyway, to keep the engine's estimates of those sizes live.
 pub const EXPLORE: u32 = 32;
-/// The engine's share of an exploring split (see [`Adapt::explore_split`]).
+/// The engine's share of a split made although the estimates gave the engine none: one in
+/// [`EXPLORE`] such splits, so that the engine's estimates stay live.
 pub const EXPLORE_SHARE: f64 = 0.25;
 /// Sampled copies per thread between two looks at the clock.
 const TICKS: u32 = 8;
