@@ -53,14 +53,43 @@ impl Rounds {
 
     /// Median over rounds of system `a`'s GiB/s ÷ system `b`'s in the same round.
     pub fn ratio(&self, a: usize, b: usize) -> f64 {
-        median(
-            &mut self.0[a]
-                .iter()
-                .zip(&self.0[b])
-                .map(|(x, y)| x.gib_s / y.gib_s)
-                .collect::<Vec<_>>(),
-        )
+        median(&mut self.ratios(a, b))
     }
+
+    /// A confidence interval of at least 95% for the median of [`Rounds::ratio`]'s per-round
+    /// ratios ([`median_interval`]).
+    pub fn ratio_interval(&self, a: usize, b: usize) -> (f64, f64) {
+        median_interval(&mut self.ratios(a, b))
+    }
+
+    fn ratios(&self, a: usize, b: usize) -> Vec<f64> {
+        self.0[a]
+            .iter()
+            .zip(&self.0[b])
+            .map(|(x, y)| x.gib_s / y.gib_s)
+            .collect()
+    }
+}
+
+/// A distribution-free confidence interval of at least 95% for the median of the population
+/// `v` (not empty) was drawn from: the k-th smallest and k-th largest values, k the largest
+/// with P(Binomial(n, ½) < k) ≤ 2.5% (21 rounds: the 6th and 16th of 21). Assumes only
+/// independent rounds; with fewer than 6 values no such k exists and it is the whole range.
+pub fn median_interval(v: &mut [f64]) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    // P(B < k) for B ~ Binomial(n, ½), summed term by term.
+    let mut below = 0.0;
+    let mut term = 0.5f64.powi(n as i32); // P(B = 0)
+    let mut k = 0;
+    while k < n / 2 && below + term <= 0.025 {
+        below += term;
+        term *= (n - k) as f64 / (k + 1) as f64;
+        k += 1;
+    }
+    // The k-th smallest and k-th largest (1-based); k = 0 or 1: the whole range.
+    let k = k.max(1);
+    (v[k - 1], v[n - k])
 }
 
 /// Where a benchmark puts its scratch files: `dir` if given, else /dev/shm when it exists
@@ -207,6 +236,21 @@ mod tests {
 30 24 0:27 / /dev/shm rw,relatime - ramfs none rw
 31 27 0:28 / /mnt/my\\040disk rw - xfs /dev/sdb rw
 ";
+
+    #[test]
+    fn the_median_interval_takes_the_binomial_order_statistics() {
+        let mut v: Vec<f64> = (1..=21).rev().map(f64::from).collect();
+        assert_eq!(median_interval(&mut v), (6.0, 16.0));
+        let mut v: Vec<f64> = (1..=9).map(f64::from).collect();
+        assert_eq!(median_interval(&mut v), (2.0, 8.0));
+        let mut v = vec![3.0, 1.0, 2.0, 5.0, 4.0];
+        assert_eq!(
+            median_interval(&mut v),
+            (1.0, 5.0),
+            "too few rounds: the range"
+        );
+        assert_eq!(median_interval(&mut [7.0]), (7.0, 7.0));
+    }
 
     #[test]
     fn the_file_system_is_the_deepest_latest_mount_above_the_path() {

@@ -197,6 +197,9 @@ struct Record {
     /// Policy name → CPU seconds (all threads, engine workers included) per GiB moved.
     cpu_s_per_gib: Vec<(&'static str, f64)>,
     tuned_vs_cpu: f64,
+    /// A confidence interval of at least 95% for the median of the per-round tuned ÷ cpu
+    /// ratios (distribution-free: order statistics of the rounds).
+    tuned_vs_cpu_interval: (f64, f64),
     tuned_vs_engine: f64,
     tuned_vs_default: f64,
     /// Median per-round tuned (adapting) ÷ fixed (the same profile held fixed).
@@ -223,6 +226,9 @@ struct Summary {
     /// The range of tuned ÷ cpu over Table 1's mixes where `tuned` copied (nearly) everything
     /// on the CPU, as cpu-only does.
     table1_parity_tuned_vs_cpu: Option<(f64, f64)>,
+    /// Table 1's mixes where tuned is slower than cpu-only beyond noise: the whole interval
+    /// of the median ratio lies below 1.0.
+    table1_slower_than_cpu: Vec<String>,
     /// Worst tuned ÷ engine over Table 1's mixes.
     table1_tuned_vs_engine_min: Option<(f64, String)>,
     /// Worst tuned ÷ the grid's best over bulk and mixed.
@@ -396,6 +402,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
                 .map(|i| (policies.names[i], got.cpu_s_per_gib(i).expect("measured")))
                 .collect(),
             tuned_vs_cpu: got.ratio(3, 0),
+            tuned_vs_cpu_interval: got.ratio_interval(3, 0),
             tuned_vs_engine: got.ratio(3, 1),
             tuned_vs_default: got.ratio(3, 2),
             tuned_vs_fixed: got.ratio(3, 4),
@@ -429,6 +436,14 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
             let lo = v.iter().copied().reduce(f64::min);
             lo.zip(v.iter().copied().reduce(f64::max))
         },
+        table1_slower_than_cpu: records
+            .iter()
+            .filter(|r| r.table1 && r.tuned_vs_cpu_interval.1 < 1.0)
+            .map(|r| {
+                let (lo, hi) = r.tuned_vs_cpu_interval;
+                format!("{} ({lo:.3}–{hi:.3})", label(r))
+            })
+            .collect(),
         table1_tuned_vs_engine_min: worst(&|r| r.table1.then_some(r.tuned_vs_engine)),
         grid_tuned_vs_best_min: worst(&|r| r.grid.as_ref().map(|g| g.tuned_vs_best)),
         tuned_vs_fixed_median: median(
@@ -576,6 +591,17 @@ fn print_table(records: &[Record], s: &Summary) {
         println!(
             "  where tuned copied ≥ {:.0}% of the bytes on the CPU, as cpu-only does: {lo:.3}–{hi:.3}",
             PARITY_SHARE * 100.0
+        );
+    }
+    if s.table1_tuned_vs_cpu_min.is_some() {
+        println!(
+            "  slower than cpu-only beyond noise (the 95% interval of the median ratio below 1.0): \
+             {}",
+            if s.table1_slower_than_cpu.is_empty() {
+                "none".to_string()
+            } else {
+                s.table1_slower_than_cpu.join(", ")
+            }
         );
     }
     if let Some((v, at)) = &s.table1_tuned_vs_engine_min {

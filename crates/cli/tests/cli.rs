@@ -390,6 +390,12 @@ fn mix_bench_runs_every_workload_and_policy_and_the_grid() {
         assert_eq!(policies.len(), if breakdown { 8 } else { 6 }, "{r}");
         assert!(r["tuned_vs_fixed"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["a_a"].as_f64().unwrap() > 0.0, "{r}");
+        let (lo, hi) = (
+            r["tuned_vs_cpu_interval"][0].as_f64().unwrap(),
+            r["tuned_vs_cpu_interval"][1].as_f64().unwrap(),
+        );
+        let mid = r["tuned_vs_cpu"].as_f64().unwrap();
+        assert!(lo <= mid && mid <= hi, "{r}");
         let share = r["tuned_cpu_share"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&share), "{r}");
         assert!(policies.iter().all(|p| p[1].as_f64().unwrap() > 0.0), "{r}");
@@ -401,6 +407,7 @@ fn mix_bench_runs_every_workload_and_policy_and_the_grid() {
     let s = &lines[9];
     assert!(s["table1_tuned_vs_cpu_min"][0].as_f64().unwrap() > 0.0);
     assert!(s["table1_a_a_widest"][0].as_f64().unwrap() > 0.0);
+    assert!(s["table1_slower_than_cpu"].is_array());
     let (offloaded, parity) = (
         &s["table1_offloaded_tuned_vs_cpu_min"],
         &s["table1_parity_tuned_vs_cpu"],
