@@ -28,6 +28,18 @@ pub struct Report {
     pub repaired_bytes: usize,
 }
 
+impl Report {
+    /// A request on `path` whose CPU has copied `cpu_bytes` so far (the engine nothing yet).
+    fn started(path: Path, cpu_bytes: usize) -> Report {
+        Report {
+            path,
+            engine_bytes: 0,
+            cpu_bytes,
+            repaired_bytes: 0,
+        }
+    }
+}
+
 /// An engine part in flight. Owns the right to the buffers until its ticket reports.
 struct InFlight {
     ticket: Ticket,
@@ -82,12 +94,7 @@ impl Mover {
             self.counters.add(Counter::cpu_requests, 1);
             // SAFETY: forwarded from this function's contract.
             unsafe { self.cpu_copy(dst, src, len, &hints) };
-            return Report {
-                path: Path::Cpu,
-                engine_bytes: 0,
-                cpu_bytes: len,
-                repaired_bytes: 0,
-            };
+            return Report::started(Path::Cpu, len);
         }
         if self.policy == Policy::Auto
             && self.cores_shared
@@ -105,12 +112,7 @@ impl Mover {
         }
         let decision = self.decide(dst, src, len, &hints, true);
         let head = decision.head;
-        let mut report = Report {
-            path: decision.path,
-            engine_bytes: 0,
-            cpu_bytes: head,
-            repaired_bytes: 0,
-        };
+        let mut report = Report::started(decision.path, head);
         if head > 0 {
             self.counters.add(Counter::aligned_heads, 1);
             // SAFETY: head < 64 <= len, inside the caller's ranges.
@@ -196,12 +198,7 @@ impl Mover {
         if sample_cpu_copy(len) {
             self.adapt.tick(&self.bandwidth, &self.counters);
         }
-        Report {
-            path: Path::Cpu,
-            engine_bytes: 0,
-            cpu_bytes: len,
-            repaired_bytes: 0,
-        }
+        Report::started(Path::Cpu, len)
     }
 
     /// Starts a copy and returns at once: small requests are copied inline (the handle is
@@ -255,12 +252,7 @@ impl Mover {
                 }
             }
         }
-        let mut report = Report {
-            path: decision.path,
-            engine_bytes: 0,
-            cpu_bytes: decision.head,
-            repaired_bytes: 0,
-        };
+        let mut report = Report::started(decision.path, decision.head);
         // SAFETY: head < len, inside the caller's ranges.
         unsafe { self.cpu_copy(dst, src, decision.head, &hints) };
         // SAFETY: as above.
