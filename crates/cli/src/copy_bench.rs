@@ -47,6 +47,11 @@ pub struct CopyArgs {
     /// Rounds per point (the median slice is reported); default 25.
     #[arg(long)]
     rounds: Option<usize>,
+    /// Shift the DRAM side of every request this many bytes (0–63) past the region side's
+    /// 64-byte phase, as a buffer at an arbitrary address is: copies between shifted buffers
+    /// take different kernels (see `switchyard_media::kernels`).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..64))]
+    shift: u8,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +90,8 @@ pub struct Record {
     size: u64,
     threads: usize,
     durable: bool,
+    /// Bytes the DRAM side is shifted past the region side's 64-byte phase (`--shift`).
+    shift: usize,
     p50_us: f64,
     p99_us: f64,
     /// Median GiB/s over rounds.
@@ -303,8 +310,9 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
     let persist = cfg.persist();
     let region = Region::create(&a.common.region, region_size, persist)?;
     let region_len = region.len().min(region_size as usize);
-    let mut dram = vec![0u8; region_len + 4096];
-    let dram_off = dram.as_ptr().align_offset(4096);
+    let shift = usize::from(a.shift);
+    let mut dram = vec![0u8; region_len + 4096 + shift];
+    let dram_off = dram.as_ptr().align_offset(4096) + shift;
     // Fault every page in before measuring.
     // SAFETY: the whole region is mapped and no one else uses it yet.
     unsafe { std::ptr::write_bytes(region.as_mut_ptr(), 1, region_len) };
@@ -359,7 +367,7 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
         .progress_chars("=> "),
     );
     if !a.json {
-        eprintln!("engine: {engine_name}; media: {media_name}; region {} ({}); {} rounds × ≥{} ms (8 ns per byte of request) per path and point", a.common.region.display(), size::show(region_len as u64), rounds, slice.as_millis());
+        eprintln!("engine: {engine_name}; media: {media_name}; region {} ({}); DRAM side shifted {shift} B; {} rounds × ≥{} ms (8 ns per byte of request) per path and point", a.common.region.display(), size::show(region_len as u64), rounds, slice.as_millis());
     }
     let mut records = Vec::new();
     for &(dir, sz, threads) in &points {
@@ -397,6 +405,7 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
                 size: sz,
                 threads,
                 durable: dir == Direction::ToSlow,
+                shift,
                 p50_us: percentile(&lat_ns, 0.5),
                 p99_us: percentile(&lat_ns, 0.99),
                 gib_per_s: median(&mut gibs.clone()),
@@ -503,6 +512,9 @@ struct Summary {
     cpu_vs_pmdk_min: Option<f64>,
     /// min over ≥ 256K (one thread, durable writes) of cpu ÷ glibc memcpy + flush (paired).
     cpu_vs_glibc_min: Option<f64>,
+    /// min and median over sizes (one thread, reads from slow memory) of cpu ÷ glibc memcpy
+    /// (paired): Switchyard's CPU kernels against the C library's.
+    cpu_vs_glibc_reads: Option<(f64, f64)>,
     /// one thread, 1M reads from slow memory: scheduled ÷ cpu (paired).
     split_read_1m_vs_cpu: Option<f64>,
     /// min over all points of scheduled ÷ max(cpu, engine), and where.
@@ -537,6 +549,11 @@ impl Summary {
             .filter(|&&s| s >= 256 << 10)
             .filter_map(|&s| ratio("cpu", "glibc", "to_slow", s, 1))
             .collect());
+        let mut reads: Vec<f64> = sizes
+            .iter()
+            .filter_map(|&s| ratio("cpu", "glibc", "from_slow", s, 1))
+            .collect();
+        let cpu_vs_glibc_reads = min(reads.clone()).map(|lo| (lo, median(&mut reads)));
         let split_read_1m_vs_cpu = ratio("scheduled", "cpu", "from_slow", 1 << 20, 1);
         let mut worst: Option<(f64, String)> = None;
         for r in rs.iter().filter(|r| r.path == "scheduled") {
@@ -559,6 +576,7 @@ impl Summary {
             noise_floor_min,
             cpu_vs_pmdk_min,
             cpu_vs_glibc_min,
+            cpu_vs_glibc_reads,
             split_read_1m_vs_cpu,
             scheduled_vs_best_min: worst.as_ref().map(|w| w.0),
             scheduled_vs_best_worst_point: worst.map(|w| w.1),
@@ -576,6 +594,11 @@ impl Summary {
         println!(
             "durable cpu ÷ glibc memcpy+flush, ≥256K, 1 thread:   {}",
             f(self.cpu_vs_glibc_min)
+        );
+        println!(
+            "reads, cpu ÷ glibc memcpy, 1 thread, min (median):   {}",
+            self.cpu_vs_glibc_reads
+                .map_or("n/a".to_string(), |(lo, mid)| format!("{lo:.3} ({mid:.3})"))
         );
         println!(
             "1M read from slow memory, 1 thread, scheduled ÷ cpu: {}",

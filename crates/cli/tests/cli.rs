@@ -36,6 +36,8 @@ fn quick_copy_bench_runs_on_a_small_region_and_stat_shows_its_counters() {
             "1",
             "--rounds",
             "1",
+            "--shift",
+            "8",
         ])
         .assert()
         .success()
@@ -48,6 +50,7 @@ fn quick_copy_bench_runs_on_a_small_region_and_stat_shows_its_counters() {
         "direction",
         "size",
         "threads",
+        "shift",
         "p50_us",
         "p99_us",
         "gib_per_s",
@@ -58,8 +61,11 @@ fn quick_copy_bench_runs_on_a_small_region_and_stat_shows_its_counters() {
     assert!(records
         .iter()
         .any(|r| r["path"] == "scheduled" && r["direction"] == "from_slow"));
+    assert!(records[..records.len() - 1].iter().all(|r| r["shift"] == 8));
     let summary = records.last().unwrap();
     assert_eq!(summary["record"], "summary");
+    // cpu ÷ glibc over the read sizes: (min, median).
+    assert_eq!(summary["cpu_vs_glibc_reads"].as_array().unwrap().len(), 2);
     // The summary names where it ran, for `switchyard report`.
     let setup = &summary["setup"];
     assert!(setup["machine"]["cores"].as_u64().unwrap() >= 1, "{setup}");
@@ -124,6 +130,11 @@ fn bad_input_is_a_clear_error() {
         .assert()
         .failure()
         .stderr(contains("not a size"));
+    sy(d.path())
+        .args(["bench", "copy", "--shift", "64"])
+        .assert()
+        .failure()
+        .stderr(contains("--shift"));
     std::fs::write(d.path().join("tiny.region"), [0u8; 100]).unwrap();
     sy(d.path())
         .args([

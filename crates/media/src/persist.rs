@@ -99,11 +99,19 @@ pub struct Persist {
     /// Durable copies shorter than this use temporal stores + flush instead of non-temporal
     /// stores (for short copies the flush of a few lines is cheaper than bypassing the cache).
     pub nt_threshold: usize,
+    /// Temporal copies at least this long whose source and destination differ in address
+    /// mod 32 use the SIMD loop instead of `memcpy` (see [`crate::kernels`]); 0 = never.
+    pub shifted_min: usize,
 }
 
 /// Default [`Persist::nt_threshold`]: below 1 KiB, temporal stores + `clwb` win on the CPUs we
 /// measured, as in PMDK's `PMEM_MOVNT_THRESHOLD` reasoning.
 pub const DEFAULT_NT_THRESHOLD: usize = 1024;
+
+/// Default [`Persist::shifted_min`]: from 1 KiB up the loop beat glibc's `memcpy` between
+/// shifted buffers at every shift we measured (1.1× at 1 KiB, up to 4× from 2 KiB, where glibc
+/// switches to `rep movsb`).
+pub const DEFAULT_SHIFTED_MIN: usize = 1024;
 
 impl Persist {
     /// The best primitives this CPU supports.
@@ -112,6 +120,7 @@ impl Persist {
             flush: FlushKind::detect(),
             simd: Simd::detect(),
             nt_threshold: DEFAULT_NT_THRESHOLD,
+            shifted_min: DEFAULT_SHIFTED_MIN,
         }
     }
 

@@ -13,6 +13,8 @@
 //! [media]
 //! flush = "auto"             # auto | clwb | clflushopt | clflush | none (eADR)
 //! nt_threshold = 1024        # durable copies below this use temporal stores + flush
+//! shifted_min = 1024         # temporal copies this long whose source and destination differ
+//!                            # in address mod 32 use the SIMD loop, not memcpy; 0 = never
 //!
 //! [mover]
 //! policy = "auto"            # auto (schedule) | cpu (CPU only) | engine (engine only)
@@ -114,6 +116,9 @@ pub struct MediaConfig {
     pub flush: String,
     /// Durable-copy non-temporal threshold, bytes.
     pub nt_threshold: usize,
+    /// Shortest temporal copy between shifted buffers that takes the SIMD loop, bytes; 0 =
+    /// never (see `switchyard_media::kernels`).
+    pub shifted_min: usize,
 }
 
 impl Default for MediaConfig {
@@ -121,6 +126,7 @@ impl Default for MediaConfig {
         MediaConfig {
             flush: "auto".into(),
             nt_threshold: switchyard_media::persist::DEFAULT_NT_THRESHOLD,
+            shifted_min: switchyard_media::persist::DEFAULT_SHIFTED_MIN,
         }
     }
 }
@@ -362,6 +368,7 @@ impl Config {
             p.flush = k;
         }
         p.nt_threshold = self.media.nt_threshold;
+        p.shifted_min = self.media.shifted_min;
         p
     }
 }
