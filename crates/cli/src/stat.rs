@@ -97,10 +97,14 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "media: flush {}, non-temporal kernels {}, durable nt threshold {} B",
+        "media: flush {}, SIMD kernels {}, durable nt threshold {} B, shifted-copy loop {}",
         p.flush.name(),
         p.simd.name(),
-        p.nt_threshold
+        p.nt_threshold,
+        match p.shifted_min {
+            0 => "never".to_string(),
+            n => format!("from {n} B"),
+        }
     );
     println!(
         "engine: {} with {} channel(s); policy {:?}",

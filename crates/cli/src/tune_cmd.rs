@@ -94,7 +94,8 @@ pub fn describe(p: &Profile) -> String {
     let t = &p.tuned.thresholds;
     format!(
         "measured in {:.1} s on {} with engine {}:\n  engine thresholds: writes {} (unaligned {}), \
-         reads {} (unaligned {})\n  M = {}, CPU writers cap = {}, non-temporal from {}",
+         reads {} (unaligned {})\n  M = {}, CPU writers cap = {}, non-temporal from {}, \
+         shifted-copy loop from {}",
         p.measured.seconds,
         p.machine,
         p.engine,
@@ -109,6 +110,10 @@ pub fn describe(p: &Profile) -> String {
             p.tuned.cpu_writers.to_string()
         },
         threshold(p.tuned.nt_threshold),
+        match p.tuned.shifted_min {
+            0 => "never".to_string(),
+            n => threshold(n),
+        },
     )
 }
 

@@ -311,8 +311,21 @@ fn tune_finds_the_thresholds_writes_a_profile_and_commands_load_only_their_own()
     assert!(m["engine_scaling"].as_array().unwrap().len() >= 2);
     assert!(m["writer_scaling"].as_array().unwrap().len() >= 2);
     assert_eq!(m["nt"].as_array().unwrap().len(), 9);
+    // The shifted-copy loop against memcpy, 1 KiB to 256 KiB.
+    let shifted = m["shifted"].as_array().unwrap();
+    assert_eq!(shifted.len(), 5);
+    assert!(shifted
+        .iter()
+        .all(|s| s["loop_gib_s"].as_f64().unwrap() > 0.0
+            && s["memcpy_gib_s"].as_f64().unwrap() > 0.0));
     let p = &v["profile"];
     assert_eq!(p["version"], 3);
+    // 0 (never) or one of the measured sizes.
+    let shifted_min = p["tuned"]["shifted_min"].as_u64().unwrap();
+    assert!(
+        shifted_min == 0 || shifted.iter().any(|s| s["size"] == shifted_min),
+        "{shifted_min}"
+    );
     assert!(p["tuned"]["concurrency_limit"].as_u64().unwrap() >= 1);
     assert_eq!(p["bins"].as_array().unwrap().len(), 16);
     // The engine's side is the rate while executing and the delay before it starts, as the

@@ -39,7 +39,7 @@ pub enum CopyMode {
     Flushed,
 }
 
-/// The SIMD width used by the non-temporal kernels.
+/// The SIMD width used by the non-temporal and shifted-copy kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Simd {
     /// 16-byte streaming stores (baseline x86_64).

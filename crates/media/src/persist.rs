@@ -94,7 +94,7 @@ impl FlushKind {
 pub struct Persist {
     /// Flush instruction.
     pub flush: FlushKind,
-    /// Widest SIMD level used by the non-temporal kernels.
+    /// Widest SIMD level used by the non-temporal and shifted-copy kernels.
     pub simd: Simd,
     /// Durable copies shorter than this use temporal stores + flush instead of non-temporal
     /// stores (for short copies the flush of a few lines is cheaper than bypassing the cache).

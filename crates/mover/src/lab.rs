@@ -136,6 +136,37 @@ impl<'r> Lab<'r> {
         bytes as f64 / wall.as_secs_f64().max(1e-9) / (1u64 << 30) as f64
     }
 
+    /// GiB/s of single-thread temporal reads of `size` bytes from the region into DRAM whose
+    /// DRAM side lies `shift` bytes past the region side's 64-byte phase, with `persist`'s
+    /// kernels.
+    pub fn shifted_rate(&self, persist: Persist, size: usize, shift: usize, dur: Duration) -> f64 {
+        let shift = shift % 64;
+        // The DRAM buffer has 4096 bytes beyond `span` and `dram_off` < 4096: keep one line
+        // spare for the shift.
+        let slots = ((self.span - 64) / size).max(1);
+        let begin = Instant::now();
+        let (mut bytes, mut k) = (0u64, 0usize);
+        while begin.elapsed() < dur {
+            for _ in 0..64 {
+                let off = (k % slots) * size;
+                // SAFETY: off + size <= span - 64, so the region side lies in the region and
+                // the DRAM side ends before dram_off + span - 64 + 64 <= span + 4096, the DRAM
+                // buffer's length (dram_off < 4096); no other thread runs.
+                unsafe {
+                    persist.copy(
+                        self.dram.as_ptr().add(self.dram_off + off + shift) as *mut u8,
+                        self.region.as_mut_ptr().add(off),
+                        size,
+                        CopyMode::Temporal,
+                    );
+                }
+                bytes += size as u64;
+                k += 1;
+            }
+        }
+        bytes as f64 / begin.elapsed().as_secs_f64() / (1u64 << 30) as f64
+    }
+
     /// GiB/s of durable single-thread copies of `size` bytes with `persist`'s primitives and
     /// non-temporal threshold `nt`.
     pub fn durable_rate(&self, persist: Persist, size: usize, nt: usize, dur: Duration) -> f64 {

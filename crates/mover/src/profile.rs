@@ -25,6 +25,7 @@
 //! split_min_bytes = 262144
 //! cpu_writers = 0
 //! nt_threshold = 1024
+//! shifted_min = 1024
 //! [tuned.thresholds]
 //! to_slow = { local_aligned = 1099511627776, ... }
 //! [[bins]]          # one per direction and size bin
@@ -151,6 +152,14 @@ pub struct Tuned {
     pub cpu_writers: usize,
     /// Durable copies below this many bytes use temporal stores + flush.
     pub nt_threshold: usize,
+    /// Temporal copies between shifted buffers from this many bytes use the SIMD loop; 0 =
+    /// never. Profiles written before it was measured lack it and get the built-in default.
+    #[serde(default = "default_shifted_min")]
+    pub shifted_min: usize,
+}
+
+fn default_shifted_min() -> usize {
+    switchyard_media::persist::DEFAULT_SHIFTED_MIN
 }
 
 /// Measured bandwidths of one direction and size bin (they seed the mover's live estimates).
@@ -302,7 +311,7 @@ impl Profile {
     }
 
     /// Puts the tuned settings into `config`: thresholds, M, the smallest split, the
-    /// CPU-writer cap and the non-temporal threshold.
+    /// CPU-writer cap, the non-temporal threshold and the shifted-copy threshold.
     pub fn apply(&self, config: &mut Config) {
         let t = &self.tuned;
         config.mover.thresholds = t.thresholds;
@@ -310,6 +319,7 @@ impl Profile {
         config.mover.split_min_bytes = t.split_min_bytes;
         config.mover.cpu_writers = t.cpu_writers;
         config.media.nt_threshold = t.nt_threshold;
+        config.media.shifted_min = t.shifted_min;
     }
 
     /// Seeds live estimates with the measured bandwidths and start-up delays.

@@ -24,6 +24,9 @@
 //! 5. **The non-temporal threshold**: durable copies of 256 B to 64 KiB with streaming stores
 //!    against temporal stores + flush; the smallest size from which streaming wins at every
 //!    larger size.
+//! 6. **Shifted copies**: reads of 1 KiB to 256 KiB into DRAM 8 bytes out of phase with the
+//!    region, with the SIMD loop against `memcpy` (see `switchyard_media::kernels`); the
+//!    smallest size from which the loop wins at every larger size, or never.
 //!
 //! The tuner never reads the configured thresholds: it finds them.
 
@@ -32,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use switchyard_engine::Engine;
-use switchyard_media::Region;
+use switchyard_media::{Persist, Region};
 
 use crate::bandwidth;
 use crate::config::{Config, ConfigError, Locality, Policy, Thresholds};
@@ -49,6 +52,9 @@ use crate::Mover;
 pub const WIN: f64 = 1.0;
 /// Share of the peak bandwidth that counts as saturated.
 pub const SATURATED: f64 = 0.95;
+/// Bytes the DRAM side of a shifted-copy measurement lies out of phase with the region (8:
+/// the shift that hurts `rep movsb` most where we measured).
+pub const SHIFT: usize = 8;
 
 /// How long and how carefully to measure.
 #[derive(Debug, Clone, Copy)]
@@ -121,6 +127,17 @@ pub struct NtPoint {
     pub temporal_gib_s: f64,
 }
 
+/// Temporal reads between shifted buffers at one size, the SIMD loop against `memcpy`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShiftedPoint {
+    /// Copy size.
+    pub size: usize,
+    /// The loop's GiB/s.
+    pub loop_gib_s: f64,
+    /// `memcpy`'s GiB/s.
+    pub memcpy_gib_s: f64,
+}
+
 /// Everything the tuner measured (for `switchyard report`), with the profile it derived.
 #[derive(Debug, Clone, Serialize)]
 pub struct Measurements {
@@ -132,6 +149,8 @@ pub struct Measurements {
     pub writer_scaling: Vec<ScalePoint>,
     /// Non-temporal against temporal durable copies.
     pub nt: Vec<NtPoint>,
+    /// The shifted-copy loop against `memcpy`.
+    pub shifted: Vec<ShiftedPoint>,
 }
 
 /// What the caller is told as the tuner goes: a step's name, steps done, steps planned.
@@ -233,11 +252,13 @@ pub fn tune(
         .map(|i| crate::bandwidth::MIN_SAMPLED << i)
         .collect();
     let nt_sizes: Vec<usize> = (8..=16).map(|s| 1usize << s).collect();
+    let shifted_sizes: Vec<usize> = (10..=18).step_by(2).map(|s| 1usize << s).collect();
     let dirs = [Direction::ToSlow, Direction::FromSlow];
     let total = dirs.len() * 2 * (sizes.len() + effort.bisect)
         + dirs.len() * bins.len()
         + 2 * max_callers
-        + nt_sizes.len();
+        + nt_sizes.len()
+        + shifted_sizes.len();
     let mut steps = Steps {
         done: 0,
         total,
@@ -251,6 +272,7 @@ pub fn tune(
         engine_scaling: Vec::new(),
         writer_scaling: Vec::new(),
         nt: Vec::new(),
+        shifted: Vec::new(),
     };
     let mut found = [[NEVER; 2]; 2];
     for (di, &dir) in dirs.iter().enumerate() {
@@ -415,6 +437,28 @@ pub fn tune(
         steps.tick("non-temporal threshold");
     }
     let nt_threshold = turning_point(&nt_points).unwrap_or(NEVER);
+
+    // 6. Shifted copies.
+    let mut shifted_points = Vec::new();
+    for &size in &shifted_sizes {
+        let with = |min: usize| Persist {
+            shifted_min: min,
+            ..persist
+        };
+        let [looped, memcpy, ratio] = paired(
+            rounds,
+            || lab.shifted_rate(with(1), size, SHIFT, slice),
+            || lab.shifted_rate(with(0), size, SHIFT, slice),
+        );
+        shifted_points.push((size, ratio >= 1.0));
+        m.shifted.push(ShiftedPoint {
+            size,
+            loop_gib_s: looped,
+            memcpy_gib_s: memcpy,
+        });
+        steps.tick("shifted copies");
+    }
+    let shifted_min = turning_point(&shifted_points).unwrap_or(0);
     m.engine_scaling = engine_scaling;
     m.writer_scaling = writer_scaling;
 
@@ -449,6 +493,7 @@ pub fn tune(
             concurrency_limit,
             cpu_writers,
             nt_threshold,
+            shifted_min,
         },
         bins: bin_out,
         startup,

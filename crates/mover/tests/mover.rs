@@ -273,6 +273,7 @@ fn optimistic_profile(config: &Config) -> Profile {
             split_min_bytes: 256 << 10,
             cpu_writers: 0,
             nt_threshold: 1024,
+            shifted_min: 1024,
         },
         bins,
         startup: ["to_slow", "from_slow"]
@@ -398,5 +399,29 @@ fn splits_are_explored_when_the_estimates_rule_them_out() {
     assert!(
         s.cpu_requests >= s.explored * (switchyard_mover::adapt::EXPLORE as u64 - 1),
         "only one in EXPLORE is explored: {s:?}"
+    );
+}
+
+/// A format-3 profile written before the shifted-copy threshold was measured still loads, and
+/// applying it gives the built-in threshold; a measured one is applied as measured.
+#[test]
+fn the_shifted_copy_threshold_defaults_when_a_profile_lacks_it() {
+    let config = Config::default();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.toml");
+    let mut p = optimistic_profile(&config);
+    p.tuned.shifted_min = 0;
+    p.save(&path).unwrap();
+    let mut c = config.clone();
+    Profile::load(&path).unwrap().apply(&mut c);
+    assert_eq!(c.media.shifted_min, 0);
+    assert_eq!(c.persist().shifted_min, 0);
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("shifted_min = 0"));
+    std::fs::write(&path, text.replace("shifted_min = 0\n", "")).unwrap();
+    let loaded = Profile::load(&path).unwrap();
+    assert_eq!(
+        loaded.tuned.shifted_min,
+        switchyard_media::persist::DEFAULT_SHIFTED_MIN
     );
 }

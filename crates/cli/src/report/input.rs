@@ -386,6 +386,7 @@ pub(crate) mod tests {
                 split_min_bytes: 65536,
                 cpu_writers: 0,
                 nt_threshold: NEVER,
+                shifted_min: 1024,
             },
             bins: Vec::new(),
             startup: Vec::new(),
