@@ -2,33 +2,36 @@
 //! that nudge them when live measurements disagree with the profile (Fastmove names automatic
 //! tuning as future work, §7).
 //!
-//! The live estimates ([`Bandwidth`]) follow every sampled copy. Acting on them per request
-//! would let noise steer the scheduler, so [`Mover::decide`](crate::Mover::decide) reads values
-//! *in effect*, which change only at epochs: every [`EPOCH_NS`] of sampled traffic, run by
-//! whichever caller notices one is due (no thread, no lock on the request path). A change is
+//! Acting on every measurement would let noise steer the scheduler, so
+//! [`Mover::decide`](crate::Mover::decide) reads values *in effect*, which change only at
+//! epochs: every [`EPOCH_NS`] of sampled traffic, run by whichever caller notices one is due (no
+//! thread, no lock on the request path). A change is
 //! - bounded: a threshold moves one size bin (×2 or ÷2) per step and at most [`MAX_SHIFT`]
 //!   bins from the tuned value; a split estimate moves at most [`STEP`] of itself per step;
-//! - hysteretic: a size bin counts as won by offloading only when the model says offloading is
-//!   [`MARGIN`] faster, and as lost only when it is [`MARGIN`] slower (in between it keeps its
-//!   side, or takes the profile's where the model agrees with the profile); and every step needs
-//!   [`HOLD`] consecutive epochs wishing for it, so noise around a boundary changes nothing
-//!   and no step is undone by the next epoch.
+//! - hysteretic: a step needs one path to beat the other by [`MARGIN`], and [`HOLD`]
+//!   consecutive trials wishing for it, so noise around a boundary changes nothing and no step
+//!   is undone by the next trial.
 //!
-//! Thresholds are anchored to the profile. At start the model — CPU time `L/B_C` against
-//! offload time `t0 + L/B_D`, or for a split read `(L + B_C·t0)/(B_C + B_D)` — is evaluated on
-//! the profile's bandwidths, which gives the profile's crossover bin; each epoch evaluates it on
-//! the live estimates; the threshold in effect is the tuned one moved by the difference in
-//! bins. Live estimates that agree with the profile therefore change nothing, whatever the
-//! model's absolute error. Without a profile the configured thresholds are the user's choice
-//! and stay; the split estimates still adapt.
+//! **Thresholds move on A/B trials, not on a model.** Around each threshold `T` in effect lie
+//! two bands: sizes in `[T/2, T)` go to the CPU, sizes in `[T, 2T)` are offloaded. One in
+//! [`EXPLORE`] synchronous requests in each band takes the other path, and requests in the
+//! bands are timed end to end on the path they took ([`Adapt::record`]). A trial ends once
+//! both paths of a band have [`EVIDENCE`] samples: the offload path beating the CPU by
+//! [`MARGIN`] below `T` asks for a lower threshold, the CPU beating it above `T` for a higher
+//! one. Both paths of a trial ran interleaved under the same conditions, so what they share —
+//! a helper thread spinning on the caller's sibling core, other callers, a slower memory
+//! phase — cancels. (A model fed with per-path bandwidth estimates compared live samples taken
+//! under such conditions with a profile measured without them, and moved the thresholds on
+//! the difference: on a 2-core VM the CPU copies that ran while the engine's worker spun after
+//! a split measured 15–25% slower than profiled, and the read threshold moved a bin, which cost
+//! a 128 KiB read mix 15–27% against the profile held fixed.) Without a profile the configured
+//! thresholds are the user's choice and stay; the split estimates still adapt.
 //!
-//! The engine is sampled only on requests it runs. So that a raised threshold can come back
-//! down when the engine recovers, one in [`EXPLORE`] requests between the tuned threshold and
-//! the raised one is offloaded anyway (counted as `explored`); below the tuned threshold the
-//! engine's estimate stays at the profile's value, so an engine faster than profiled is not
-//! discovered there. Likewise one in [`EXPLORE`] splits whose share from the estimates rounds to
-//! nothing is split anyway with [`EXPLORE_SHARE`] to the engine, so that no estimate can switch
-//! splitting off for good.
+//! **Split estimates** follow the live samples of splits' two sides (they run at once, so each
+//! side's rate is what the split's ratio needs), one bounded step per [`HOLD`] epochs that find
+//! them more than [`DEADBAND`] away. One in [`EXPLORE`] splits whose share from the estimates
+//! rounds to nothing is split anyway with [`EXPLORE_SHARE`] to the engine, so that no estimate
+//! can switch splitting off for good.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -38,7 +41,7 @@ use crossbeam_utils::CachePadded;
 
 use switchyard_engine::clock;
 
-use crate::bandwidth::{Bandwidth, DirectionEstimates, Ewma, BINS, MIN_SAMPLED};
+use crate::bandwidth::{Bandwidth, Ewma, BINS, MIN_SAMPLED};
 use crate::config::{Locality, Thresholds};
 use crate::counters::{Counter, Counters};
 use crate::hints::Direction;
@@ -46,9 +49,10 @@ use crate::profile::NEVER;
 
 /// Time between epochs, ns.
 pub const EPOCH_NS: u64 = 20_000_000;
-/// Relative advantage the model must show before a bin changes sides.
+/// Relative advantage one path must show in a trial before a threshold moves.
 pub const MARGIN: f64 = 0.05;
-/// Consecutive epochs that must wish for a step before it is taken.
+/// Consecutive trials (epochs, for split estimates) that must wish for a step before it is
+/// taken.
 pub const HOLD: u32 = 3;
 /// Largest distance of a threshold from the tuned value, in size bins (factors of 2).
 pub const MAX_SHIFT: i32 = 3;
@@ -56,12 +60,16 @@ pub const MAX_SHIFT: i32 = 3;
 pub const STEP: f64 = 0.25;
 /// Split estimates within this relative distance of the live ones are left alone.
 pub const DEADBAND: f64 = 0.05;
-/// One in this many requests between a direction's tuned threshold and its raised one is
-/// offloaded anyway, to keep the engine's estimates of those sizes live.
+/// One in this many synchronous requests in a band around a threshold takes the other path,
+/// and one in this many splits the estimates rule out is split anyway.
 pub const EXPLORE: u32 = 32;
 /// The engine's share of a split made although the estimates gave the engine none: one in
 /// [`EXPLORE`] such splits, so that the engine's estimates stay live.
 pub const EXPLORE_SHARE: f64 = 0.25;
+/// Samples each path of a band needs before the band's trial counts.
+pub const EVIDENCE: u64 = 8;
+/// One in this many requests in a band on its usual path is timed (every explored one is).
+pub const SAMPLE_BAND_EVERY: u32 = 4;
 /// Sampled copies per thread between two looks at the clock.
 const TICKS: u32 = 8;
 /// The directions the tuner profiles, and so the ones adapted.
@@ -79,9 +87,65 @@ pub(crate) struct Settings {
     pub thresholds: bool,
     /// Nudge the split estimates (splitting with a share from the estimates).
     pub split: bool,
-    /// Copies at or above this size are split (model of the offload path).
-    pub split_min_bytes: Option<usize>,
 }
+
+/// The band around its threshold a request falls in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Band {
+    /// `[T/2, T)`: the CPU's, offloaded when explored.
+    Below,
+    /// `[T, 2T)`: offloaded, the CPU's when explored.
+    Above,
+}
+
+impl Band {
+    /// The path the band's requests take when not explored.
+    pub(crate) fn usual(self) -> Arm {
+        match self {
+            Band::Below => Arm::Cpu,
+            Band::Above => Arm::Offload,
+        }
+    }
+}
+
+/// The path a timed request took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arm {
+    /// The CPU copied it.
+    Cpu,
+    /// The scheduler offloaded it (engine or split).
+    Offload,
+}
+
+/// Bytes and nanoseconds one path of one band spent since its trial began.
+#[derive(Debug, Default)]
+struct Tally {
+    bytes: AtomicU64,
+    ns: AtomicU64,
+    samples: AtomicU64,
+}
+
+impl Tally {
+    fn add(&self, bytes: u64, ns: u64) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.ns.fetch_add(ns.max(1), Ordering::Relaxed);
+        self.samples.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Bytes per ns so far.
+    fn rate(&self) -> f64 {
+        self.bytes.load(Ordering::Relaxed) as f64 / self.ns.load(Ordering::Relaxed).max(1) as f64
+    }
+
+    fn reset(&self) {
+        self.bytes.store(0, Ordering::Relaxed);
+        self.ns.store(0, Ordering::Relaxed);
+        self.samples.store(0, Ordering::Relaxed);
+    }
+}
+
+/// One direction's trials: [band][arm].
+type Trials = [[Tally; 2]; 2];
 
 /// Thresholds and split estimates in effect, and the adaptation state.
 pub(crate) struct Adapt {
@@ -93,9 +157,8 @@ pub(crate) struct Adapt {
     cpu_below: CachePadded<[AtomicUsize; 3]>,
     /// The configured (tuned) thresholds, which shifts are relative to.
     base: [[[usize; 2]; 2]; 3],
-    /// Per direction: while its thresholds are raised, the smallest tuned one (requests from
-    /// there up are explored); `usize::MAX` otherwise.
-    explore_from: [AtomicUsize; 3],
+    /// Per adapted direction, the trials of its bands.
+    trials: [Trials; 2],
     /// Estimates the split ratio is computed from.
     split: Bandwidth,
     settings: Settings,
@@ -109,33 +172,31 @@ struct State {
     /// Requests per counter stripe at the last epoch.
     seen: Vec<u64>,
     fresh: Vec<u64>,
-    dirs: [DirState; 2],
+    /// Per adapted direction: bins the thresholds are moved from the tuned ones, and the
+    /// trials' votes.
+    shift: [i32; 2],
+    vote: [Vote; 2],
     /// [direction][cpu, engine][bin] votes for the split estimates.
     rates: [[[Vote; BINS]; 2]; 2],
     startup: [Vote; 2],
 }
 
-struct DirState {
-    /// Bins where offloading wins (with hysteresis).
-    wins: [bool; BINS],
-    /// The model's gain per bin on the profile's estimates.
-    prior_gain: [f64; BINS],
-    /// The model's crossover bin on the profile's estimates.
-    prior: usize,
-    /// Bins the thresholds are moved from the tuned ones.
-    shift: i32,
-    vote: Vote,
-}
-
-/// True once in [`EXPLORE`] calls on this thread.
+/// True once in `every` calls on this thread, counted in `key` (one counter per purpose, so
+/// that purposes do not skew each other's periods).
 #[inline]
-fn one_in_explore() -> bool {
-    thread_local!(static SEEN: Cell<u32> = const { Cell::new(0) });
-    SEEN.with(|n| {
+fn once_in(key: &'static std::thread::LocalKey<Cell<u32>>, every: u32) -> bool {
+    key.with(|n| {
         let v = n.get().wrapping_add(1);
         n.set(v);
-        v % EXPLORE == 0
+        v % every == 0
     })
+}
+
+thread_local! {
+    static EXPLORED: Cell<u32> = const { Cell::new(0) };
+    static SPLITS_EXPLORED: Cell<u32> = const { Cell::new(0) };
+    static BAND_SAMPLES: Cell<u32> = const { Cell::new(0) };
+    static SAMPLES: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Consecutive epochs wishing for the same step.
@@ -191,44 +252,19 @@ fn shifted(t: usize, s: i32) -> usize {
     }
 }
 
-/// The smallest bin from which offloading wins in every larger bin; [`BINS`] if the largest
-/// bin is lost.
-fn crossover(wins: &[bool; BINS]) -> usize {
-    BINS - wins.iter().rev().take_while(|&&w| w).count()
-}
-
 impl Adapt {
-    /// Thresholds in effect start at `configured`; the profile's crossovers are taken from
-    /// `prior` (the estimates as seeded from the profile).
+    /// Thresholds in effect start at `configured`; the split estimates at `prior` (the
+    /// estimates as seeded from the profile).
     pub(crate) fn new(configured: &Thresholds, prior: &Bandwidth, settings: Settings) -> Adapt {
         let base = table(configured);
         let split = Bandwidth::default();
         split.copy_from(prior);
-        let dirs = ADAPTED.map(|d| {
-            let prior_gain: [f64; BINS] = std::array::from_fn(|b| gain(&settings, prior.of(d), b));
-            // Strictly: a split whose engine share rounds to nothing gains exactly 1.
-            let wins = prior_gain.map(|g| g > 1.0);
-            DirState {
-                wins,
-                prior_gain,
-                prior: crossover(&wins),
-                shift: 0,
-                vote: Vote::default(),
-            }
-        });
-        Adapt {
+        let a = Adapt {
             thresholds: base.map(|d| d.map(|r| r.map(AtomicUsize::new))),
-            min_threshold: base
-                .map(|d| AtomicUsize::new(d.iter().flatten().copied().min().unwrap_or(0))),
-            cpu_below: CachePadded::new(base.map(|d| {
-                AtomicUsize::new(if settings.epochs {
-                    d.iter().flatten().copied().min().unwrap_or(0)
-                } else {
-                    0
-                })
-            })),
+            min_threshold: base.map(|_| AtomicUsize::new(0)),
+            cpu_below: CachePadded::new(base.map(|_| AtomicUsize::new(0))),
             base,
-            explore_from: std::array::from_fn(|_| AtomicUsize::new(usize::MAX)),
+            trials: Default::default(),
             split,
             settings,
             next_epoch_ns: AtomicU64::new(clock::now_ns() + EPOCH_NS),
@@ -236,11 +272,16 @@ impl Adapt {
             state: Mutex::new(State {
                 seen: Vec::new(),
                 fresh: Vec::new(),
-                dirs,
+                shift: [0; 2],
+                vote: Default::default(),
                 rates: Default::default(),
                 startup: Default::default(),
             }),
+        };
+        for d in [Direction::ToSlow, Direction::FromSlow, Direction::Dram] {
+            a.set_shift(d, 0);
         }
+        a
     }
 
     /// The engine threshold in effect for a request.
@@ -274,12 +315,39 @@ impl Adapt {
         }
     }
 
-    /// Whether this request, below the threshold in effect, is one to offload anyway: its
-    /// direction's thresholds are raised, it is at least the tuned threshold, and it is this
-    /// thread's [`EXPLORE`]th such request.
+    /// The band around `threshold` (in effect for the request's class) that a `len`-byte
+    /// request of `dir` falls in, if thresholds adapt for `dir`.
     #[inline]
-    pub(crate) fn explore(&self, dir: Direction, len: usize) -> bool {
-        len >= self.explore_from[dir.index()].load(Ordering::Relaxed) && one_in_explore()
+    pub(crate) fn band(&self, dir: Direction, threshold: usize, len: usize) -> Option<Band> {
+        if !self.settings.thresholds || dir == Direction::Dram {
+            return None;
+        }
+        if len < threshold {
+            (len >= shifted(threshold, -1)).then_some(Band::Below)
+        } else {
+            (len < shifted(threshold, 1)).then_some(Band::Above)
+        }
+    }
+
+    /// Whether this synchronous request in `band` is one to send down the other path: this
+    /// thread's [`EXPLORE`]th.
+    #[inline]
+    pub(crate) fn explore(&self, band: Option<Band>) -> bool {
+        band.is_some() && once_in(&EXPLORED, EXPLORE)
+    }
+
+    /// Whether to time this request of `band` on its usual path (one in
+    /// [`SAMPLE_BAND_EVERY`] per thread).
+    #[inline]
+    pub(crate) fn sample_band(&self) -> bool {
+        once_in(&BAND_SAMPLES, SAMPLE_BAND_EVERY)
+    }
+
+    /// Folds a timed request into its band's trial: `len` bytes on `arm` in `ns`.
+    pub(crate) fn record(&self, dir: Direction, band: Band, arm: Arm, len: usize, ns: u64) {
+        if let Some(i) = ADAPTED.iter().position(|&d| d == dir) {
+            self.trials[i][band as usize][arm as usize].add(len as u64, ns);
+        }
     }
 
     /// Whether this split, whose share from the estimates rounds to nothing, is one to split
@@ -288,13 +356,14 @@ impl Adapt {
     /// would never be sampled again, and splitting would stay off for good.
     #[inline]
     pub(crate) fn explore_split(&self) -> bool {
-        one_in_explore()
+        once_in(&SPLITS_EXPLORED, EXPLORE)
     }
 
     /// Requests of `dir` shorter than this go to the CPU whatever else holds: below every
-    /// threshold in effect and not ones that could be explored. 0 unless the mover schedules
-    /// (policy `auto`). One cache line serves every direction, so that the common small
-    /// request reads one line of scheduler state after its previous copy evicted the rest.
+    /// threshold in effect and below every band that is explored. 0 unless the mover
+    /// schedules (policy `auto`). One cache line serves every direction, so that the common
+    /// small request reads one line of scheduler state after its previous copy evicted the
+    /// rest.
     #[inline]
     pub(crate) fn cpu_below(&self, dir: Direction) -> usize {
         self.cpu_below[dir.index()].load(Ordering::Relaxed)
@@ -315,17 +384,11 @@ impl Adapt {
     /// Called after each sampled copy: every [`TICKS`] samples on this thread it reads the
     /// clock, and the caller that finds an epoch due runs it.
     #[inline]
-    pub(crate) fn tick(&self, live: &Bandwidth, counters: &Counters) {
+    pub(crate) fn tick(&self, split_live: &Bandwidth, counters: &Counters) {
         if !self.settings.epochs {
             return;
         }
-        thread_local!(static SAMPLES: Cell<u32> = const { Cell::new(0) });
-        let due = SAMPLES.with(|n| {
-            let v = n.get().wrapping_add(1);
-            n.set(v);
-            v % TICKS == 0
-        });
-        if !due {
+        if !once_in(&SAMPLES, TICKS) {
             return;
         }
         let now = clock::now_ns();
@@ -336,13 +399,14 @@ impl Adapt {
                 .compare_exchange(next, now + EPOCH_NS, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         {
-            self.epoch(live, counters);
+            self.epoch(split_live, counters);
         }
     }
 
-    /// One epoch: compares the live estimates with what is in effect and takes the steps
-    /// that [`HOLD`] epochs in a row asked for.
-    pub(crate) fn epoch(&self, live: &Bandwidth, counters: &Counters) {
+    /// One epoch: counts the callers, nudges the split estimates towards `split_live` (the
+    /// live samples of splits' two sides), and judges the bands' finished trials, taking the
+    /// threshold steps that [`HOLD`] trials in a row asked for.
+    pub(crate) fn epoch(&self, split_live: &Bandwidth, counters: &Counters) {
         let Ok(mut st) = self.state.try_lock() else {
             return;
         };
@@ -362,7 +426,7 @@ impl Adapt {
         if self.settings.split {
             let mut moved = false;
             for (i, d) in ADAPTED.into_iter().enumerate() {
-                let (eff, now) = (self.split.of(d), live.of(d));
+                let (eff, now) = (self.split.of(d), split_live.of(d));
                 for b in 0..BINS {
                     moved |= nudge(&eff.cpu[b], now.cpu[b].get(), &mut st.rates[i][0][b]);
                     moved |= nudge(&eff.engine[b], now.engine[b].get(), &mut st.rates[i][1][b]);
@@ -375,23 +439,17 @@ impl Adapt {
         }
         if self.settings.thresholds {
             for (i, d) in ADAPTED.into_iter().enumerate() {
-                let s = &mut st.dirs[i];
-                for b in 0..BINS {
-                    let g = gain(&self.settings, live.of(d), b);
-                    if g >= 1.0 + MARGIN {
-                        s.wins[b] = true;
-                    } else if g <= 1.0 - MARGIN {
-                        s.wins[b] = false;
-                    } else if (g / s.prior_gain[b] - 1.0).abs() <= MARGIN {
-                        // Within the margin and agreeing with the profile: the profile's side.
-                        s.wins[b] = s.prior_gain[b] > 1.0;
-                    }
-                }
-                let want =
-                    (crossover(&s.wins) as i32 - s.prior as i32).clamp(-MAX_SHIFT, MAX_SHIFT);
-                let step = s.vote.cast((want - s.shift).signum());
+                let Some(wish) = self.judge(&self.trials[i]) else {
+                    continue;
+                };
+                let wish = if (st.shift[i] + wish).abs() > MAX_SHIFT {
+                    0
+                } else {
+                    wish
+                };
+                let step = st.vote[i].cast(wish);
                 if step != 0 {
-                    s.shift += step;
+                    st.shift[i] += step;
                     counters.add(
                         if step > 0 {
                             Counter::threshold_raised
@@ -400,10 +458,46 @@ impl Adapt {
                         },
                         1,
                     );
-                    self.set_shift(d, s.shift);
+                    self.set_shift(d, st.shift[i]);
+                    // The bands moved with the threshold: trials start over.
+                    self.trials[i].iter().flatten().for_each(Tally::reset);
                 }
             }
         }
+    }
+
+    /// A finished trial's wish (−1 lower, 0 stay, +1 raise), resetting the bands it judged;
+    /// `None` while no band has both paths' evidence yet.
+    fn judge(&self, t: &Trials) -> Option<i32> {
+        let ready = |band: &[Tally; 2]| {
+            band.iter()
+                .all(|a| a.samples.load(Ordering::Relaxed) >= EVIDENCE)
+        };
+        let wins = |band: &[Tally; 2], arm: Arm| {
+            let (mine, other) = match arm {
+                Arm::Cpu => (&band[Arm::Cpu as usize], &band[Arm::Offload as usize]),
+                Arm::Offload => (&band[Arm::Offload as usize], &band[Arm::Cpu as usize]),
+            };
+            mine.rate() >= other.rate() * (1.0 + MARGIN)
+        };
+        let (below, above) = (&t[Band::Below as usize], &t[Band::Above as usize]);
+        let (lo, hi) = (ready(below), ready(above));
+        if !lo && !hi {
+            return None;
+        }
+        let lower = lo && wins(below, Arm::Offload);
+        let raise = hi && wins(above, Arm::Cpu);
+        for band in [(lo, below), (hi, above)]
+            .into_iter()
+            .filter_map(|(r, b)| r.then_some(b))
+        {
+            band.iter().for_each(Tally::reset);
+        }
+        Some(match (lower, raise) {
+            (true, false) => -1,
+            (false, true) => 1,
+            _ => 0,
+        })
     }
 
     fn set_shift(&self, d: Direction, shift: i32) {
@@ -413,12 +507,6 @@ impl Adapt {
                 t.store(shifted(base[r][u], shift), Ordering::Relaxed);
             }
         }
-        let explore = if shift > 0 {
-            base.iter().flatten().copied().min().unwrap_or(usize::MAX)
-        } else {
-            usize::MAX
-        };
-        self.explore_from[d.index()].store(explore, Ordering::Relaxed);
         let min = self.thresholds[d.index()]
             .iter()
             .flatten()
@@ -426,9 +514,15 @@ impl Adapt {
             .min()
             .unwrap_or(0);
         self.min_threshold[d.index()].store(min, Ordering::Relaxed);
-        if self.settings.epochs {
-            self.cpu_below[d.index()].store(min.min(explore), Ordering::Relaxed);
-        }
+        let below = if !self.settings.epochs {
+            0
+        } else if self.settings.thresholds && d != Direction::Dram {
+            // Adapting: the band below the smallest threshold is explored.
+            shifted(min, -1)
+        } else {
+            min
+        };
+        self.cpu_below[d.index()].store(below, Ordering::Relaxed);
     }
 }
 
@@ -452,25 +546,6 @@ fn nudge(eff: &Ewma, live: f64, vote: &mut Vote) -> bool {
     }
 }
 
-/// The model's CPU time ÷ offload time for a request of bin `b`'s lower bound.
-fn gain(settings: &Settings, e: &DirectionEstimates, b: usize) -> f64 {
-    let len = MIN_SAMPLED << b;
-    let l = len as f64;
-    let (bc, bd, t0) = (e.cpu[b].get(), e.engine[b].get(), e.startup_ns.get());
-    let cpu = l / bc;
-    let split = settings.split_min_bytes.is_some_and(|m| len >= m);
-    let offload = if split {
-        if l > bc * t0 {
-            (l + bc * t0) / (bc + bd)
-        } else {
-            cpu
-        }
-    } else {
-        t0 + l / bd
-    };
-    cpu / offload
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -481,48 +556,46 @@ mod tests {
             epochs: true,
             thresholds: true,
             split: true,
-            split_min_bytes: Some(256 << 10),
         }
     }
 
-    /// A profile where writes never win (the engine starts too late for any split to pay)
-    /// and reads win from 256 KiB.
-    /// Bin 128 KiB of reads sits just past the boundary: offloading it gains 1.3%.
+    /// A profile's estimates (they seed the split estimates only).
     fn profiled() -> Bandwidth {
         let bw = Bandwidth::default();
         for b in 0..BINS {
-            let w = bw.of(Direction::ToSlow);
-            w.cpu[b].set(10.0);
-            w.engine[b].set(8.0);
-            let r = bw.of(Direction::FromSlow);
-            r.cpu[b].set(10.0);
-            r.engine[b].set(if b == bin(128 << 10) { 16.5 } else { 10.0 });
+            for d in ADAPTED {
+                bw.of(d).cpu[b].set(10.0);
+                bw.of(d).engine[b].set(10.0);
+            }
         }
-        bw.of(Direction::ToSlow).startup_ns.set(1_000_000.0);
-        bw.of(Direction::FromSlow).startup_ns.set(5_000.0);
         bw
     }
 
-    /// Reads whose engine is 10× slower and starts 8× later than profiled.
-    fn slow_reads() -> Bandwidth {
-        let live = profiled();
-        for b in 0..BINS {
-            live.of(Direction::FromSlow).engine[b].set(1.0);
-        }
-        live.of(Direction::FromSlow).startup_ns.set(40_000.0);
-        live
-    }
-
+    /// Writes never offloaded; reads from 256 KiB.
     fn tuned() -> Thresholds {
         let mut t = Thresholds::all(256 << 10);
         t.to_slow = Locality::uniform(NEVER, NEVER);
         t
     }
 
-    fn epochs(a: &Adapt, live: &Bandwidth, c: &Counters, n: usize) {
-        for _ in 0..n {
-            a.epoch(live, c);
+    fn read(a: &Adapt) -> usize {
+        a.threshold(Direction::FromSlow, false, false)
+    }
+
+    /// One epoch after a finished trial in `band` of `dir`: `EVIDENCE` requests of 1 MiB on
+    /// each path, at `cpu` and `offload` bytes/ns.
+    fn trial(a: &Adapt, c: &Counters, dir: Direction, band: Band, cpu: f64, offload: f64) {
+        let len = 1usize << 20;
+        for _ in 0..EVIDENCE {
+            a.record(dir, band, Arm::Cpu, len, (len as f64 / cpu) as u64);
+            a.record(dir, band, Arm::Offload, len, (len as f64 / offload) as u64);
         }
+        a.epoch(&profiled(), c);
+    }
+
+    fn moves(c: &Counters) -> (u64, u64) {
+        let s = c.snapshot();
+        (s.threshold_raised, s.threshold_lowered)
     }
 
     #[test]
@@ -552,107 +625,191 @@ mod tests {
     }
 
     #[test]
-    fn live_estimates_equal_to_the_profile_change_nothing() {
-        let prior = profiled();
-        let a = Adapt::new(&tuned(), &prior, settings());
-        let c = Counters::default();
-        epochs(&a, &prior, &c, 50);
-        assert_eq!(a.in_effect(), tuned());
-        let s = c.snapshot();
-        assert_eq!(
-            (s.threshold_raised, s.threshold_lowered, s.split_nudges),
-            (0, 0, 0)
+    fn bands_lie_within_a_factor_of_two_of_the_threshold() {
+        let a = Adapt::new(&tuned(), &profiled(), settings());
+        let r = |len| a.band(Direction::FromSlow, 256 << 10, len);
+        assert_eq!(r((128 << 10) - 1), None);
+        assert_eq!(r(128 << 10), Some(Band::Below));
+        assert_eq!(r((256 << 10) - 1), Some(Band::Below));
+        assert_eq!(r(256 << 10), Some(Band::Above));
+        assert_eq!(r((512 << 10) - 1), Some(Band::Above));
+        assert_eq!(r(512 << 10), None);
+        // A "never" threshold is explored from where a lowered one would re-enter.
+        assert_eq!(a.band(Direction::ToSlow, NEVER, TOP / 2), Some(Band::Below));
+        assert_eq!(a.band(Direction::ToSlow, NEVER, TOP / 2 - 1), None);
+        assert_eq!(a.band(Direction::Dram, 256 << 10, 256 << 10), None);
+        let fixed = Adapt::new(
+            &tuned(),
+            &profiled(),
+            Settings {
+                thresholds: false,
+                ..settings()
+            },
         );
+        assert_eq!(fixed.band(Direction::FromSlow, 256 << 10, 256 << 10), None);
     }
 
-    /// Independent noise of ±2% on each estimate moves the model's gain by up to ±4%: that
-    /// flips the 128 KiB bin for a classifier without margin, but moves nothing here.
     #[test]
-    fn noise_moves_nothing() {
-        let prior = profiled();
-        let a = Adapt::new(&tuned(), &prior, settings());
+    fn one_request_in_explore_of_a_band_is_explored() {
+        let a = Adapt::new(&tuned(), &profiled(), settings());
+        let n = (0..10 * EXPLORE)
+            .filter(|_| a.explore(Some(Band::Above)))
+            .count();
+        assert_eq!(n, 10);
+        assert!(!(0..2 * EXPLORE).any(|_| a.explore(None)));
+    }
+
+    /// Paths that do as well as each other, exactly or within noise of ±3%, move nothing
+    /// (whatever the bandwidth estimates say: thresholds move on trials alone).
+    #[test]
+    fn paths_that_agree_move_nothing() {
+        let a = Adapt::new(&tuned(), &profiled(), settings());
         let c = Counters::default();
-        let live = profiled();
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let mut noise = || {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            1.0 + ((x % 41) as f64 - 20.0) / 1000.0
+            1.0 + ((x % 61) as f64 - 30.0) / 1000.0
         };
-        for _ in 0..500 {
-            for d in ADAPTED {
-                for b in 0..BINS {
-                    live.of(d).cpu[b].set(prior.of(d).cpu[b].get() * noise());
-                    live.of(d).engine[b].set(prior.of(d).engine[b].get() * noise());
-                }
-            }
-            a.epoch(&live, &c);
+        for i in 0..500 {
+            let band = if i % 2 == 0 { Band::Below } else { Band::Above };
+            trial(
+                &a,
+                &c,
+                Direction::FromSlow,
+                band,
+                10.0 * noise(),
+                10.0 * noise(),
+            );
         }
         assert_eq!(a.in_effect(), tuned());
-        assert_eq!(
-            c.snapshot().threshold_raised + c.snapshot().threshold_lowered,
-            0
-        );
+        assert_eq!(moves(&c), (0, 0));
     }
 
-    /// The engine turns out much slower than profiled for reads: the read threshold rises one bin
-    /// per HOLD epochs up to the bound, counted, and stays there while requests between the
-    /// tuned and the raised threshold are explored; when the engine recovers it comes back.
+    /// A trial needs `EVIDENCE` samples of both paths: one path alone, however lopsided,
+    /// moves nothing.
     #[test]
-    fn a_slower_engine_raises_the_threshold_in_bounded_steps() {
-        let prior = profiled();
-        let a = Adapt::new(&tuned(), &prior, settings());
+    fn a_trial_needs_evidence_of_both_paths() {
+        let a = Adapt::new(&tuned(), &profiled(), settings());
         let c = Counters::default();
-        let live = slow_reads();
-        let read = |a: &Adapt| a.threshold(Direction::FromSlow, false, false);
-        epochs(&a, &live, &c, HOLD as usize - 1);
-        assert_eq!(read(&a), 256 << 10, "nothing before HOLD epochs");
-        epochs(&a, &live, &c, 1);
+        for _ in 0..100 {
+            for _ in 0..EVIDENCE - 1 {
+                a.record(Direction::FromSlow, Band::Above, Arm::Cpu, 1 << 20, 10);
+            }
+            for _ in 0..10 * EVIDENCE {
+                a.record(
+                    Direction::FromSlow,
+                    Band::Above,
+                    Arm::Offload,
+                    1 << 20,
+                    1 << 30,
+                );
+            }
+            a.epoch(&profiled(), &c);
+            a.trials[1][Band::Above as usize][Arm::Cpu as usize].reset();
+        }
+        assert_eq!(a.in_effect(), tuned());
+    }
+
+    /// The CPU beats offloading above the read threshold: it rises one bin per HOLD trials up
+    /// to the bound, counted; the bands and the short cut follow it. When offloading wins
+    /// again below it, it comes back down.
+    #[test]
+    fn a_cpu_faster_above_the_threshold_raises_it_in_bounded_steps() {
+        let a = Adapt::new(&tuned(), &profiled(), settings());
+        let c = Counters::default();
+        for _ in 0..HOLD - 1 {
+            trial(&a, &c, Direction::FromSlow, Band::Above, 10.0, 5.0);
+        }
+        assert_eq!(read(&a), 256 << 10, "nothing before HOLD trials");
+        trial(&a, &c, Direction::FromSlow, Band::Above, 10.0, 5.0);
         assert_eq!(read(&a), 512 << 10);
-        epochs(&a, &live, &c, 100);
+        assert_eq!(
+            a.cpu_below(Direction::FromSlow),
+            256 << 10,
+            "the band below"
+        );
+        assert_eq!(
+            a.band(Direction::FromSlow, read(&a), 256 << 10),
+            Some(Band::Below)
+        );
+        for _ in 0..100 {
+            trial(&a, &c, Direction::FromSlow, Band::Above, 10.0, 5.0);
+        }
         assert_eq!(read(&a), (256 << 10) << MAX_SHIFT, "bounded");
+        assert_eq!(moves(&c), (MAX_SHIFT as u64, 0));
         assert_eq!(
             a.min_threshold(Direction::FromSlow),
             (256 << 10) << MAX_SHIFT
         );
-        assert!(
-            !a.explore(Direction::FromSlow, 128 << 10),
-            "below the tuned threshold"
-        );
-        let explored = (0..10 * EXPLORE)
-            .filter(|_| a.explore(Direction::FromSlow, 256 << 10))
-            .count();
-        assert_eq!(explored, 10, "one in EXPLORE between tuned and raised");
-        assert_eq!(
-            a.cpu_below(Direction::FromSlow),
-            256 << 10,
-            "requests that may be explored are not short-cut to the CPU"
-        );
-        assert!(!(0..EXPLORE).any(|_| a.explore(Direction::ToSlow, 1 << 30)));
-        // The engine recovers (as exploring measures it): back to the tuned threshold.
-        epochs(&a, &prior, &c, 100);
+        // Offloading wins below: back to the tuned threshold, one bin per HOLD trials, and on
+        // down to the bound while it keeps winning.
+        for _ in 0..MAX_SHIFT as u32 * HOLD {
+            trial(&a, &c, Direction::FromSlow, Band::Below, 5.0, 10.0);
+        }
         assert_eq!(a.in_effect(), tuned());
-        assert_eq!(c.snapshot().threshold_lowered, MAX_SHIFT as u64);
-        assert!(
-            !a.explore(Direction::FromSlow, 256 << 10)
-                && !a.explore(Direction::FromSlow, 256 << 10)
-        );
-        assert_eq!(c.snapshot().threshold_raised, MAX_SHIFT as u64);
-        assert_eq!(a.threshold(Direction::ToSlow, false, false), NEVER);
-        assert_eq!(a.min_threshold(Direction::FromSlow), 256 << 10, "recovered");
-        assert_eq!(a.cpu_below(Direction::FromSlow), 256 << 10);
-        assert_eq!(a.cpu_below(Direction::ToSlow), NEVER);
-        assert_eq!(a.min_threshold(Direction::ToSlow), NEVER);
+        assert_eq!(moves(&c), (MAX_SHIFT as u64, MAX_SHIFT as u64));
+        for _ in 0..100 {
+            trial(&a, &c, Direction::FromSlow, Band::Below, 5.0, 10.0);
+        }
+        assert_eq!(read(&a), (256 << 10) >> MAX_SHIFT);
+        assert_eq!(moves(&c), (MAX_SHIFT as u64, 2 * MAX_SHIFT as u64));
+    }
+
+    /// Offloading beats the CPU below a "never" write threshold: it re-enters at the largest
+    /// bins and comes down step by step, to the bound.
+    #[test]
+    fn an_offload_faster_below_lowers_a_never_threshold() {
+        let a = Adapt::new(&tuned(), &profiled(), settings());
+        let c = Counters::default();
+        for _ in 0..HOLD {
+            trial(&a, &c, Direction::ToSlow, Band::Below, 5.0, 10.0);
+        }
+        assert_eq!(a.threshold(Direction::ToSlow, false, false), TOP / 2);
+        for _ in 0..100 {
+            trial(&a, &c, Direction::ToSlow, Band::Below, 5.0, 10.0);
+        }
+        assert_eq!(a.threshold(Direction::ToSlow, true, true), TOP >> MAX_SHIFT);
+        assert_eq!(moves(&c), (0, MAX_SHIFT as u64));
+        assert_eq!(read(&a), 256 << 10, "reads saw no trial");
+    }
+
+    /// Trials that flip between "raise" and "stay" never complete a vote: the threshold never
+    /// moves.
+    #[test]
+    fn flapping_never_oscillates_the_threshold() {
+        let a = Adapt::new(&tuned(), &profiled(), settings());
+        let c = Counters::default();
+        for i in 0..200 {
+            let cpu = if i % 2 == 0 { 10.0 } else { 5.0 };
+            trial(&a, &c, Direction::FromSlow, Band::Above, cpu, 5.0);
+        }
+        for i in 0..300 {
+            let cpu = if i % 3 == 2 { 5.0 } else { 10.0 };
+            trial(&a, &c, Direction::FromSlow, Band::Above, cpu, 5.0);
+        }
+        assert_eq!(a.in_effect(), tuned());
+        assert_eq!(moves(&c), (0, 0));
     }
 
     /// Requests below every threshold take the short cut to the CPU only when the mover
-    /// schedules; with a fixed policy the short cut is closed.
+    /// schedules; while thresholds adapt, the band below the smallest one is not short-cut.
     #[test]
-    fn the_cpu_short_cut_is_the_smallest_threshold_and_only_when_scheduling() {
+    fn the_cpu_short_cut_is_below_the_explored_bands_and_only_when_scheduling() {
         let a = Adapt::new(&tuned(), &profiled(), settings());
-        assert_eq!(a.cpu_below(Direction::FromSlow), 256 << 10);
-        assert_eq!(a.cpu_below(Direction::ToSlow), NEVER);
+        assert_eq!(a.cpu_below(Direction::FromSlow), 128 << 10);
+        assert_eq!(a.cpu_below(Direction::ToSlow), TOP / 2);
+        let unadapted = Adapt::new(
+            &tuned(),
+            &profiled(),
+            Settings {
+                thresholds: false,
+                ..settings()
+            },
+        );
+        assert_eq!(unadapted.cpu_below(Direction::FromSlow), 256 << 10);
+        assert_eq!(unadapted.cpu_below(Direction::ToSlow), NEVER);
         let fixed = Adapt::new(
             &tuned(),
             &profiled(),
@@ -666,42 +823,6 @@ mod tests {
         }
     }
 
-    /// An engine that starts far sooner than profiled makes splitting writes worth it:
-    /// "never" re-enters at the largest bins and comes down step by step.
-    #[test]
-    fn an_engine_starting_sooner_lowers_a_never_threshold() {
-        let prior = profiled();
-        let a = Adapt::new(&tuned(), &prior, settings());
-        let c = Counters::default();
-        let live = profiled();
-        live.of(Direction::ToSlow).startup_ns.set(5_000.0);
-        epochs(&a, &live, &c, HOLD as usize);
-        assert_eq!(a.threshold(Direction::ToSlow, false, false), TOP / 2);
-        epochs(&a, &live, &c, 100);
-        assert_eq!(a.threshold(Direction::ToSlow, true, true), TOP >> MAX_SHIFT);
-        assert_eq!(c.snapshot().threshold_lowered, MAX_SHIFT as u64);
-    }
-
-    /// Live estimates that flip every epoch between a much slower engine and the profile
-    /// never complete a vote: the threshold never moves.
-    #[test]
-    fn flapping_never_oscillates_the_threshold() {
-        let prior = profiled();
-        let a = Adapt::new(&tuned(), &prior, settings());
-        let c = Counters::default();
-        let (slow, fast) = (slow_reads(), profiled());
-        for i in 0..200 {
-            a.epoch(if i % 2 == 0 { &slow } else { &fast }, &c);
-        }
-        // Two epochs slow, one as profiled: still never HOLD in a row.
-        for i in 0..300 {
-            a.epoch(if i % 3 == 2 { &fast } else { &slow }, &c);
-        }
-        assert_eq!(a.in_effect(), tuned());
-        let s = c.snapshot();
-        assert_eq!((s.threshold_raised, s.threshold_lowered), (0, 0));
-    }
-
     #[test]
     fn split_estimates_follow_live_ones_in_bounded_steps() {
         let prior = profiled();
@@ -710,20 +831,22 @@ mod tests {
         let live = profiled();
         let b = bin(1 << 20);
         live.of(Direction::FromSlow).engine[b].set(20.0);
-        epochs(&a, &live, &c, HOLD as usize);
+        let epochs = |n: u32| (0..n).for_each(|_| a.epoch(&live, &c));
+        epochs(HOLD);
         let e = a.split_estimates().of(Direction::FromSlow).engine[b].get();
         assert!((e - 12.5).abs() < 1e-9, "one step of 25%: {e}");
-        epochs(&a, &live, &c, 10 * HOLD as usize);
+        epochs(10 * HOLD);
         let e = a.split_estimates().of(Direction::FromSlow).engine[b].get();
         assert!((e - 20.0).abs() <= DEADBAND * e, "converged: {e}");
         assert!(c.snapshot().split_nudges >= 3);
         let before = a
             .split_estimates()
             .engine_share(Direction::FromSlow, 1 << 20, 4096);
-        epochs(&a, &live, &c, 100);
+        epochs(100);
         let after = a
             .split_estimates()
             .engine_share(Direction::FromSlow, 1 << 20, 4096);
         assert_eq!(before, after, "settled");
+        assert_eq!(a.in_effect(), tuned(), "estimates move no threshold");
     }
 }

@@ -58,9 +58,9 @@ counters! {
     repaired_bytes: "Bytes the CPU copied after a partial or failed engine completion.",
     helped_bytes: "Bytes of engine batches that a waiting thread copied from the batch's tail while the engine worked on its head (an idle switchyard_rt executor helps).",
     writer_waits: "CPU writes that waited for the slow-memory writer cap.",
-    threshold_raised: "Online adaptation raised a direction's thresholds one size bin (live estimates made offloading worse than the profile said).",
-    threshold_lowered: "Online adaptation lowered a direction's thresholds one size bin (live estimates made offloading better than the profile said).",
-    explored: "Requests offloaded or split although the estimates said not to (below a raised threshold, or a split share that rounds to nothing), to keep the engine's estimates live.",
+    threshold_raised: "Online adaptation raised a direction's thresholds one size bin (in the band above a threshold, requests the CPU copied beat offloaded ones in 3 trials in a row).",
+    threshold_lowered: "Online adaptation lowered a direction's thresholds one size bin (in the band below a threshold, offloaded requests beat ones the CPU copied in 3 trials in a row).",
+    explored: "Requests sent down the other path as one side of an adaptation trial (one in 32 within a factor of 2 of their threshold), or split although the estimates gave the engine no share (one in 32 such splits), to keep the estimates live.",
     split_nudges: "Epochs in which online adaptation moved the estimates a split's ratio comes from.",
 }
 

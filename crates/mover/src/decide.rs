@@ -52,8 +52,10 @@ impl Mover {
     /// sends it to the CPU after reading one cache line, which measured 3.5% of throughput
     /// at 16–28 KiB reads against policy `cpu` when it went through all of this):
     /// 1. policy `cpu` → CPU; policy `engine` → engine on the next channel;
-    /// 2. below the threshold for (direction, locality, alignment) → CPU, bar one in
-    ///    [`crate::adapt::EXPLORE`] where adaptation raised the threshold above the tuned one;
+    /// 2. below the threshold for (direction, locality, alignment) → CPU, and at or above it
+    ///    on to the checks below; while thresholds adapt, one in [`crate::adapt::EXPLORE`]
+    ///    synchronous requests within a factor of 2 of the threshold goes the other way (an
+    ///    A/B trial, see [`crate::adapt`]);
     /// 3. writes whose source and destination differ in 64 B offset → CPU; equal non-zero
     ///    offsets → the CPU takes the head up to the line boundary (§5.2);
     /// 4. the engine runs on the application's cores (helper threads) and callers already
@@ -98,18 +100,26 @@ impl Mover {
         }
         let (d, s) = (dst as usize, src as usize);
         let aligned = (d | s) % 64 == 0;
-        let threshold = self
-            .adapt
-            .threshold(hints.direction, hints.remote, !aligned);
+        let threshold = self.threshold_for(dst, src, hints);
         if self.engine_channels == 0 {
             return Decision::CPU;
         }
-        if len < threshold {
-            if !self.adapt.explore(hints.direction, len) {
-                self.counters.add(Counter::below_threshold, 1);
-                return Decision::CPU;
-            }
+        // A synchronous request in a band around its threshold may be explored: sent down the
+        // other path, as one side of the band's A/B trial (see `crate::adapt`).
+        let band = if sync {
+            self.adapt.band(hints.direction, threshold, len)
+        } else {
+            None
+        };
+        let explored = self.adapt.explore(band);
+        if explored {
             self.counters.add(Counter::explored, 1);
+        }
+        if (len >= threshold) == explored {
+            if !explored {
+                self.counters.add(Counter::below_threshold, 1);
+            }
+            return Decision::CPU;
         }
         let mut head = 0;
         if hints.direction == Direction::ToSlow && !aligned && self.align_writes {
@@ -172,6 +182,15 @@ impl Mover {
             path: Path::Engine { channel },
             head,
         }
+    }
+
+    /// The engine threshold in effect for a copy from `src` to `dst` (its direction, locality
+    /// and alignment).
+    #[inline]
+    pub(crate) fn threshold_for(&self, dst: *const u8, src: *const u8, hints: &Hints) -> usize {
+        let aligned = (dst as usize | src as usize).is_multiple_of(64);
+        self.adapt
+            .threshold(hints.direction, hints.remote, !aligned)
     }
 
     /// Gives back the in-flight slot an engine or split decision took.

@@ -98,7 +98,12 @@ pub struct Mover {
     /// Synchronous bulk (at or above the smallest threshold) copies in progress, the deciding
     /// caller included.
     pub(crate) active_bulk: CachePadded<AtomicUsize>,
+    /// Live estimates from copies that ran alone (CPU copies outside splits, engine-only
+    /// requests), as `tune` measured the profile: the thresholds adapt on these.
     pub(crate) bandwidth: Bandwidth,
+    /// Live estimates from the two sides of splits, which run at once and so slower than alone
+    /// where they share the memory system or a core: a split's ratio adapts on these.
+    pub(crate) split_bandwidth: Bandwidth,
     pub(crate) counters: counters::Counters,
 }
 
@@ -117,6 +122,8 @@ impl Mover {
         if let Some(p) = &config.applied_profile {
             p.seed(&bandwidth);
         }
+        let split_bandwidth = Bandwidth::default();
+        split_bandwidth.copy_from(&bandwidth);
         let adapt = adapt::Adapt::new(
             &m.thresholds,
             &bandwidth,
@@ -124,7 +131,6 @@ impl Mover {
                 epochs: m.policy == Policy::Auto,
                 thresholds: m.adapt && m.policy == Policy::Auto && config.applied_profile.is_some(),
                 split: m.adapt && m.split && m.split_share == 0.0,
-                split_min_bytes: m.split.then_some(m.split_min_bytes),
             },
         );
         Mover {
@@ -156,6 +162,7 @@ impl Mover {
                 .max(1),
             active_bulk: CachePadded::new(AtomicUsize::new(0)),
             bandwidth,
+            split_bandwidth,
             counters: Default::default(),
         }
     }

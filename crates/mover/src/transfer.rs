@@ -7,7 +7,8 @@ use std::time::Instant;
 use switchyard_engine::{clock, Batch, DurableRecord, Flags, Outcome, Status, SubmitError, Ticket};
 use switchyard_media::CopyMode;
 
-use crate::bandwidth::{bin, sample_cpu_copy, MIN_SAMPLED};
+use crate::adapt::Arm;
+use crate::bandwidth::{bin, sample_cpu_copy, Bandwidth, MIN_SAMPLED};
 use crate::config::Policy;
 use crate::counters::Counter;
 use crate::decide::{Decision, Path};
@@ -111,6 +112,19 @@ impl Mover {
             self.active_bulk.fetch_add(1, Ordering::Relaxed);
         }
         let decision = self.decide(dst, src, len, &hints, true);
+        // Requests in a band around their threshold are timed end to end for the band's A/B
+        // trial: every one that went the unusual way, one in a few of the rest.
+        let band = self
+            .adapt
+            .band(hints.direction, self.threshold_for(dst, src, &hints), len);
+        let arm = if decision.path == Path::Cpu {
+            Arm::Cpu
+        } else {
+            Arm::Offload
+        };
+        let began = band
+            .is_some_and(|b| b.usual() != arm || self.adapt.sample_band())
+            .then(Instant::now);
         let head = decision.head;
         let mut report = Report::started(decision.path, head);
         if head > 0 {
@@ -151,7 +165,12 @@ impl Mover {
                 let t = Instant::now();
                 // SAFETY: disjoint from the engine part, inside the caller's ranges.
                 unsafe { self.cpu_copy(d.add(cpu_from), s.add(cpu_from), body - cpu_from, &hints) };
-                self.sample_cpu(hints.direction, body - engine_bytes, t);
+                self.sample_cpu(
+                    &self.split_bandwidth,
+                    hints.direction,
+                    body - engine_bytes,
+                    t,
+                );
                 report.cpu_bytes += body - cpu_from;
                 self.counters
                     .add(Counter::split_cpu_bytes, (body - engine_bytes) as u64);
@@ -169,6 +188,10 @@ impl Mover {
                     }
                 }
             }
+        }
+        if let (Some(b), Some(t)) = (band, began) {
+            self.adapt
+                .record(hints.direction, b, arm, len, t.elapsed().as_nanos() as u64);
         }
         if bulk {
             self.active_bulk.fetch_sub(1, Ordering::Relaxed);
@@ -196,7 +219,7 @@ impl Mover {
         // SAFETY: forwarded from this function's contract.
         unsafe { self.cpu_copy_timed(dst, src, len, hints, false) };
         if sample_cpu_copy(len) {
-            self.adapt.tick(&self.bandwidth, &self.counters);
+            self.adapt.tick(&self.split_bandwidth, &self.counters);
         }
         Report::started(Path::Cpu, len)
     }
@@ -334,7 +357,7 @@ impl Mover {
         // SAFETY: forwarded from this function's contract.
         unsafe { self.persist.copy(dst, src, len, mode) };
         if let Some(t) = t {
-            self.sample_cpu(hints.direction, len, t);
+            self.sample_cpu(&self.bandwidth, hints.direction, len, t);
         }
         if capped {
             self.writers.fetch_sub(1, Ordering::Release);
@@ -362,10 +385,12 @@ impl Mover {
         }
     }
 
-    fn sample_cpu(&self, dir: Direction, len: usize, since: Instant) {
+    /// Folds the CPU copy of `len` bytes that started at `since` into `into`: the mover's
+    /// `bandwidth` for a copy that ran alone, its `split_bandwidth` for the CPU side of a split.
+    fn sample_cpu(&self, into: &Bandwidth, dir: Direction, len: usize, since: Instant) {
         let ns = since.elapsed().as_nanos() as f64;
-        self.bandwidth.of(dir).cpu[bin(len)].update(len as f64 / ns);
-        self.adapt.tick(&self.bandwidth, &self.counters);
+        into.of(dir).cpu[bin(len)].update(len as f64 / ns);
+        self.adapt.tick(&self.split_bandwidth, &self.counters);
     }
 
     /// Builds the batch and submits it. `None` (slot released, counted) if the channel refused
@@ -454,13 +479,22 @@ impl Mover {
         report.cpu_bytes += helped;
         let engine_len = f.len - helped;
         if o.status == Status::Success && engine_len >= MIN_SAMPLED {
-            let est = self.bandwidth.of(f.hints.direction);
-            est.engine[bin(engine_len)].update(
+            // The engine side of a split ran beside the CPU side: its rate goes to the split's
+            // estimates. The start-up delay does not depend on what the caller does meanwhile.
+            let split = matches!(f.decision.path, Path::Split { .. });
+            let into = if split {
+                &self.split_bandwidth
+            } else {
+                &self.bandwidth
+            };
+            into.of(f.hints.direction).engine[bin(engine_len)].update(
                 engine_len as f64 / o.finished_ns.saturating_sub(o.started_ns).max(1) as f64,
             );
-            est.startup_ns
-                .update(o.started_ns.saturating_sub(f.submitted_ns).max(1) as f64);
-            self.adapt.tick(&self.bandwidth, &self.counters);
+            let startup = o.started_ns.saturating_sub(f.submitted_ns).max(1) as f64;
+            for b in [&self.bandwidth, &self.split_bandwidth] {
+                b.of(f.hints.direction).startup_ns.update(startup);
+            }
+            self.adapt.tick(&self.split_bandwidth, &self.counters);
         }
         match o.status {
             Status::Success => return,

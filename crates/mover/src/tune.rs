@@ -16,7 +16,7 @@
 //! 2. **Per-bin bandwidths** of the CPU and the engine alone, 16 KiB to 2 MiB, one thread
 //!    (the CPU's per request; the engine's while it executes), and the engine's start-up
 //!    delay from submission to its start: the engine's side as the mover's live estimates
-//!    measure it, so that adaptation compares like with like.
+//!    measure it, so that a split's ratio starts from what the live samples will say.
 //! 3. **M**, the engine's saturation point: engine-only 64 KiB reads from 1 to N concurrent
 //!    callers; M is the fewest reaching [`SATURATED`] of the peak.
 //! 4. **The CPU-writer cap**: CPU-only durable 64 KiB writes from 1 to N threads; the cap is the
@@ -359,9 +359,9 @@ pub fn tune(
             // The engine's side is what the mover's live estimates track (bandwidth while
             // executing, and the delay from submission to the start), read from the
             // engine-only mover after each of its slices; the median over the rounds is kept.
-            // Online adaptation compares live estimates with these, so both must measure the
-            // same thing: end-to-end rates here (start-up and completion included) made every
-            // live sample look faster than profiled and pulled the thresholds down.
+            // They seed the estimates a split's ratio comes from, which then follow the live
+            // samples: both must measure the same thing, or the first epochs move the ratio on
+            // the difference alone.
             let live = paths.engine.bandwidth().of(dir);
             let mut engine = Vec::with_capacity(rounds);
             let [cpu, _, _] = paired(
