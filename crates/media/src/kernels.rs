@@ -236,8 +236,8 @@ unsafe fn stream_body(simd: Simd, dst: *mut u8, src: *const u8, len: usize) {
     // SAFETY: forwarded; each variant requires exactly what this function requires.
     unsafe {
         match simd {
-            Simd::Avx512 => stream_avx512(dst, src, len),
-            Simd::Avx2 => stream_avx2(dst, src, len),
+            Simd::Avx512 => lines_avx512::<true>(dst, src, len),
+            Simd::Avx2 => lines_avx2::<true>(dst, src, len),
             Simd::Sse2 => stream_sse2(dst, src, len),
         }
     }
@@ -266,8 +266,8 @@ unsafe fn copy_shifted(simd: Simd, dst: *mut u8, src: *const u8, len: usize) {
         std::ptr::copy_nonoverlapping(src, dst, head);
         let (d, s) = (dst.add(head), src.add(head));
         match simd {
-            Simd::Avx512 => shifted_avx512(d, s, body),
-            Simd::Avx2 => shifted_avx2(d, s, body),
+            Simd::Avx512 => lines_avx512::<false>(d, s, body),
+            Simd::Avx2 => lines_avx2::<false>(d, s, body),
             Simd::Sse2 => std::ptr::copy_nonoverlapping(s, d, body),
         }
         let done = head + body;
@@ -281,71 +281,25 @@ unsafe fn copy_shifted(_simd: Simd, dst: *mut u8, src: *const u8, len: usize) {
     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
 }
 
-/// AVX-512 temporal loop: four lines per iteration, then single lines.
+/// AVX-512 loop over whole lines: four per iteration, then single lines; streaming stores if
+/// `STREAM`, else ordinary (temporal) ones.
 ///
 /// # Safety
 /// As [`stream_body`], and the CPU supports AVX-512F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn shifted_avx512(dst: *mut u8, src: *const u8, len: usize) {
+unsafe fn lines_avx512<const STREAM: bool>(dst: *mut u8, src: *const u8, len: usize) {
     use core::arch::x86_64::*;
-    let mut off = 0;
-    // SAFETY: off + 256 <= len (or off + 64 <= len below) keeps every access in the caller's
-    // ranges; dst + off is 64-byte aligned because dst is and off is a multiple of 64; loadu
-    // accepts any alignment.
-    unsafe {
-        while off + 256 <= len {
-            let s = src.add(off) as *const __m512i;
-            let d = dst.add(off) as *mut __m512i;
-            let a = _mm512_loadu_si512(s);
-            let b = _mm512_loadu_si512(s.add(1));
-            let c = _mm512_loadu_si512(s.add(2));
-            let e = _mm512_loadu_si512(s.add(3));
-            _mm512_store_si512(d, a);
-            _mm512_store_si512(d.add(1), b);
-            _mm512_store_si512(d.add(2), c);
-            _mm512_store_si512(d.add(3), e);
-            off += 256;
+    let store = |d: *mut __m512i, v: __m512i| {
+        // SAFETY: every caller below passes a 64-byte aligned `d` inside the destination.
+        unsafe {
+            if STREAM {
+                _mm512_stream_si512(d, v)
+            } else {
+                _mm512_store_si512(d, v)
+            }
         }
-        while off < len {
-            let v = _mm512_loadu_si512(src.add(off) as *const __m512i);
-            _mm512_store_si512(dst.add(off) as *mut __m512i, v);
-            off += 64;
-        }
-    }
-}
-
-/// AVX2 temporal loop: two 32-byte stores per line.
-///
-/// # Safety
-/// As [`stream_body`], and the CPU supports AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn shifted_avx2(dst: *mut u8, src: *const u8, len: usize) {
-    use core::arch::x86_64::*;
-    let mut off = 0;
-    // SAFETY: off + 64 <= len keeps accesses in range; dst + off (+ 32) is 32-byte aligned
-    // since dst is 64-byte aligned and off a multiple of 64.
-    unsafe {
-        while off < len {
-            let s = src.add(off) as *const __m256i;
-            let d = dst.add(off) as *mut __m256i;
-            let (a, b) = (_mm256_loadu_si256(s), _mm256_loadu_si256(s.add(1)));
-            _mm256_store_si256(d, a);
-            _mm256_store_si256(d.add(1), b);
-            off += 64;
-        }
-    }
-}
-
-/// AVX-512 streaming loop: four lines per iteration, then single lines.
-///
-/// # Safety
-/// As [`stream_body`], and the CPU supports AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn stream_avx512(dst: *mut u8, src: *const u8, len: usize) {
-    use core::arch::x86_64::*;
+    };
     let mut off = 0;
     // SAFETY: for the whole loop, off + 256 <= len (or off + 64 <= len below), so every access lies in
     // the caller's ranges; dst + off is 64-byte aligned because dst is and off is a multiple of
@@ -358,28 +312,38 @@ unsafe fn stream_avx512(dst: *mut u8, src: *const u8, len: usize) {
             let b = _mm512_loadu_si512(s.add(1));
             let c = _mm512_loadu_si512(s.add(2));
             let e = _mm512_loadu_si512(s.add(3));
-            _mm512_stream_si512(d, a);
-            _mm512_stream_si512(d.add(1), b);
-            _mm512_stream_si512(d.add(2), c);
-            _mm512_stream_si512(d.add(3), e);
+            store(d, a);
+            store(d.add(1), b);
+            store(d.add(2), c);
+            store(d.add(3), e);
             off += 256;
         }
         while off < len {
             let v = _mm512_loadu_si512(src.add(off) as *const __m512i);
-            _mm512_stream_si512(dst.add(off) as *mut __m512i, v);
+            store(dst.add(off) as *mut __m512i, v);
             off += 64;
         }
     }
 }
 
-/// AVX2 streaming loop: two 32-byte stores per line.
+/// AVX2 loop over whole lines: two 32-byte stores per line, streaming if `STREAM`.
 ///
 /// # Safety
 /// As [`stream_body`], and the CPU supports AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn stream_avx2(dst: *mut u8, src: *const u8, len: usize) {
+unsafe fn lines_avx2<const STREAM: bool>(dst: *mut u8, src: *const u8, len: usize) {
     use core::arch::x86_64::*;
+    let store = |d: *mut __m256i, v: __m256i| {
+        // SAFETY: every caller below passes a 32-byte aligned `d` inside the destination.
+        unsafe {
+            if STREAM {
+                _mm256_stream_si256(d, v)
+            } else {
+                _mm256_store_si256(d, v)
+            }
+        }
+    };
     let mut off = 0;
     // SAFETY: for the whole loop, off + 128 <= len (or + 64 below) keeps accesses in range; dst + off
     // is 32-byte aligned since dst is 64-byte aligned and off a multiple of 32.
@@ -394,7 +358,7 @@ unsafe fn stream_avx2(dst: *mut u8, src: *const u8, len: usize) {
                 _mm256_loadu_si256(s.add(3)),
             ];
             for (i, x) in v.into_iter().enumerate() {
-                _mm256_stream_si256(d.add(i), x);
+                store(d.add(i), x);
             }
             off += 128;
         }
@@ -402,8 +366,8 @@ unsafe fn stream_avx2(dst: *mut u8, src: *const u8, len: usize) {
             let s = src.add(off) as *const __m256i;
             let d = dst.add(off) as *mut __m256i;
             let (a, b) = (_mm256_loadu_si256(s), _mm256_loadu_si256(s.add(1)));
-            _mm256_stream_si256(d, a);
-            _mm256_stream_si256(d.add(1), b);
+            store(d, a);
+            store(d.add(1), b);
             off += 64;
         }
     }

@@ -143,28 +143,19 @@ impl<'r> Lab<'r> {
         let shift = shift % 64;
         // The DRAM buffer has 4096 bytes beyond `span` and `dram_off` < 4096: keep one line
         // spare for the shift.
-        let slots = ((self.span - 64) / size).max(1);
-        let begin = Instant::now();
-        let (mut bytes, mut k) = (0u64, 0usize);
-        while begin.elapsed() < dur {
-            for _ in 0..64 {
-                let off = (k % slots) * size;
-                // SAFETY: off + size <= span - 64, so the region side lies in the region and
-                // the DRAM side ends before dram_off + span - 64 + 64 <= span + 4096, the DRAM
-                // buffer's length (dram_off < 4096); no other thread runs.
-                unsafe {
-                    persist.copy(
-                        self.dram.as_ptr().add(self.dram_off + off + shift) as *mut u8,
-                        self.region.as_mut_ptr().add(off),
-                        size,
-                        CopyMode::Temporal,
-                    );
-                }
-                bytes += size as u64;
-                k += 1;
+        single_thread_rate(size, (self.span - 64) / size, dur, |off| {
+            // SAFETY: off + size <= span - 64, so the region side lies in the region and the
+            // DRAM side ends before dram_off + span <= span + 4096, the DRAM buffer's length
+            // (dram_off < 4096); no other thread runs.
+            unsafe {
+                persist.copy(
+                    self.dram.as_ptr().add(self.dram_off + off + shift) as *mut u8,
+                    self.region.as_mut_ptr().add(off),
+                    size,
+                    CopyMode::Temporal,
+                );
             }
-        }
-        bytes as f64 / begin.elapsed().as_secs_f64() / (1u64 << 30) as f64
+        })
     }
 
     /// GiB/s of durable single-thread copies of `size` bytes with `persist`'s primitives and
@@ -174,27 +165,39 @@ impl<'r> Lab<'r> {
             nt_threshold: nt,
             ..persist
         };
-        let slots = (self.span / size).max(1);
-        let begin = Instant::now();
-        let (mut bytes, mut k) = (0u64, 0usize);
-        while begin.elapsed() < dur {
-            // Many copies per clock read: small copies take well under a microsecond.
-            for _ in 0..64 {
-                let off = (k % slots) * size;
-                // SAFETY: off + size <= span, within the region and the DRAM buffer; no
-                // other thread runs.
-                unsafe {
-                    p.copy(
-                        self.region.as_mut_ptr().add(off),
-                        self.dram.as_ptr().add(self.dram_off + off),
-                        size,
-                        CopyMode::Durable,
-                    );
-                }
-                bytes += size as u64;
-                k += 1;
+        single_thread_rate(size, self.span / size, dur, |off| {
+            // SAFETY: off + size <= span, within the region and the DRAM buffer; no other
+            // thread runs.
+            unsafe {
+                p.copy(
+                    self.region.as_mut_ptr().add(off),
+                    self.dram.as_ptr().add(self.dram_off + off),
+                    size,
+                    CopyMode::Durable,
+                );
             }
-        }
-        bytes as f64 / begin.elapsed().as_secs_f64() / (1u64 << 30) as f64
+        })
     }
+}
+
+/// GiB/s of `copy(off)` called for `dur` on one thread, each call copying `size` bytes at
+/// offset `off`, cycling through `slots` (at least 1) consecutive slots.
+fn single_thread_rate(
+    size: usize,
+    slots: usize,
+    dur: Duration,
+    mut copy: impl FnMut(usize),
+) -> f64 {
+    let slots = slots.max(1);
+    let begin = Instant::now();
+    let (mut bytes, mut k) = (0u64, 0usize);
+    while begin.elapsed() < dur {
+        // Many copies per clock read: small copies take well under a microsecond.
+        for _ in 0..64 {
+            copy((k % slots) * size);
+            bytes += size as u64;
+            k += 1;
+        }
+    }
+    bytes as f64 / begin.elapsed().as_secs_f64() / (1u64 << 30) as f64
 }

@@ -213,6 +213,26 @@ fn turning_point(points: &[(usize, bool)]) -> Option<usize> {
     at
 }
 
+/// At each of `sizes`, `a` against `b` in paired rounds, handing the medians to `record`; the
+/// smallest size from which `a` wins at every larger size.
+fn crossing(
+    sizes: &[usize],
+    rounds: usize,
+    a: impl Fn(usize) -> f64,
+    b: impl Fn(usize) -> f64,
+    mut record: impl FnMut(usize, f64, f64),
+) -> Option<usize> {
+    let points: Vec<(usize, bool)> = sizes
+        .iter()
+        .map(|&size| {
+            let [x, y, ratio] = paired(rounds, || a(size), || b(size));
+            record(size, x, y);
+            (size, ratio >= 1.0)
+        })
+        .collect();
+    turning_point(&points)
+}
+
 /// Profiles this machine's paths on `region` with the engine `config` starts. `quick` picks
 /// [`Effort::QUICK`], else [`Effort::FULL`]. The region's contents are overwritten.
 pub fn tune(
@@ -421,44 +441,42 @@ pub fn tune(
     };
 
     // 5. Non-temporal threshold.
-    let mut nt_points = Vec::new();
-    for &size in &nt_sizes {
-        let [nt, temporal, ratio] = paired(
-            rounds,
-            || lab.durable_rate(persist, size, 0, slice),
-            || lab.durable_rate(persist, size, usize::MAX, slice),
-        );
-        nt_points.push((size, ratio >= 1.0));
-        m.nt.push(NtPoint {
-            size,
-            nt_gib_s: nt,
-            temporal_gib_s: temporal,
-        });
-        steps.tick("non-temporal threshold");
-    }
-    let nt_threshold = turning_point(&nt_points).unwrap_or(NEVER);
+    let nt_threshold = crossing(
+        &nt_sizes,
+        rounds,
+        |size| lab.durable_rate(persist, size, 0, slice),
+        |size| lab.durable_rate(persist, size, usize::MAX, slice),
+        |size, nt, temporal| {
+            m.nt.push(NtPoint {
+                size,
+                nt_gib_s: nt,
+                temporal_gib_s: temporal,
+            });
+            steps.tick("non-temporal threshold");
+        },
+    )
+    .unwrap_or(NEVER);
 
     // 6. Shifted copies.
-    let mut shifted_points = Vec::new();
-    for &size in &shifted_sizes {
-        let with = |min: usize| Persist {
-            shifted_min: min,
-            ..persist
-        };
-        let [looped, memcpy, ratio] = paired(
-            rounds,
-            || lab.shifted_rate(with(1), size, SHIFT, slice),
-            || lab.shifted_rate(with(0), size, SHIFT, slice),
-        );
-        shifted_points.push((size, ratio >= 1.0));
-        m.shifted.push(ShiftedPoint {
-            size,
-            loop_gib_s: looped,
-            memcpy_gib_s: memcpy,
-        });
-        steps.tick("shifted copies");
-    }
-    let shifted_min = turning_point(&shifted_points).unwrap_or(0);
+    let with = |min: usize| Persist {
+        shifted_min: min,
+        ..persist
+    };
+    let shifted_min = crossing(
+        &shifted_sizes,
+        rounds,
+        |size| lab.shifted_rate(with(1), size, SHIFT, slice),
+        |size| lab.shifted_rate(with(0), size, SHIFT, slice),
+        |size, looped, memcpy| {
+            m.shifted.push(ShiftedPoint {
+                size,
+                loop_gib_s: looped,
+                memcpy_gib_s: memcpy,
+            });
+            steps.tick("shifted copies");
+        },
+    )
+    .unwrap_or(0);
     m.engine_scaling = engine_scaling;
     m.writer_scaling = writer_scaling;
 
