@@ -823,6 +823,44 @@ mod tests {
         }
     }
 
+    /// The incident behind A/B trials, with its numbers: a tuned read threshold of 92 KiB whose
+    /// 64 KiB bin the profile's estimates put 5% on the offload side. Live estimates taken
+    /// while the engine's worker spun beside the caller (CPU 15–25% slower in the 32–256 KiB
+    /// bins), or from splits' engine sides running beside their CPU sides (engine 25% slower
+    /// at 64 KiB), made the old model lower or raise it a bin. Epochs with such estimates and
+    /// no trial move nothing.
+    #[test]
+    fn estimates_biased_like_a_spinning_worker_move_no_threshold() {
+        let profile = Bandwidth::default();
+        let cpu = [11.1, 11.4, 10.3, 11.6, 11.1, 9.9, 10.3, 10.5];
+        let engine = [9.9, 11.0, 12.8, 13.1, 13.8, 12.5, 13.4, 13.8];
+        for b in 0..BINS {
+            profile.of(Direction::FromSlow).cpu[b].set(cpu[b]);
+            profile.of(Direction::FromSlow).engine[b].set(engine[b]);
+        }
+        profile.of(Direction::FromSlow).startup_ns.set(753.0);
+        let mut t = tuned();
+        t.from_slow = Locality::uniform(92 << 10, 80 << 10);
+        let a = Adapt::new(&t, &profile, settings());
+        let c = Counters::default();
+        let spinning = Bandwidth::default();
+        spinning.copy_from(&profile);
+        for (b, v) in [(1, 9.0), (2, 8.5), (3, 8.4)] {
+            spinning.of(Direction::FromSlow).cpu[b].set(v);
+        }
+        let beside = Bandwidth::default();
+        beside.copy_from(&profile);
+        beside.of(Direction::FromSlow).engine[2].set(9.6);
+        for _ in 0..50 {
+            a.epoch(&spinning, &c);
+        }
+        for _ in 0..50 {
+            a.epoch(&beside, &c);
+        }
+        assert_eq!(a.in_effect(), t);
+        assert_eq!(moves(&c), (0, 0));
+    }
+
     #[test]
     fn split_estimates_follow_live_ones_in_bounded_steps() {
         let prior = profiled();
