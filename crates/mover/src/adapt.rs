@@ -69,7 +69,7 @@ pub const EXPLORE_SHARE: f64 = 0.25;
 /// Samples each path of a band needs before the band's trial counts.
 pub const EVIDENCE: u64 = 8;
 /// One in this many requests in a band on its usual path is timed (every explored one is).
-pub const SAMPLE_BAND_EVERY: u32 = 4;
+pub const SAMPLE_BAND_EVERY: u32 = 16;
 /// Sampled copies per thread between two looks at the clock.
 const TICKS: u32 = 8;
 /// The directions the tuner profiles, and so the ones adapted.

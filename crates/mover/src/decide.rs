@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::adapt::EXPLORE_SHARE;
+use crate::adapt::{Band, EXPLORE_SHARE};
 use crate::config::Policy;
 use crate::counters::Counter;
 use crate::hints::{Direction, Hints};
@@ -42,6 +42,34 @@ impl Decision {
         path: Path::Cpu,
         head: 0,
     };
+}
+
+/// Where a request stands against its threshold, and whether it is explored (one side of an
+/// A/B trial, see [`crate::adapt`]): settled once per request, before the rest of the decision.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Trial {
+    /// The threshold in effect for the request's direction, locality and alignment.
+    pub threshold: usize,
+    /// The band around it the request falls in, while thresholds adapt.
+    pub band: Option<Band>,
+    /// Sent down the other path.
+    pub explored: bool,
+}
+
+impl Trial {
+    /// No trial: for policies that do not schedule.
+    pub const NONE: Trial = Trial {
+        threshold: 0,
+        band: None,
+        explored: false,
+    };
+
+    /// Whether the request goes to the CPU on account of its size: below the threshold and
+    /// not explored, or at or above it and explored.
+    #[inline]
+    pub fn cpu(&self, len: usize) -> bool {
+        (len >= self.threshold) == self.explored
+    }
 }
 
 impl Mover {
@@ -85,6 +113,53 @@ impl Mover {
         hints: &Hints,
         sync: bool,
     ) -> Decision {
+        let trial = if self.policy == Policy::Auto {
+            self.trial(dst, src, len, hints, sync)
+        } else {
+            Trial::NONE
+        };
+        self.decide_after(dst, src, len, hints, sync, trial)
+    }
+
+    /// Settles `trial` for a request (policy `auto`): its threshold and band, and, for a
+    /// synchronous one in a band, whether it is explored (counted).
+    #[inline]
+    pub(crate) fn trial(
+        &self,
+        dst: *const u8,
+        src: *const u8,
+        len: usize,
+        hints: &Hints,
+        sync: bool,
+    ) -> Trial {
+        let threshold = self.threshold_for(dst, src, hints);
+        let band = if sync {
+            self.adapt.band(hints.direction, threshold, len)
+        } else {
+            None
+        };
+        let explored = self.adapt.explore(band);
+        if explored {
+            self.counters.add(Counter::explored, 1);
+        }
+        Trial {
+            threshold,
+            band,
+            explored,
+        }
+    }
+
+    /// [`Mover::decide`] once the request's [`Trial`] is settled.
+    #[inline]
+    pub(crate) fn decide_after(
+        &self,
+        dst: *const u8,
+        src: *const u8,
+        len: usize,
+        hints: &Hints,
+        sync: bool,
+        trial: Trial,
+    ) -> Decision {
         match self.policy {
             Policy::Cpu => return Decision::CPU,
             Policy::Engine => {
@@ -100,23 +175,11 @@ impl Mover {
         }
         let (d, s) = (dst as usize, src as usize);
         let aligned = (d | s) % 64 == 0;
-        let threshold = self.threshold_for(dst, src, hints);
         if self.engine_channels == 0 {
             return Decision::CPU;
         }
-        // A synchronous request in a band around its threshold may be explored: sent down the
-        // other path, as one side of the band's A/B trial (see `crate::adapt`).
-        let band = if sync {
-            self.adapt.band(hints.direction, threshold, len)
-        } else {
-            None
-        };
-        let explored = self.adapt.explore(band);
-        if explored {
-            self.counters.add(Counter::explored, 1);
-        }
-        if (len >= threshold) == explored {
-            if !explored {
+        if trial.cpu(len) {
+            if !trial.explored {
                 self.counters.add(Counter::below_threshold, 1);
             }
             return Decision::CPU;

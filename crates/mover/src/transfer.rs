@@ -11,7 +11,7 @@ use crate::adapt::Arm;
 use crate::bandwidth::{bin, sample_cpu_copy, Bandwidth, MIN_SAMPLED};
 use crate::config::Policy;
 use crate::counters::Counter;
-use crate::decide::{Decision, Path};
+use crate::decide::{Decision, Path, Trial};
 use crate::hints::{Direction, Hints};
 use crate::{plan, Mover};
 
@@ -104,6 +104,30 @@ impl Mover {
             // SAFETY: forwarded from this function's contract.
             return unsafe { self.copy_with_cores_busy(dst, src, len, &hints) };
         }
+        let trial = if self.policy == Policy::Auto {
+            self.trial(dst, src, len, &hints, true)
+        } else {
+            Trial::NONE
+        };
+        if self.policy == Policy::Auto && trial.cpu(len) {
+            // Below its threshold (or explored above it): the CPU, without the rest of the
+            // decision, timed for the band's trial when it is one of them.
+            self.counters.add(Counter::cpu_requests, 1);
+            if !trial.explored {
+                self.counters.add(Counter::below_threshold, 1);
+            }
+            let began = trial
+                .band
+                .is_some_and(|_| trial.explored || self.adapt.sample_band())
+                .then(Instant::now);
+            // SAFETY: forwarded from this function's contract.
+            unsafe { self.cpu_copy(dst, src, len, &hints) };
+            if let (Some(b), Some(t)) = (trial.band, began) {
+                let ns = t.elapsed().as_nanos() as u64;
+                self.adapt.record(hints.direction, b, Arm::Cpu, len, ns);
+            }
+            return Report::started(Path::Cpu, len);
+        }
         // Bulk callers are counted while they copy, so others see how busy the cores are.
         let bulk = self.cores_shared
             && self.policy == Policy::Auto
@@ -111,12 +135,10 @@ impl Mover {
         if bulk {
             self.active_bulk.fetch_add(1, Ordering::Relaxed);
         }
-        let decision = self.decide(dst, src, len, &hints, true);
+        let decision = self.decide_after(dst, src, len, &hints, true, trial);
         // Requests in a band around their threshold are timed end to end for the band's A/B
         // trial: every one that went the unusual way, one in a few of the rest.
-        let band = self
-            .adapt
-            .band(hints.direction, self.threshold_for(dst, src, &hints), len);
+        let band = trial.band;
         let arm = if decision.path == Path::Cpu {
             Arm::Cpu
         } else {
