@@ -18,7 +18,7 @@
 //!    delay from submission to its start: the engine's side as the mover's live estimates
 //!    measure it, so that a split's ratio starts from what the live samples will say.
 //! 3. **M**, the engine's saturation point: engine-only 64 KiB reads from 1 to N concurrent
-//!    callers; M is the fewest reaching [`SATURATED`] of the peak.
+//!    callers, in rotated rounds; M is the fewest reaching [`SATURATED`] of the peak.
 //! 4. **The CPU-writer cap**: CPU-only durable 64 KiB writes from 1 to N threads; the cap is the
 //!    fewest reaching [`SATURATED`] of the peak, or none if that is at least the core count.
 //! 5. **The non-temporal threshold**: durable copies of 256 B to 64 KiB with streaming stores
@@ -409,18 +409,25 @@ pub fn tune(
     }
 
     // 3. M, and 4. the CPU-writer cap.
+    // The thread counts are measured in rotated rounds, so that drift over the sweep (minutes
+    // on a noisy machine) does not make a later count look like a new peak.
     let mut scale = |mover: &Mover, dir: Direction, what: &str| {
-        let mut out = Vec::new();
-        for t in 1..=max_callers {
-            let gib_s = median(
-                &mut (0..rounds)
-                    .map(|_| lab.rate(mover, dir, &[64 << 10], t, 0, slice))
-                    .collect::<Vec<_>>(),
-            );
-            out.push(ScalePoint { threads: t, gib_s });
-            steps.tick(what);
-        }
-        out
+        let mut done = 0;
+        let got = rotated(max_callers, rounds, |i| {
+            done += 1;
+            if done % rounds == 0 {
+                steps.tick(what);
+            }
+            Ok::<_, std::convert::Infallible>(lab.rate(mover, dir, &[64 << 10], i + 1, 0, slice))
+        });
+        let Ok(got) = got;
+        got.into_iter()
+            .enumerate()
+            .map(|(i, mut g)| ScalePoint {
+                threads: i + 1,
+                gib_s: median(&mut g),
+            })
+            .collect::<Vec<_>>()
     };
     let saturation = |pts: &[ScalePoint]| {
         let peak = pts.iter().map(|p| p.gib_s).fold(0.0, f64::max);
