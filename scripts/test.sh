@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The project's test command: formatting, lints, tests, and loom model checks.
+# The project's test command: formatting, lints, docs, tests, and loom model checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+# Docs build without broken or private intra-doc links.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 cargo test --workspace
 CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 \
   cargo test -p switchyard-engine --release --lib loom

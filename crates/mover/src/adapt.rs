@@ -15,7 +15,7 @@
 //! **Thresholds move on A/B trials, not on a model.** Around each threshold `T` in effect lie
 //! two bands: sizes in `[T/2, T)` go to the CPU, sizes in `[T, 2T)` are offloaded. One in
 //! [`EXPLORE`] synchronous requests in each band takes the other path, and requests in the
-//! bands are timed end to end on the path they took ([`Adapt::record`]). A trial ends once
+//! bands are timed end to end on the path they took (`Adapt::record`). A trial ends once
 //! both paths of a band have [`EVIDENCE`] samples: the offload path beating the CPU by
 //! [`MARGIN`] below `T` asks for a lower threshold, the CPU beating it above `T` for a higher
 //! one. Both paths of a trial ran interleaved under the same conditions, so what they share —

@@ -88,7 +88,7 @@ thread_local! {
 }
 
 /// Decodes the graph file in `chunks` (the file's bytes, in order) and searches it: see
-/// [`search`]; `None` if the bytes are not a serialized graph.
+/// `search`; `None` if the bytes are not a serialized graph.
 fn build_and_search(chunks: impl Iterator<Item = impl AsRef<[u8]>>) -> Option<(u32, u32)> {
     GRAPH.with_borrow_mut(|[graph, level, queue]| {
         graph.clear();
