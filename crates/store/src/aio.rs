@@ -10,7 +10,7 @@
 //!   entry names each copy's channel and position, and the channel's durable completion record
 //!   says after a crash whether the copy finished. The file's lock is released at the commit;
 //!   the next operation on the file settles the copies first (two-level locking, §4.3,
-//!   [`crate::inflight`]);
+//!   `crate::inflight`);
 //! - a read submits its copies under the file's read lock and releases it at once; later
 //!   writes never wait for it.
 //!

@@ -58,7 +58,7 @@
 //! tail before it bumps mount_count. Only the last write of a file can be unsettled: every
 //! later change to the file's log first waits for it (two-level locking, `crate::store`).
 //!
-//! Commit points (all in [`crate::store`]): a single-inode operation appends its entries past
+//! Commit points (all in `crate::store`): a single-inode operation appends its entries past
 //! the inode's tail, makes them durable, then stores the new tail with one 8-byte store and
 //! makes it durable. An operation over several inodes makes all their entries durable, writes
 //! the old values of every head/tail word it will change to the journal, makes the journal

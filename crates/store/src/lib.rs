@@ -5,7 +5,7 @@
 //! kernels.
 //!
 //! Semantics are strict: an operation that returned is durable and atomic. The format, with
-//! byte offsets and commit points, is in [`format`] and `docs/format.md`.
+//! byte offsets and commit points, is in [`mod@format`] and `docs/format.md`.
 //!
 //! - [`Store`]: the inode-level API (what FUSE and the async layer use);
 //! - [`Fs`]: paths and file descriptors on top (the POSIX file model);
