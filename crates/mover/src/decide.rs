@@ -113,16 +113,18 @@ impl Mover {
         hints: &Hints,
         sync: bool,
     ) -> Decision {
-        let trial = if self.policy == Policy::Auto {
-            self.trial(dst, src, len, hints, sync)
-        } else {
-            Trial::NONE
-        };
-        self.decide_after(dst, src, len, hints, sync, trial)
+        self.decide_after(
+            dst,
+            src,
+            len,
+            hints,
+            sync,
+            self.trial(dst, src, len, hints, sync),
+        )
     }
 
-    /// Settles `trial` for a request (policy `auto`): its threshold and band, and, for a
-    /// synchronous one in a band, whether it is explored (counted).
+    /// Settles the trial of a request: its threshold and band, and, for a synchronous one in
+    /// a band, whether it is explored (counted); [`Trial::NONE`] unless the policy is `auto`.
     #[inline]
     pub(crate) fn trial(
         &self,
@@ -132,6 +134,9 @@ impl Mover {
         hints: &Hints,
         sync: bool,
     ) -> Trial {
+        if self.policy != Policy::Auto {
+            return Trial::NONE;
+        }
         let threshold = self.threshold_for(dst, src, hints);
         let band = if sync {
             self.adapt.band(hints.direction, threshold, len)

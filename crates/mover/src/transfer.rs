@@ -11,7 +11,7 @@ use crate::adapt::Arm;
 use crate::bandwidth::{bin, sample_cpu_copy, Bandwidth, MIN_SAMPLED};
 use crate::config::Policy;
 use crate::counters::Counter;
-use crate::decide::{Decision, Path, Trial};
+use crate::decide::{Decision, Path};
 use crate::hints::{Direction, Hints};
 use crate::{plan, Mover};
 
@@ -104,33 +104,12 @@ impl Mover {
             // SAFETY: forwarded from this function's contract.
             return unsafe { self.copy_with_cores_busy(dst, src, len, &hints) };
         }
-        let trial = if self.policy == Policy::Auto {
-            self.trial(dst, src, len, &hints, true)
-        } else {
-            Trial::NONE
-        };
-        if self.policy == Policy::Auto && trial.cpu(len) {
-            // Below its threshold (or explored above it): the CPU, without the rest of the
-            // decision, timed for the band's trial when it is one of them.
-            self.counters.add(Counter::cpu_requests, 1);
-            if !trial.explored {
-                self.counters.add(Counter::below_threshold, 1);
-            }
-            let began = trial
-                .band
-                .is_some_and(|_| trial.explored || self.adapt.sample_band())
-                .then(Instant::now);
-            // SAFETY: forwarded from this function's contract.
-            unsafe { self.cpu_copy(dst, src, len, &hints) };
-            if let (Some(b), Some(t)) = (trial.band, began) {
-                let ns = t.elapsed().as_nanos() as u64;
-                self.adapt.record(hints.direction, b, Arm::Cpu, len, ns);
-            }
-            return Report::started(Path::Cpu, len);
-        }
-        // Bulk callers are counted while they copy, so others see how busy the cores are.
+        let trial = self.trial(dst, src, len, &hints, true);
+        // Bulk callers are counted while they copy, so others see how busy the cores are; a
+        // request its trial sends to the CPU on account of its size is not one.
         let bulk = self.cores_shared
             && self.policy == Policy::Auto
+            && !trial.cpu(len)
             && len >= self.adapt.min_threshold(hints.direction);
         if bulk {
             self.active_bulk.fetch_add(1, Ordering::Relaxed);
