@@ -2,6 +2,9 @@
 # The project's test command: formatting, lints, docs, tests, and loom model checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# What the tests need beyond the main job (real clients of the mount, a browser); quick when
+# everything is there.
+bash scripts/install-deps.sh --test
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 # Docs build without broken or private intra-doc links.

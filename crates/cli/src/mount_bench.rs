@@ -170,8 +170,9 @@ pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
     touch(&region_path, region_len)?;
     let region = Region::create(&region_path, region_len, cfg.persist())?;
     let store = Store::format(region, mover, Owner::current())?;
-    let store_mount = switchyard_fuse::mount(store, &mnt_store, workers)
-        .with_context(|| format!("mounting the store on {}", mnt_store.display()))?;
+    let store_mount =
+        switchyard_fuse::mount(store, &mnt_store, workers, switchyard_fuse::Access::Owner)
+            .with_context(|| format!("mounting the store on {}", mnt_store.display()))?;
     let pass_mount = switchyard_fuse::mount_passthrough(backing, &mnt_pass, workers)
         .with_context(|| format!("mounting the passthrough on {}", mnt_pass.display()))?;
     let dirs = [mnt_store.as_path(), mnt_pass.as_path(), tmpfs.as_path()];

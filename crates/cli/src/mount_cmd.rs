@@ -23,6 +23,12 @@ pub struct MountArgs {
     /// Request worker threads (default: the number of cores, at least 2).
     #[arg(long)]
     workers: Option<usize>,
+    /// Let every user of this machine use the mount (FUSE's `allow_other`), each with the
+    /// access the files' owners, groups and modes give them, as on any file system. Without
+    /// it only the user who mounted can. A user other than root needs `user_allow_other` in
+    /// /etc/fuse.conf for this.
+    #[arg(long)]
+    allow_other: bool,
 }
 
 /// `up` options.
@@ -39,6 +45,12 @@ pub struct UpArgs {
     /// Request worker threads (default: the number of cores, at least 2).
     #[arg(long)]
     workers: Option<usize>,
+    /// Let every user of this machine use the mount (FUSE's `allow_other`), each with the
+    /// access the files' owners, groups and modes give them, as on any file system. Without
+    /// it only the user who mounted can. A user other than root needs `user_allow_other` in
+    /// /etc/fuse.conf for this.
+    #[arg(long)]
+    allow_other: bool,
 }
 
 /// `umount` options.
@@ -71,11 +83,17 @@ pub fn mount(a: &MountArgs) -> anyhow::Result<()> {
     if !a.dir.is_dir() {
         bail!("{} is not a directory", a.dir.display());
     }
+    let access = if a.allow_other {
+        check_allow_other()?;
+        switchyard_fuse::Access::AllUsers
+    } else {
+        switchyard_fuse::Access::Owner
+    };
     let set = block_stop_signals();
     let store = a.at.open()?;
     let quick = store.mounted_quickly();
     let workers = a.workers.unwrap_or_else(switchyard_fuse::default_workers);
-    let m = switchyard_fuse::mount(store, &a.dir, workers)
+    let m = switchyard_fuse::mount(store, &a.dir, workers, access)
         .with_context(|| format!("mounting on {}", a.dir.display()))?;
     println!(
         "mounted {} on {} ({} request workers; {}).",
@@ -88,6 +106,9 @@ pub fn mount(a: &MountArgs) -> anyhow::Result<()> {
             "recovered: every log checked"
         }
     );
+    if a.allow_other {
+        println!("every user may use it (allow_other; the kernel checks each file's permissions)");
+    }
     println!(
         "stop with Ctrl-C, `kill {}`, or `switchyard umount {}`",
         std::process::id(),
@@ -169,7 +190,28 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
         at: a.at.clone(),
         dir: a.dir.clone(),
         workers: a.workers,
+        allow_other: a.allow_other,
     })
+}
+
+/// Checks that this user may mount with `allow_other`: root may; anyone else needs
+/// `user_allow_other` in /etc/fuse.conf, or fusermount3 refuses with a terse message.
+fn check_allow_other() -> anyhow::Result<()> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return Ok(());
+    }
+    let conf = std::fs::read_to_string("/etc/fuse.conf").unwrap_or_default();
+    if conf
+        .lines()
+        .any(|l| l.split('#').next().unwrap_or("").trim() == "user_allow_other")
+    {
+        return Ok(());
+    }
+    bail!(
+        "--allow-other needs `user_allow_other` in /etc/fuse.conf when a user other than root \
+         mounts (add that line as root), or mount as root"
+    )
 }
 
 /// Unmounts a store mounted with `switchyard mount` (its process then exits).

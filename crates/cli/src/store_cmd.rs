@@ -66,14 +66,11 @@ pub struct MkfsArgs {
 
 /// Formats a store.
 pub fn mkfs(a: &MkfsArgs) -> anyhow::Result<()> {
-    if a.at.store.exists() && !a.force {
-        let image = std::fs::read(&a.at.store).unwrap_or_default();
-        if switchyard_store::recovery::superblock(&image).is_ok() {
-            bail!(
-                "{} already holds a store; pass --force to format it anyway (its contents are lost)",
-                a.at.store.display()
-            );
-        }
+    if a.at.store.exists() && !a.force && holds_store(&a.at.store)? {
+        bail!(
+            "{} already holds a store; pass --force to format it anyway (its contents are lost)",
+            a.at.store.display()
+        );
     }
     let cfg = a.at.common.load_config()?;
     let region = Region::create(&a.at.store, a.size, cfg.persist())?;
@@ -89,6 +86,19 @@ pub fn mkfs(a: &MkfsArgs) -> anyhow::Result<()> {
     );
     store.unmount()?;
     Ok(())
+}
+
+/// Whether `path` starts like a store: the superblock's magic in its primary or its replica
+/// (damaged or not, it may hold data worth keeping). Reads the first two blocks only.
+fn holds_store(path: &Path) -> anyhow::Result<bool> {
+    use switchyard_store::format::{BLOCK, SB_MAGIC};
+    let mut head = Vec::with_capacity(2 * BLOCK as usize);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(2 * BLOCK).read_to_end(&mut head))
+        .with_context(|| format!("reading {}", path.display()))?;
+    Ok(head
+        .chunks(BLOCK as usize)
+        .any(|b| b.starts_with(&SB_MAGIC)))
 }
 
 /// `fsck` options.
@@ -175,9 +185,14 @@ pub fn ls(a: &LsArgs) -> anyhow::Result<()> {
             name.clone()
         };
         let at = fs.lstat(&full)?;
+        use switchyard_store::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFSOCK};
         let t = match at.kind() {
-            switchyard_store::format::S_IFDIR => 'd',
-            switchyard_store::format::S_IFLNK => 'l',
+            S_IFDIR => 'd',
+            S_IFLNK => 'l',
+            S_IFIFO => 'p',
+            S_IFSOCK => 's',
+            S_IFCHR => 'c',
+            S_IFBLK => 'b',
             _ => '-',
         };
         let target = if t == 'l' {

@@ -1,130 +1,14 @@
 //! The store mounted with `switchyard mount` (FUSE), used by real, unmodified programs. Each
 //! test writes, unmounts (SIGTERM: a clean unmount), mounts again and then checks.
 
+mod common;
+
 use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_switchyard")
-}
-
-fn mounted(dir: &Path) -> bool {
-    let dir = std::fs::canonicalize(dir).unwrap();
-    std::fs::read_to_string("/proc/self/mounts")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(1) == Some(dir.to_str().unwrap()))
-}
-
-/// A `switchyard mount` process; dropping it unmounts.
-struct Mount {
-    child: Option<Child>,
-    store: PathBuf,
-    dir: PathBuf,
-}
-
-impl Mount {
-    fn new(work: &Path) -> Mount {
-        let store = work.join("s.store");
-        let ok = Command::new(bin())
-            .args(["mkfs", "--size", "512M", "--store"])
-            .arg(&store)
-            .current_dir(work)
-            .status()
-            .unwrap();
-        assert!(ok.success());
-        let dir = work.join("mnt");
-        std::fs::create_dir_all(&dir).unwrap();
-        Mount::start(store, dir)
-    }
-
-    fn start(store: PathBuf, dir: PathBuf) -> Mount {
-        let child = Command::new(bin())
-            .arg("mount")
-            .arg("--store")
-            .arg(&store)
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .unwrap();
-        let t0 = Instant::now();
-        while !mounted(&dir) {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "mount did not appear"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Mount {
-            child: Some(child),
-            store,
-            dir,
-        }
-    }
-
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.join(p)
-    }
-
-    /// Clean unmount (SIGTERM), then mount again.
-    fn remount(mut self) -> Mount {
-        self.stop();
-        Mount::start(self.store.clone(), self.dir.clone())
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // SAFETY: kill has no memory effects; the pid is our child's.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let status = c.wait().unwrap();
-            assert!(status.success(), "mount exited with {status}");
-            assert!(!mounted(&self.dir), "still mounted after SIGTERM");
-        }
-    }
-
-    fn fsck(&self) {
-        let out = Command::new(bin())
-            .args(["fsck", "--store"])
-            .arg(&self.store)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-            let _ = Command::new("fusermount3")
-                .arg("-u")
-                .arg(&self.dir)
-                .status();
-        }
-    }
-}
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn errno(r: std::io::Result<impl Sized>) -> i32 {
-    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
-}
+use common::{bin, errno, fsck, mounted, run, Mount};
 
 #[test]
 fn posix_operations_and_errnos_through_the_mount() {
@@ -178,6 +62,7 @@ fn posix_operations_and_errnos_through_the_mount() {
         .open(m.path("a"))
         .unwrap();
     f.set_len(10).unwrap();
+    drop(f);
     assert_eq!(std::fs::read(m.path("a")).unwrap(), &data[..10]);
     assert_eq!(
         std::fs::read_dir(m.path("missing")).unwrap_err().kind(),
@@ -361,6 +246,7 @@ fn a_killed_mount_loses_no_write_that_fio_saw_complete() {
                 "--rw=write",
                 "--bs=4k",
                 "--size=256M",
+                "--fallocate=none", // the file grows as fio writes: its size is progress
                 "--verify=crc32c",
                 "--verify_state_save=0", // no state files in the working directory
                 "--do_verify=0",
@@ -369,7 +255,16 @@ fn a_killed_mount_loses_no_write_that_fio_saw_complete() {
             .output()
             .unwrap()
     });
-    std::thread::sleep(Duration::from_millis(1500));
+    // Kill once fio is well into the job (a fixed delay let a fast run finish first).
+    let file = m.path("killed.0.0");
+    let t0 = Instant::now();
+    while std::fs::metadata(&file).map_or(0, |f| f.len()) < 16 << 20 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "fio made no progress"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let mut child = m.child.take().unwrap();
     child.kill().unwrap(); // SIGKILL, mid-job
     child.wait().unwrap();
@@ -383,8 +278,8 @@ fn a_killed_mount_loses_no_write_that_fio_saw_complete() {
         "fio wrote {done} bytes before the kill"
     );
     run(Command::new("fusermount3").arg("-u").arg(&m.dir));
+    fsck(&m.store);
     let m = Mount::start(m.store.clone(), m.dir.clone());
-    m.fsck();
     // Every 4K block fio saw complete is there, with fio's checksum and offset.
     let out = Command::new("fio")
         .args([
@@ -501,4 +396,153 @@ fn bench_mount_runs_every_job_on_the_store_the_floor_and_tmpfs() {
         .unwrap()
         .contains("switchyard-bench-mount"));
     assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
+}
+
+/// Issue: a second `mount` of a mounted store (and `cp`, `ls`, `fsck`, `mkfs --force` on it)
+/// ran, and the files written through the first mount were lost at the next remount.
+#[test]
+fn a_mounted_store_has_one_owner_and_loses_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let m = Mount::new(work.path());
+    let pid = m.child.as_ref().unwrap().id();
+    let m2 = work.path().join("m2");
+    std::fs::create_dir(&m2).unwrap();
+    let store = m.store.to_str().unwrap().to_owned();
+    let refused: [&[&str]; 5] = [
+        &["mount", "--store", &store, m2.to_str().unwrap()],
+        &["fsck", "--store", &store],
+        &["ls", "--store", &store, "/"],
+        &["cp", "--store", &store, "/etc/hostname", "store:/h"],
+        &["mkfs", "--force", "--size", "512M", "--store", &store],
+    ];
+    for args in refused {
+        let mut c = Command::new(bin())
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let t0 = Instant::now();
+        while c.try_wait().unwrap().is_none() {
+            if t0.elapsed() > Duration::from_secs(20) {
+                let _ = c.kill();
+                let _ = Command::new("fusermount3").arg("-u").arg(&m2).status();
+                panic!("{args:?} is running on a mounted store");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} ran on a mounted store");
+        assert!(
+            err.contains(&format!("in use by pid {pid} (switchyard mount")),
+            "{args:?} names the owner: {err}"
+        );
+    }
+    assert!(!mounted(&m2));
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    for i in 0..5 {
+        std::fs::write(m.path(&format!("f{i}")), &data).unwrap();
+    }
+    let m = m.remount();
+    for i in 0..5 {
+        assert_eq!(std::fs::read(m.path(&format!("f{i}"))).unwrap(), data);
+    }
+    m.fsck();
+}
+
+/// Issue: an inode number the kernel still held (a working directory, an open directory) was
+/// handed to the next new directory, which then failed with ENOENT.
+#[test]
+fn a_removed_directory_the_kernel_holds_keeps_its_number() {
+    let work = tempfile::tempdir().unwrap();
+    let m = Mount::new(work.path());
+    use std::os::unix::fs::MetadataExt;
+    // The shell's working directory is removed under it.
+    run(Command::new("sh")
+        .args([
+            "-c",
+            "mkdir old && cd old && rmdir ../old && mkdir ../new && touch ../new/x \
+             && ! touch y 2>/dev/null",
+        ])
+        .current_dir(&m.dir));
+    assert!(m.path("new/x").exists());
+    // An open directory descriptor.
+    std::fs::create_dir(m.path("o2")).unwrap();
+    let held = std::fs::File::open(m.path("o2")).unwrap();
+    let old_ino = held.metadata().unwrap().ino();
+    std::fs::remove_dir(m.path("o2")).unwrap();
+    std::fs::create_dir(m.path("n2")).unwrap();
+    std::fs::write(m.path("n2/x"), b"x").unwrap();
+    assert_ne!(std::fs::metadata(m.path("n2")).unwrap().ino(), old_ino);
+    assert_eq!(held.metadata().unwrap().nlink(), 0);
+    drop(held);
+    // Many cycles while one removed directory stays open: its number is never reused.
+    std::fs::create_dir(m.path("keep")).unwrap();
+    let keep = std::fs::File::open(m.path("keep")).unwrap();
+    let keep_ino = keep.metadata().unwrap().ino();
+    std::fs::remove_dir(m.path("keep")).unwrap();
+    for _ in 0..500 {
+        std::fs::create_dir(m.path("c")).unwrap();
+        assert_ne!(std::fs::metadata(m.path("c")).unwrap().ino(), keep_ino);
+        std::fs::remove_dir(m.path("c")).unwrap();
+    }
+    drop(keep);
+    m.fsck();
+}
+
+/// Issue: processes making and removing directories in one directory saw ENOENT for a
+/// directory they had just made, and ESTALE. Each worker removes a directory it holds open
+/// and makes a new one under its own names (every step must succeed), while all of them
+/// contend for shared names (where only EEXIST, ENOENT and ENOTEMPTY are right).
+#[test]
+fn concurrent_mkdir_and_rmdir_see_only_posix_errors() {
+    let work = tempfile::tempdir().unwrap();
+    let m = Mount::new(work.path());
+    let dir = m.dir.clone();
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let dir = dir.clone();
+            std::thread::spawn(move || {
+                let mut unexpected = Vec::new();
+                for i in 0..400u32 {
+                    let (old, new) = (dir.join(format!("old{w}")), dir.join(format!("new{w}")));
+                    let own = (|| {
+                        std::fs::create_dir(&old)?;
+                        let held = std::fs::File::open(&old)?;
+                        std::fs::remove_dir(&old)?;
+                        std::fs::create_dir(&new)?;
+                        std::fs::write(new.join("x"), b"x")?;
+                        held.metadata()?;
+                        std::fs::remove_file(new.join("x"))?;
+                        std::fs::remove_dir(&new)
+                    })();
+                    if let Err(e) = own {
+                        unexpected.push(format!("own names, round {i}: {e}"));
+                        let _ = std::fs::remove_file(new.join("x"));
+                        let _ = std::fs::remove_dir(&new);
+                        let _ = std::fs::remove_dir(&old);
+                    }
+                    let d = dir.join(format!("d{}", (i + w) % 3));
+                    let f = d.join(format!("f{w}"));
+                    let r = match i % 4 {
+                        0 => std::fs::create_dir(&d),
+                        1 => std::fs::write(&f, b"x"),
+                        2 => std::fs::remove_file(&f),
+                        _ => std::fs::remove_dir(&d),
+                    };
+                    let e = errno(r);
+                    if ![0, libc::EEXIST, libc::ENOENT, libc::ENOTEMPTY].contains(&e) {
+                        unexpected.push(format!("shared names, op {}: errno {e}", i % 4));
+                    }
+                }
+                unexpected
+            })
+        })
+        .collect();
+    for w in workers {
+        let bad = w.join().unwrap();
+        assert!(bad.is_empty(), "unexpected errors: {bad:?}");
+    }
+    m.fsck();
 }

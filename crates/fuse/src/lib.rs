@@ -28,6 +28,7 @@ use fuser::{FopenFlags, KernelConfig, OpenFlags};
 use switchyard_store::Store;
 
 pub use passthrough::Passthrough;
+
 pub use store_fs::StoreFs;
 
 /// How long the kernel may cache attributes and names: this mount is the only way to change
@@ -52,16 +53,35 @@ pub fn default_workers() -> usize {
         .max(2)
 }
 
+/// Who may use a mount.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Access {
+    /// Only the user who mounted it (FUSE's default).
+    #[default]
+    Owner,
+    /// Every user (`allow_other`), each checked by the kernel against the files' owners,
+    /// groups and modes (`default_permissions`). For a mount by a user other than root,
+    /// `/etc/fuse.conf` must hold `user_allow_other`.
+    AllUsers,
+}
+
 /// Mounts `store` at `dir` with `workers` request threads (each with its own `/dev/fuse`
-/// descriptor), kernel permission checks and this store's name in the mount table.
-pub fn mount(store: Store, dir: &Path, workers: usize) -> std::io::Result<Mount> {
-    spawn(StoreFs::new(store), "switchyard", dir, workers)
+/// descriptor), kernel permission checks, this store's name in the mount table, and access
+/// for `access`.
+pub fn mount(store: Store, dir: &Path, workers: usize, access: Access) -> std::io::Result<Mount> {
+    spawn(StoreFs::new(store), "switchyard", dir, workers, access)
 }
 
 /// Mounts the directory `backing` at `dir` as a passthrough file system, with the same
 /// options, request sizes, workers and page-cache policy as [`mount`].
 pub fn mount_passthrough(backing: PathBuf, dir: &Path, workers: usize) -> std::io::Result<Mount> {
-    spawn(Passthrough::new(backing)?, "passthrough", dir, workers)
+    spawn(
+        Passthrough::new(backing)?,
+        "passthrough",
+        dir,
+        workers,
+        Access::Owner,
+    )
 }
 
 fn spawn<F: fuser::Filesystem + Send + Sync + 'static>(
@@ -69,8 +89,12 @@ fn spawn<F: fuser::Filesystem + Send + Sync + 'static>(
     name: &str,
     dir: &Path,
     workers: usize,
+    access: Access,
 ) -> std::io::Result<Mount> {
     let mut config = fuser::Config::default();
+    if access == Access::AllUsers {
+        config.acl = fuser::SessionACL::All;
+    }
     config.mount_options = vec![
         fuser::MountOption::FSName(name.into()),
         fuser::MountOption::Subtype(name.into()),

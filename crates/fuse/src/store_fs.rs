@@ -11,11 +11,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use fuser::{
     FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
     OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
-use switchyard_store::format::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
-use switchyard_store::{Attr, DirEntry, Errno, Owner, SetAttr, Store};
+use switchyard_store::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFSOCK};
+use switchyard_store::{Attr, DirEntry, Errno, Owner, SetAttr, Store, XattrMode};
 
 use crate::{configure, masked, open_flags, time, with_read_buffer, TTL};
 
@@ -52,6 +52,10 @@ fn kind(mode: u32) -> FileType {
     match mode & S_IFMT {
         S_IFDIR => FileType::Directory,
         S_IFLNK => FileType::Symlink,
+        S_IFIFO => FileType::NamedPipe,
+        S_IFSOCK => FileType::Socket,
+        S_IFCHR => FileType::CharDevice,
+        S_IFBLK => FileType::BlockDevice,
         _ => FileType::RegularFile,
     }
 }
@@ -70,7 +74,7 @@ fn file_attr(ino: u64, a: &Attr) -> FileAttr {
         nlink: a.nlink,
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        rdev: a.rdev() as u32,
         blksize: 4096,
         flags: 0,
     }
@@ -102,11 +106,34 @@ impl StoreFs {
         }
     }
 
-    fn entry(&self, reply: ReplyEntry, r: Result<(u64, Attr), Errno>) {
-        match r {
-            Ok((ino, a)) => reply.entry(&TTL, &file_attr(ino, &a), Generation(0)),
+    /// Replies with an entry the kernel will count as one lookup of its inode. `r` is the
+    /// result of [`Store::lookup_held`] (already held) or of an operation that made or linked
+    /// the inode (held here, before the kernel can know the number, so the kernel's
+    /// `forget` always finds the holds it releases).
+    fn entry(&self, reply: ReplyEntry, r: Result<(u64, Attr), Errno>, held: bool) {
+        match r.and_then(|(ino, a)| self.counted(ino, held).map(|g| (ino, a, g))) {
+            Ok((ino, a, g)) => reply.entry(&TTL, &file_attr(ino, &a), g),
             Err(e) => reply.error(errno(e)),
         }
+    }
+
+    /// Takes the hold of one kernel lookup on `ino` unless `held`, and returns its generation.
+    fn counted(&self, ino: u64, held: bool) -> Result<Generation, Errno> {
+        if !held {
+            self.store.hold(ino)?;
+        }
+        self.store.generation(ino).map(Generation)
+    }
+}
+
+/// Replies to getxattr/listxattr: the size when asked for it (`size` 0), else the bytes, or
+/// ERANGE when they do not fit.
+fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, Errno>) {
+    match r {
+        Ok(v) if size == 0 => reply.size(v.len() as u32),
+        Ok(v) if v.len() > size as usize => reply.error(fuser::Errno::ERANGE),
+        Ok(v) => reply.data(&v),
+        Err(e) => reply.error(errno(e)),
     }
 }
 
@@ -125,7 +152,16 @@ impl Filesystem for StoreFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(reply, self.store.lookup(parent.0, name.as_bytes()));
+        self.entry(
+            reply,
+            self.store.lookup_held(parent.0, name.as_bytes()),
+            true,
+        );
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        // The kernel dropped the inode: its number may be reused once nothing else holds it.
+        let _ = self.store.release_holds(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -187,18 +223,16 @@ impl Filesystem for StoreFs {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
-        if mode & S_IFMT != S_IFREG {
-            // Devices, FIFOs and sockets have no place in the store.
-            return reply.error(fuser::Errno::EPERM);
-        }
-        let mode = masked(mode, umask);
+        // FIFOs, sockets and device nodes are inodes of the store; the kernel serves their
+        // I/O (devices only on a mount with `dev`, which this one is not).
+        let mode = (mode & S_IFMT) | masked(mode, umask);
         let r = self
             .store
-            .create(parent.0, name.as_bytes(), mode, owner(req));
-        self.entry(reply, r);
+            .mknod(parent.0, name.as_bytes(), mode, u64::from(rdev), owner(req));
+        self.entry(reply, r, false);
     }
 
     fn mkdir(
@@ -214,7 +248,7 @@ impl Filesystem for StoreFs {
         let r = self
             .store
             .mkdir(parent.0, name.as_bytes(), mode, owner(req));
-        self.entry(reply, r);
+        self.entry(reply, r, false);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -239,7 +273,7 @@ impl Filesystem for StoreFs {
             target.as_os_str().as_bytes(),
             owner(req),
         );
-        self.entry(reply, r);
+        self.entry(reply, r, false);
     }
 
     fn rename(
@@ -280,7 +314,7 @@ impl Filesystem for StoreFs {
             .store
             .link(ino.0, newparent.0, newname.as_bytes())
             .map(|a| (ino.0, a));
-        self.entry(reply, r);
+        self.entry(reply, r, false);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -437,6 +471,51 @@ impl Filesystem for StoreFs {
         );
     }
 
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let mode = match flags {
+            0 => XattrMode::Set,
+            libc::XATTR_CREATE => XattrMode::Create,
+            libc::XATTR_REPLACE => XattrMode::Replace,
+            _ => return reply.error(fuser::Errno::EINVAL),
+        };
+        let r = self.store.setxattr(ino.0, name.as_bytes(), value, mode);
+        empty(reply, r);
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        xattr_reply(reply, size, self.store.getxattr(ino.0, name.as_bytes()));
+    }
+
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        // As local file systems do, `trusted.` names are listed only to the privileged (the
+        // kernel leaves this filter to the file system; root stands for CAP_SYS_ADMIN).
+        let list = self.store.listxattr(ino.0).map(|names| {
+            if req.uid() == 0 {
+                return names;
+            }
+            names
+                .split_inclusive(|&b| b == 0)
+                .filter(|n| !n.starts_with(b"trusted."))
+                .flatten()
+                .copied()
+                .collect()
+        });
+        xattr_reply(reply, size, list);
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.store.removexattr(ino.0, name.as_bytes()));
+    }
+
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
         // The kernel checks permissions (`default_permissions`); this only checks existence.
         empty(reply, self.store.getattr(ino.0).map(|_| ()));
@@ -456,12 +535,13 @@ impl Filesystem for StoreFs {
         let made = self
             .store
             .create(parent.0, name.as_bytes(), mode, owner(req))
-            .and_then(|(ino, a)| self.store.open(ino).map(|_| (ino, a)));
+            .and_then(|(ino, a)| self.store.open(ino).map(|_| (ino, a)))
+            .and_then(|(ino, a)| self.counted(ino, false).map(|g| (ino, a, g)));
         match made {
-            Ok((ino, a)) => reply.created(
+            Ok((ino, a, g)) => reply.created(
                 &TTL,
                 &file_attr(ino, &a),
-                Generation(0),
+                g,
                 handle(flags),
                 open_flags(OpenFlags(flags)),
             ),

@@ -19,6 +19,18 @@ pub enum MediaError {
         /// The size that was needed.
         needed: u64,
     },
+    /// Another process (or another open of the file in this one) owns the region: it holds
+    /// the file's exclusive lock, which every [`Region`](crate::Region) over a file takes.
+    #[error(
+        "{path} is in use by {holder}; it has one owner at a time: stop that process (for a \
+         mounted store, `switchyard umount` its mount point) first"
+    )]
+    Busy {
+        /// The region path.
+        path: PathBuf,
+        /// Who holds it, as far as this host can tell (pid, command, host, start time).
+        holder: String,
+    },
     /// The requested size is not a multiple of the mapping alignment.
     #[error("region {path}: size {size} is not a multiple of the {align}-byte alignment that {kind} requires")]
     Misaligned {

@@ -5,7 +5,8 @@
 //!
 //! - [`Region`]: a mapping of slow memory — a regular file (the embedded default, page cache
 //!   backed), a file on a DAX file system (mapped `MAP_SYNC` so CPU flushes are enough for
-//!   durability) or a device-DAX character device.
+//!   durability) or a device-DAX character device. A region over a file has one owner process: it
+//!   holds an exclusive lock on the file while mapped (see [`Region::open`]).
 //! - [`Persist`]: the persistence primitives detected at run time — the best cache-line flush
 //!   the CPU offers (`clwb` > `clflushopt` > `clflush`), `sfence`, or "no flush" on platforms
 //!   whose caches are in the persistence domain (eADR) — and the copy kernels built on them:
@@ -24,6 +25,7 @@
 
 mod error;
 pub mod kernels;
+mod owner;
 pub mod persist;
 pub mod region;
 pub mod trace;

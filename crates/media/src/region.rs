@@ -9,6 +9,10 @@
 //!
 //! The embedded default is a regular file in the working directory: real memory-mapped
 //! storage on machines without persistent memory.
+//!
+//! A region over a file (or device) has one owner: [`Region::create`] and [`Region::open`]
+//! take an exclusive lock on it before they grow or map it, and refuse with
+//! [`MediaError::Busy`] while another open holds it (see the `owner` module).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileTypeExt;
@@ -77,7 +81,8 @@ unsafe impl Sync for Region {}
 
 impl Region {
     /// Creates (or grows) the file at `path` to `size` bytes and maps it. An existing larger
-    /// file keeps its size and contents. Files on a DAX file system are mapped `MAP_SYNC`.
+    /// file keeps its size and contents. Files on a DAX file system are mapped `MAP_SYNC`. The
+    /// owner lock is taken before the file is touched (refused with [`MediaError::Busy`]).
     pub fn create(
         path: impl AsRef<Path>,
         size: u64,
@@ -93,6 +98,7 @@ impl Region {
             .truncate(false)
             .open(&path)
             .map_err(io("open"))?;
+        crate::owner::lock(&file, &path)?;
         let current = file.metadata().map_err(io("stat"))?.len();
         if current < size {
             file.set_len(size).map_err(io("grow"))?;
@@ -134,7 +140,8 @@ impl Region {
     }
 
     /// Opens an existing region: a regular file (mapped `MAP_SYNC` when on DAX) or a device-DAX
-    /// path. Fails with [`MediaError::TooSmall`] when it holds fewer than `min_size` bytes.
+    /// path, after taking its owner lock (refused with [`MediaError::Busy`] while another open
+    /// file holds it). Fails with [`MediaError::TooSmall`] when it holds fewer than `min_size` bytes.
     pub fn open(
         path: impl AsRef<Path>,
         min_size: u64,
@@ -149,6 +156,7 @@ impl Region {
             }
             Err(e) => return Err(io("open")(e)),
         };
+        crate::owner::lock(&file, &path)?;
         let meta = file.metadata().map_err(io("stat"))?;
         let needed = min_size.max(MIN_REGION);
         if meta.file_type().is_char_device() {
@@ -493,12 +501,31 @@ mod tests {
             Region::open(&path, 0, p),
             Err(MediaError::TooSmall { .. })
         ));
-        let r = Region::create(&path, MIN_REGION, p).unwrap();
+        drop(Region::create(&path, MIN_REGION, p).unwrap());
         assert!(matches!(
             Region::open(&path, 2 * MIN_REGION, p),
             Err(MediaError::TooSmall { .. })
         ));
+    }
+
+    #[test]
+    fn a_mapped_file_has_one_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r");
+        let r = Region::create(&path, MIN_REGION, Persist::detect()).unwrap();
+        for second in [
+            Region::open(&path, 0, Persist::detect()),
+            Region::create(&path, 2 * MIN_REGION, Persist::detect()),
+        ] {
+            assert!(matches!(second, Err(MediaError::Busy { .. })));
+        }
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            MIN_REGION,
+            "a refused create does not grow the owner's file"
+        );
         drop(r);
+        Region::open(&path, 0, Persist::detect()).expect("free once the owner is gone");
     }
 
     #[test]
@@ -521,8 +548,10 @@ mod tests {
     fn dax_is_refused_on_a_page_cache_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("r");
-        let r = Region::create(&path, MIN_REGION, Persist::detect()).unwrap();
-        if r.kind() == RegionKind::File {
+        let kind = Region::create(&path, MIN_REGION, Persist::detect())
+            .unwrap()
+            .kind();
+        if kind == RegionKind::File {
             assert!(matches!(
                 Region::open_dax(&path, 0, Persist::detect()),
                 Err(MediaError::NotDax { .. })

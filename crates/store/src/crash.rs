@@ -29,7 +29,7 @@ use switchyard_media::trace::{Event, Recorder};
 use switchyard_media::{Persist, Region, CACHE_LINE};
 use switchyard_mover::{Config, Mover, Policy};
 
-use crate::format::{S_IFDIR, S_IFLNK, S_IFMT};
+use crate::format::{is_special, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT};
 use crate::fs::{Fs, OpenFlags};
 use crate::fsck;
 use crate::store::{Owner, Store};
@@ -54,14 +54,23 @@ pub enum Op {
     Mkdir(&'static str),
     /// Remove a directory.
     Rmdir(&'static str),
+    /// Remove a directory that a front end holds (the kernel's working directory of some
+    /// process): it stays, without links, until the mount ends; a crash leaves an orphan.
+    RmdirHeld(&'static str),
     /// Rename.
     Rename(&'static str, &'static str),
     /// Hard link.
     Link(&'static str, &'static str),
     /// Symlink (target, path).
     Symlink(&'static str, &'static str),
+    /// A FIFO, socket or device node (path, type bits, device number).
+    Mknod(&'static str, u32, u64),
     /// Change permission bits.
     Chmod(&'static str, u32),
+    /// Set extended attribute `name` to `len` bytes of `byte`.
+    SetXattr(&'static str, &'static str, usize, u8),
+    /// Remove extended attribute `name`.
+    RemoveXattr(&'static str, &'static str),
     /// Unmount cleanly and mount again (the checkpoint, then the quick mount and lazy loads).
     Remount,
     /// Write `len` bytes of `byte` at `off` through the asynchronous API (orderless).
@@ -84,12 +93,18 @@ pub fn all_ops() -> Vec<Op> {
         Op::Unlink("/d/x"),
         Op::Mkdir("/e"),
         Op::Rmdir("/e"),
+        Op::RmdirHeld("/d"),
         Op::Rename("/a", "/b"),
         Op::Rename("/a", "/d/x"),
         Op::Rename("/d", "/e"),
         Op::Link("/a", "/d/y"),
         Op::Symlink("/a", "/s"),
+        Op::Mknod("/p", S_IFIFO, 0),
+        Op::Mknod("/c", S_IFCHR, 0x0103),
         Op::Chmod("/a", 0o600),
+        Op::SetXattr("/a", "user.k", 3000, 0xE1),
+        Op::SetXattr("/d", "user.k", 10, 0xE2),
+        Op::RemoveXattr("/a", "user.k"),
         Op::Remount,
     ]
 }
@@ -171,17 +186,46 @@ fn apply(fs: Fs, op: &Op, mover: &Arc<Mover>) -> Fs {
         Op::Unlink(p) => fs.unlink(p),
         Op::Mkdir(p) => fs.mkdir(p, 0o755),
         Op::Rmdir(p) => fs.rmdir(p),
+        Op::RmdirHeld(p) => fs
+            .ino(p)
+            .and_then(|ino| fs.store().hold(ino))
+            .and_then(|()| fs.rmdir(p)),
         Op::Rename(a, b) => fs.rename(a, b),
         Op::Link(a, b) => fs.link(a, b),
         Op::Symlink(t, p) => fs.symlink(t, p),
+        Op::Mknod(p, kind, rdev) => fs.mknod(p, kind | 0o644, rdev),
         Op::Chmod(p, m) => fs.chmod(p, m),
+        Op::SetXattr(p, name, len, byte) => fs.ino(p).and_then(|ino| {
+            let value = vec![byte; len];
+            fs.store()
+                .setxattr(ino, name.as_bytes(), &value, crate::XattrMode::Set)
+        }),
+        Op::RemoveXattr(p, name) => fs
+            .ino(p)
+            .and_then(|ino| fs.store().removexattr(ino, name.as_bytes())),
     };
     fs
 }
 
-/// The logical state the oracle compares: path → (type and permission bits, links, bytes or
-/// link target). Timestamps are left out (they change with every operation by design).
-pub type State = BTreeMap<String, (u32, u32, Vec<u8>)>;
+/// What the oracle compares of one file. Timestamps are left out (they change with every
+/// operation by design).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Type and permission bits.
+    pub mode: u32,
+    /// Links.
+    pub nlink: u32,
+    /// Bytes, a symlink's target, or a device node's number.
+    pub body: Vec<u8>,
+    /// The inode's generation: a crash must never leave a file under a (number,
+    /// generation) pair that a handle to another file may hold.
+    pub generation: u64,
+    /// Extended attributes (the `listxattr` list, then each value).
+    pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+/// The logical state the oracle compares: path → file.
+pub type State = BTreeMap<String, Node>;
 
 /// Reads the whole namespace.
 pub fn state(fs: &Fs) -> Result<State, String> {
@@ -205,9 +249,32 @@ pub fn state(fs: &Fs) -> Result<State, String> {
                     Vec::new()
                 }
                 S_IFLNK => fs.readlink(&p).map_err(|e| format!("readlink {p}: {e}"))?,
+                k if is_special(k) => a.rdev().to_le_bytes().to_vec(),
                 _ => fs.read_all(&p).map_err(|e| format!("read {p}: {e}"))?,
             };
-            out.insert(p, (a.mode, a.nlink, body));
+            let store = fs.store();
+            let generation = store
+                .generation(e.ino)
+                .map_err(|e| format!("generation {p}: {e}"))?;
+            let list = store
+                .listxattr(e.ino)
+                .map_err(|e| format!("listxattr {p}: {e}"))?;
+            let xattrs = list
+                .split(|&b| b == 0)
+                .filter(|n| !n.is_empty())
+                .map(|n| Ok((n.to_vec(), store.getxattr(e.ino, n)?)))
+                .collect::<Result<_, crate::Errno>>()
+                .map_err(|e| format!("getxattr {p}: {e}"))?;
+            out.insert(
+                p,
+                Node {
+                    mode: a.mode,
+                    nlink: a.nlink,
+                    body,
+                    generation,
+                    xattrs,
+                },
+            );
         }
     }
     Ok(out)
@@ -580,9 +647,12 @@ pub fn check_image(img: &[u8], before: &State, after: &State) -> Result<(), Stri
     fs.unmount().map_err(|e| e.to_string())
 }
 
-fn summary(s: &State) -> Vec<(String, u32, u32, usize)> {
+fn summary(s: &State) -> Vec<(String, u32, u32, usize, u64, usize)> {
     s.iter()
-        .map(|(p, (m, l, b))| (p.clone(), *m, *l, b.len()))
+        .map(|(p, n)| {
+            let x = n.xattrs.len();
+            (p.clone(), n.mode, n.nlink, n.body.len(), n.generation, x)
+        })
         .collect()
 }
 

@@ -42,6 +42,14 @@ impl Errno {
     pub const EIO: Errno = Errno(libc::EIO);
     /// Read-only file system (the store stopped writing after an internal error).
     pub const EROFS: Errno = Errno(libc::EROFS);
+    /// No such extended attribute (`ENOATTR`).
+    pub const ENODATA: Errno = Errno(libc::ENODATA);
+    /// The caller's buffer is too small for the value or list.
+    pub const ERANGE: Errno = Errno(libc::ERANGE);
+    /// An extended attribute value is larger than the store keeps.
+    pub const E2BIG: Errno = Errno(libc::E2BIG);
+    /// Operation not supported (an extended attribute namespace or a mode the store lacks).
+    pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
 
     /// The symbolic name, e.g. `"ENOENT"`.
     pub fn name(self) -> &'static str {
@@ -63,6 +71,10 @@ impl Errno {
             libc::EMFILE => "EMFILE",
             libc::EIO => "EIO",
             libc::EROFS => "EROFS",
+            libc::ENODATA => "ENODATA",
+            libc::ERANGE => "ERANGE",
+            libc::E2BIG => "E2BIG",
+            libc::EOPNOTSUPP => "EOPNOTSUPP",
             _ => "E?",
         }
     }

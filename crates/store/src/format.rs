@@ -17,7 +17,8 @@
 //!  40 journal_block u64                 0 head u64: block of the first log page, 0 = free
 //!  48 data_block u64                    8 tail u64: region offset just past the last
 //!  56 uuid [u8; 16]                       committed entry (the commit point)
-//!  72 clean u32 (1 = cleanly unmounted)
+//!  72 clean u32 (1 = cleanly unmounted)  16 generation u64: +1 each time the slot is
+//!                                          given to a new inode, committed with it (v4)
 //!  80 mount_count u64                 log page (4 KiB)
 //!  88 checkpoint u64: first block of    0 magic "SLOG" u32, 4 zero u32
 //!     the free-space checkpoint, 0 = none
@@ -38,12 +39,14 @@
 //!
 //! entry header: kind u8, 0 u8, len u16 (total, multiple of 8), crc32c u32 (entry with crc = 0)
 //!   1 Attr      8 mode u32, uid u32, gid u32, nlink u32, size u64, atime i64, mtime i64,
-//!                 ctime i64, parent u64                                          (64 bytes)
+//!                 ctime i64, parent u64 (a device node's rdev; v4)               (64 bytes)
 //!   2 Write     8 pgoff u64, block u64, count u64, size u64, mtime i64          (48 bytes)
 //!   3 DirAdd    8 ino u64, ftype u8, namelen u8, 0 [u8; 6], name, zero padding
 //!   4 DirRemove 8 namelen u8, 0 [u8; 7], name, zero padding
 //!   5 WriteSeq  as Write, then 48 generation u64, 56 channel u32, 60 0 u32, 64 position u64
 //!                 (an orderless write: valid only once its copy completed)       (72 bytes)
+//!   6 XattrSet  8 namelen u8, 0 u8, valuelen u16, 0 u32, name, value, zero padding (v4)
+//!   7 XattrDel  8 namelen u8, 0 [u8; 7], name, zero padding                         (v4)
 //!
 //! completion records block: 64 lines of 64 B, line c = engine channel c's durable completion
 //!   record (switchyard_engine::durable): 0 seq u64, 8 holes [u64; 6]. Written by the engine's
@@ -69,8 +72,16 @@ use crate::error::Corruption;
 
 /// Block size in bytes.
 pub const BLOCK: u64 = 4096;
-/// Format version this build writes and reads.
-pub const VERSION: u32 = 3;
+/// Format version this build writes.
+///
+/// - 4: the inode slot's generation word, FIFO, socket and device inodes (`Attr::parent`
+///   holds a device's number).
+/// - 3: the oldest this build reads. A version 3 store is a valid version 4 store (its
+///   generations are zero and it has no special files), so mounting one upgrades it in place
+///   by writing the superblock with version 4; a version 3 build then refuses it as newer.
+pub const VERSION: u32 = 4;
+/// Oldest format version this build reads (and upgrades on mount).
+pub const OLDEST_VERSION: u32 = 3;
 /// Superblock magic.
 pub const SB_MAGIC: [u8; 8] = *b"SWYDSTOR";
 /// Bytes of the superblock covered by its checksum.
@@ -83,6 +94,9 @@ pub const JOURNAL_ENTRIES_AT: u64 = 64;
 pub const JOURNAL_CAPACITY: usize = ((BLOCK - JOURNAL_ENTRIES_AT) / 16) as usize;
 /// Inode slot size.
 pub const SLOT: u64 = 64;
+/// Offset of the generation word in an inode slot (format version 4; zero in older stores,
+/// which is a valid generation).
+pub const SLOT_GENERATION_AT: u64 = 16;
 /// The root directory's inode number.
 pub const ROOT: u64 = 1;
 /// Log page magic.
@@ -110,6 +124,15 @@ pub const KIND_DIR_ADD: u8 = 3;
 pub const KIND_DIR_REMOVE: u8 = 4;
 /// See [`KIND_ATTR`].
 pub const KIND_WRITE_SEQ: u8 = 5;
+/// See [`KIND_ATTR`] (format version 4).
+pub const KIND_XATTR_SET: u8 = 6;
+/// See [`KIND_ATTR`] (format version 4).
+pub const KIND_XATTR_REMOVE: u8 = 7;
+/// Longest extended attribute name (with its namespace prefix), as Linux's `XATTR_NAME_MAX`.
+pub const XATTR_NAME_MAX: usize = 255;
+/// Largest extended attribute value: an `XattrSet` entry with the longest name still fits one
+/// log page (entries do not span pages). ext4 with 4 KiB blocks allows about as much.
+pub const XATTR_VALUE_MAX: usize = 3584;
 /// Engine channels with a durable completion record (one 64-byte line each in the block).
 pub const RECORD_CHANNELS: usize = (BLOCK / 64) as usize;
 
@@ -121,6 +144,20 @@ pub const S_IFREG: u32 = 0o100000;
 pub const S_IFDIR: u32 = 0o040000;
 /// Symbolic link.
 pub const S_IFLNK: u32 = 0o120000;
+/// Named pipe (FIFO; format version 4). The kernel serves its I/O; the store keeps the inode.
+pub const S_IFIFO: u32 = 0o010000;
+/// Unix domain socket (format version 4).
+pub const S_IFSOCK: u32 = 0o140000;
+/// Character device node (format version 4); [`Attr::parent`] holds its device number.
+pub const S_IFCHR: u32 = 0o020000;
+/// Block device node (format version 4); [`Attr::parent`] holds its device number.
+pub const S_IFBLK: u32 = 0o060000;
+
+/// Whether `kind` (type bits) is a FIFO, socket or device node: an inode without data whose
+/// I/O the kernel serves.
+pub fn is_special(kind: u32) -> bool {
+    matches!(kind, S_IFIFO | S_IFSOCK | S_IFCHR | S_IFBLK)
+}
 
 /// The geometry a superblock describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,9 +248,10 @@ impl Superblock {
                 supported: VERSION,
             });
         }
-        if version < VERSION {
+        if version < OLDEST_VERSION {
             return Err(Corruption::Invalid(format!(
-                "format version {version} predates this build's version {VERSION}"
+                "format version {version} predates the oldest this build reads \
+                 ({OLDEST_VERSION})"
             )));
         }
         let crc = le32(b, SB_CRC_AT);
@@ -295,7 +333,8 @@ pub struct Attr {
     pub mtime: i64,
     /// Status change time, ns since the epoch.
     pub ctime: i64,
-    /// Parent directory (directories only; the root is its own parent).
+    /// Parent directory for a directory (the root is its own parent); the device number
+    /// (`rdev`) for a character or block device; 0 for everything else.
     pub parent: u64,
 }
 
@@ -303,6 +342,15 @@ impl Attr {
     /// The file type bits.
     pub fn kind(&self) -> u32 {
         self.mode & S_IFMT
+    }
+
+    /// The device number of a device node (0 for every other type).
+    pub fn rdev(&self) -> u64 {
+        if matches!(self.kind(), S_IFCHR | S_IFBLK) {
+            self.parent
+        } else {
+            0
+        }
     }
 }
 
@@ -352,6 +400,18 @@ pub enum Entry {
         /// Name bytes.
         name: Vec<u8>,
     },
+    /// Extended attribute `name` now holds `value` (replacing what it held).
+    XattrSet {
+        /// Full name, namespace prefix included (`user.x`).
+        name: Vec<u8>,
+        /// Value bytes (at most [`XATTR_VALUE_MAX`]).
+        value: Vec<u8>,
+    },
+    /// Extended attribute `name` removed.
+    XattrRemove {
+        /// Full name.
+        name: Vec<u8>,
+    },
 }
 
 fn finish(mut b: Vec<u8>, kind: u8) -> Vec<u8> {
@@ -370,6 +430,8 @@ impl Entry {
         // One allocation of the final size (the write path encodes an entry per write).
         let name_len = match self {
             Entry::DirAdd { name, .. } | Entry::DirRemove { name } => name.len(),
+            Entry::XattrSet { name, value } => name.len() + value.len(),
+            Entry::XattrRemove { name } => name.len(),
             _ => 0,
         };
         let mut b = Vec::with_capacity((64 + name_len).div_ceil(8) * 8);
@@ -422,6 +484,21 @@ impl Entry {
                 b.extend_from_slice(&[0; 7]);
                 b.extend_from_slice(name);
                 finish(b, KIND_DIR_REMOVE)
+            }
+            Entry::XattrSet { name, value } => {
+                b.push(name.len() as u8);
+                b.push(0);
+                b.extend_from_slice(&(value.len() as u16).to_le_bytes());
+                b.extend_from_slice(&[0; 4]);
+                b.extend_from_slice(name);
+                b.extend_from_slice(value);
+                finish(b, KIND_XATTR_SET)
+            }
+            Entry::XattrRemove { name } => {
+                b.push(name.len() as u8);
+                b.extend_from_slice(&[0; 7]);
+                b.extend_from_slice(name);
+                finish(b, KIND_XATTR_REMOVE)
             }
         }
     }
@@ -499,6 +576,27 @@ impl Entry {
                 let n = e[8] as usize;
                 need(16 + n)?;
                 Entry::DirRemove {
+                    name: e[16..16 + n].to_vec(),
+                }
+            }
+            KIND_XATTR_SET => {
+                need(16)?;
+                let n = e[8] as usize;
+                let v = u16::from_le_bytes([e[10], e[11]]) as usize;
+                need(16 + n + v)?;
+                if n == 0 || v > XATTR_VALUE_MAX {
+                    return Err(Corruption::Invalid("extended attribute entry".into()));
+                }
+                Entry::XattrSet {
+                    name: e[16..16 + n].to_vec(),
+                    value: e[16 + n..16 + n + v].to_vec(),
+                }
+            }
+            KIND_XATTR_REMOVE => {
+                need(16)?;
+                let n = e[8] as usize;
+                need(16 + n)?;
+                Entry::XattrRemove {
                     name: e[16..16 + n].to_vec(),
                 }
             }
@@ -656,8 +754,13 @@ mod tests {
             Superblock::decode(&newer, 64 << 20),
             Err(Corruption::NewerVersion { found, .. }) if found == VERSION + 1
         ));
+        let mut upgradable = b;
+        upgradable[8] = OLDEST_VERSION as u8;
+        let crc = crc32c::crc32c(&upgradable[..SB_CRC_AT]);
+        upgradable[SB_CRC_AT..SB_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(Superblock::decode(&upgradable, 64 << 20).unwrap(), sb);
         let mut older = b;
-        older[8] = VERSION as u8 - 1;
+        older[8] = OLDEST_VERSION as u8 - 1;
         assert!(matches!(
             Superblock::decode(&older, 64 << 20),
             Err(Corruption::Invalid(m)) if m.contains("predates")

@@ -441,6 +441,15 @@ impl Fs {
             .map(|_| ())
     }
 
+    /// Creates a FIFO, socket or device node at `path` (`mode` holds its type bits; `rdev`
+    /// is a device's number).
+    pub fn mknod(&self, path: &str, mode: u32, rdev: u64) -> Result<(), Errno> {
+        let (dir, name) = self.parent_and_name(path)?;
+        self.store
+            .mknod(dir, &name, mode, rdev, self.owner)
+            .map(|_| ())
+    }
+
     /// The target of a symlink.
     pub fn readlink(&self, path: &str) -> Result<Vec<u8>, Errno> {
         self.store.readlink(self.resolve(path, false)?)

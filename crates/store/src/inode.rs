@@ -32,6 +32,8 @@ pub struct Inode {
     pub log_bytes: u64,
     /// Data.
     pub content: Content,
+    /// Extended attributes, name → value.
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
     /// Open handles (DRAM only): an unlinked inode lives until the last is released.
     pub open: u32,
     /// Log size at which compaction next measures the live bytes (DRAM only): measuring
@@ -58,6 +60,7 @@ impl Inode {
             tail: 0,
             log_bytes: 0,
             content,
+            xattrs: BTreeMap::new(),
             open: 0,
             compact_check_at: 0,
             pending: None,
@@ -102,6 +105,12 @@ impl Inode {
             (Entry::DirRemove { name }, Content::Dir(d)) => {
                 d.remove(name);
             }
+            (Entry::XattrSet { name, value }, _) => {
+                self.xattrs.insert(name.clone(), value.clone());
+            }
+            (Entry::XattrRemove { name }, _) => {
+                self.xattrs.remove(name);
+            }
             // Kind mismatches are rejected by the scan before they reach here.
             _ => {}
         }
@@ -111,8 +120,10 @@ impl Inode {
     pub fn accepts(&self, e: &Entry) -> bool {
         matches!(
             (e, &self.content),
-            (Entry::Attr(_), _)
-                | (Entry::Write { .. }, Content::File(_))
+            (
+                Entry::Attr(_) | Entry::XattrSet { .. } | Entry::XattrRemove { .. },
+                _
+            ) | (Entry::Write { .. }, Content::File(_))
                 | (
                     Entry::DirAdd { .. } | Entry::DirRemove { .. },
                     Content::Dir(_)
@@ -162,6 +173,12 @@ impl Inode {
                     });
                 }
             }
+        }
+        for (name, value) in &self.xattrs {
+            out.push(Entry::XattrSet {
+                name: name.clone(),
+                value: value.clone(),
+            });
         }
         out
     }

@@ -24,9 +24,11 @@ pub mod inode;
 mod pm;
 pub mod recovery;
 mod store;
+pub mod xattr;
 
 pub use aio::{ReadFuture, WriteFuture, WriteOrder};
 pub use error::{Corruption, Errno, MountError};
 pub use format::Attr;
 pub use fs::{Fd, Fs, OpenFlags, Whence};
 pub use store::{DirEntry, Owner, SetAttr, StatFs, Store, MAX_FILE_SIZE};
+pub use xattr::XattrMode;

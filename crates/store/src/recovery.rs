@@ -9,8 +9,8 @@ use crate::error::Corruption;
 use switchyard_engine::RecordImage;
 
 use crate::format::{
-    check_log_page, decode_checkpoint_page, decode_journal, Entry, Seq, Superblock, BLOCK,
-    LOG_ENTRIES_AT, RECORD_CHANNELS, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
+    check_log_page, decode_checkpoint_page, decode_journal, is_special, Entry, Seq, Superblock,
+    BLOCK, LOG_ENTRIES_AT, RECORD_CHANNELS, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
 };
 use crate::inode::{Content, Inode};
 
@@ -322,10 +322,18 @@ fn read_log<'a>(
         block = next;
     }
     let mut inode = inode.ok_or_else(|| Corruption::Invalid("empty log".into()))?;
-    if !matches!(inode.attr.kind(), S_IFREG | S_IFDIR | S_IFLNK) {
+    let kind = inode.attr.kind();
+    if !matches!(kind, S_IFREG | S_IFDIR | S_IFLNK) && !is_special(kind) {
         return Err(Corruption::Invalid(format!(
             "unknown file type {:o}",
             inode.attr.mode & S_IFMT
+        )));
+    }
+    if is_special(kind)
+        && (inode.attr.size != 0 || matches!(&inode.content, Content::File(p) if !p.is_empty()))
+    {
+        return Err(Corruption::Invalid(format!(
+            "special file (type {kind:o}) with data"
         )));
     }
     inode.pages = pages;
@@ -422,16 +430,21 @@ fn check_namespace(
         }
     }
     for i in inodes.values() {
-        let mut expect = links.get(&i.ino).copied().unwrap_or(0);
+        let named = links.get(&i.ino).copied().unwrap_or(0);
+        if i.attr.nlink == 0 && named == 0 && i.ino != ROOT {
+            // Unlinked while open or while the kernel still knew it: a file, or a removed
+            // (so empty) directory.
+            orphans.push(i.ino);
+            continue;
+        }
+        let mut expect = named;
         if i.attr.kind() == S_IFDIR {
             expect += 1; // "."
             if i.ino == ROOT {
                 expect += 1; // the root's own ".."
             }
         }
-        if i.attr.nlink == 0 && expect == 0 {
-            orphans.push(i.ino);
-        } else if i.attr.nlink != expect {
+        if i.attr.nlink != expect {
             problems.push(Corruption::Invalid(format!(
                 "inode {} has link count {} but {} links",
                 i.ino, i.attr.nlink, expect

@@ -12,7 +12,7 @@
 //! before it — which is what lets recovery discard only a log's last write.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -24,9 +24,10 @@ use switchyard_mover::{Direction, Hints, Mover};
 use crate::alloc::{Allocator, Extent};
 use crate::error::{Corruption, Errno, MountError};
 use crate::format::{
-    decode_journal, encode_checkpoint_page, encode_journal, log_page_header, Attr, Entry, Seq,
-    Superblock, BLOCK, CHECKPOINT_CAPACITY, JOURNAL_CAPACITY, LOG_ENTRIES_AT, LOG_NEXT_AT,
-    NAME_MAX, RECORD_CHANNELS, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
+    decode_journal, encode_checkpoint_page, encode_journal, is_special, log_page_header, Attr,
+    Entry, Seq, Superblock, BLOCK, CHECKPOINT_CAPACITY, JOURNAL_CAPACITY, LOG_ENTRIES_AT,
+    LOG_NEXT_AT, NAME_MAX, RECORD_CHANNELS, ROOT, SLOT_GENERATION_AT, S_IFBLK, S_IFCHR, S_IFDIR,
+    S_IFLNK, S_IFMT, S_IFREG,
 };
 use crate::inflight::{Part, PendingWrite};
 use crate::inode::{Content, Inode};
@@ -37,6 +38,8 @@ use crate::recovery::{load_inode, read_checkpoint, scan, superblock, Scan};
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
 /// Longest symlink target.
 pub const SYMLINK_MAX: usize = 4095;
+/// The set-group-ID bit of a mode.
+const S_ISGID: u32 = 0o2000;
 /// Most links to one file.
 pub const LINK_MAX: u32 = 65000;
 
@@ -64,7 +67,7 @@ pub struct DirEntry {
     pub name: Vec<u8>,
     /// Inode.
     pub ino: u64,
-    /// Type bits (`S_IFREG`, `S_IFDIR`, `S_IFLNK`).
+    /// Type bits (`S_IFREG`, `S_IFDIR`, `S_IFLNK`, `S_IFIFO`, `S_IFSOCK`, `S_IFCHR`, `S_IFBLK`).
     pub kind: u32,
 }
 
@@ -142,6 +145,10 @@ pub struct Store {
     /// Set after an internal inconsistency: the store refuses further writes.
     failed: std::sync::atomic::AtomicBool,
     faults: Faults,
+    /// `holds[i]`: references a front end holds on inode `i` (the kernel's lookup count, for
+    /// the FUSE mount): while any is held, the inode lives on without links and its number
+    /// is not reused. DRAM only; a mount starts with none.
+    holds: Box<[AtomicU32]>,
     /// `loaded[i]`: slot `i` holds its inode, or is free. After a clean mount a slot in use
     /// is read from its log on first use (under its write lock).
     loaded: Box<[AtomicBool]>,
@@ -194,8 +201,19 @@ struct Mounted {
     quick: bool,
 }
 
+/// What [`Store::make`] makes besides the inode its mode names.
+#[derive(Clone, Copy)]
+enum Made<'a> {
+    /// A regular file or directory.
+    Plain,
+    /// A symlink with this target.
+    Symlink(&'a [u8]),
+    /// A FIFO, socket or device node (`rdev`: a device's number, else 0).
+    Special { rdev: u64 },
+}
+
 /// Where appended entries went before their commit.
-struct Appended {
+pub(crate) struct Appended {
     tail: u64,
     new_pages: Vec<u64>,
     /// Encoded bytes of the appended entries.
@@ -316,6 +334,7 @@ impl Store {
             sb: Mutex::new(sb),
             mover,
             records,
+            holds: (0..sb.inode_slots).map(|_| AtomicU32::new(0)).collect(),
             slots,
             loaded,
             free_inodes: Mutex::new(Vec::new()),
@@ -613,7 +632,7 @@ impl Store {
     }
 
     /// Locks `ino` for a change, after settling its pending write (level 2).
-    fn lock(&self, ino: u64) -> Result<Guard<'_>, Errno> {
+    pub(crate) fn lock(&self, ino: u64) -> Result<Guard<'_>, Errno> {
         let mut g = self.slot(ino)?.write();
         if let Some(i) = g.as_mut() {
             self.settle_inode(i);
@@ -705,7 +724,7 @@ impl Store {
     // ---- log plumbing -------------------------------------------------------------------
 
     /// Appends `entries` past `inode`'s tail and makes them durable (not yet committed).
-    fn append_log(&self, inode: &Inode, entries: &[Entry]) -> Result<Appended, Errno> {
+    pub(crate) fn append_log(&self, inode: &Inode, entries: &[Entry]) -> Result<Appended, Errno> {
         let mut pos = inode.tail;
         let mut new_pages: Vec<u64> = Vec::new();
         let mut total = 0;
@@ -748,7 +767,13 @@ impl Store {
     }
 
     /// Commits appended entries of one inode: the 8-byte tail store is the commit point.
-    fn commit_one(&self, inode: &mut Inode, a: Appended, entries: &[Entry], freed: &mut Vec<u64>) {
+    pub(crate) fn commit_one(
+        &self,
+        inode: &mut Inode,
+        a: Appended,
+        entries: &[Entry],
+        freed: &mut Vec<u64>,
+    ) {
         self.pm.fence();
         self.pm.store_u64(self.slot_offset(inode.ino) + 8, a.tail);
         self.pm.fence();
@@ -813,7 +838,7 @@ impl Store {
 
     /// Rewrites a log that is mostly dead entries into a fresh chain holding only the live
     /// state, swapped in through the journal.
-    fn maybe_compact(&self, inode: &mut Inode) {
+    pub(crate) fn maybe_compact(&self, inode: &mut Inode) {
         if inode.pages.len() < 4 || inode.log_bytes < inode.compact_check_at {
             return;
         }
@@ -904,22 +929,45 @@ impl Store {
 
     /// Looks `name` up in directory `parent`.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(u64, Attr), Errno> {
+        let ino = self.find(parent, name, false)?;
+        Ok((ino, self.getattr(ino)?))
+    }
+
+    /// Looks `name` up in directory `parent` and takes a hold on the inode it names (see
+    /// [`Store::hold`]) in the same step, under the directory's lock: no unlink can free the
+    /// inode, nor its number be reused, between the lookup and the hold.
+    pub fn lookup_held(&self, parent: u64, name: &[u8]) -> Result<(u64, Attr), Errno> {
+        let ino = self.find(parent, name, true)?;
+        match self.getattr(ino) {
+            Ok(a) => Ok((ino, a)),
+            Err(e) => {
+                self.release_holds(ino, 1)?;
+                Err(e)
+            }
+        }
+    }
+
+    /// The inode `name` names in `parent`, held (under `parent`'s lock) if `hold`.
+    fn find(&self, parent: u64, name: &[u8], hold: bool) -> Result<u64, Errno> {
         if name.len() > NAME_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
-        let ino = {
-            let g = self.slot(parent)?.read();
-            let dir = g.as_ref().ok_or(Errno::ENOENT)?;
-            match &dir.content {
-                Content::Dir(d) => match name {
-                    b"." => parent,
-                    b".." => dir.attr.parent,
-                    _ => d.get(name).ok_or(Errno::ENOENT)?.0,
-                },
-                Content::File(_) => return Err(Errno::ENOTDIR),
-            }
+        let g = self.slot(parent)?.read();
+        let dir = g.as_ref().ok_or(Errno::ENOENT)?;
+        let ino = match &dir.content {
+            Content::Dir(d) => match name {
+                b"." => parent,
+                b".." => dir.attr.parent,
+                _ => d.get(name).ok_or(Errno::ENOENT)?.0,
+            },
+            Content::File(_) => return Err(Errno::ENOTDIR),
         };
-        Ok((ino, self.getattr(ino)?))
+        if hold {
+            // Unlinking the last name (or removing the ".." directory) needs this directory's
+            // write lock, so it sees the hold taken here.
+            self.holds[ino as usize].fetch_add(1, Ordering::AcqRel);
+        }
+        Ok(ino)
     }
 
     /// Entries of directory `ino`, sorted by name (without "." and "..").
@@ -1015,6 +1063,10 @@ impl Store {
         debug_assert!(inode.pending.is_none(), "the caller settled the last write");
         if !matches!(inode.content, Content::File(_)) {
             return Err(Errno::EISDIR);
+        }
+        if is_special(inode.attr.kind()) {
+            // A FIFO's, socket's or device's I/O never reaches the store.
+            return Err(Errno::EINVAL);
         }
         if data.is_empty() {
             return Ok(0);
@@ -1152,7 +1204,7 @@ impl Store {
 
     /// Frees data blocks `inode` no longer maps, or parks them until its asynchronous reads in
     /// flight finish.
-    fn retire(&self, inode: &Inode, blocks: Vec<u64>) {
+    pub(crate) fn retire(&self, inode: &Inode, blocks: Vec<u64>) {
         let now = inode.readers.retire(blocks);
         self.free_blocks(&now);
     }
@@ -1171,6 +1223,9 @@ impl Store {
             let Content::File(pages) = &inode.content else {
                 return Err(Errno::EISDIR);
             };
+            if is_special(attr.kind()) {
+                return Err(Errno::EINVAL);
+            }
             if size > MAX_FILE_SIZE {
                 return Err(Errno::EFBIG);
             }
@@ -1230,7 +1285,40 @@ impl Store {
         mode: u32,
         owner: Owner,
     ) -> Result<(u64, Attr), Errno> {
-        self.make(parent, name, S_IFREG | (mode & 0o7777), owner, None)
+        self.make(parent, name, S_IFREG | (mode & 0o7777), owner, Made::Plain)
+    }
+
+    /// Creates a FIFO, socket, or character or block device node `name` in `parent` (`mode`
+    /// holds the type bits; `rdev` is a device's number, ignored for the others). The store
+    /// keeps the inode; its I/O is the kernel's business (a mount serves devices only when
+    /// mounted with `dev`). A regular file type is made as by [`Store::create`].
+    pub fn mknod(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+    ) -> Result<(u64, Attr), Errno> {
+        let kind = mode & S_IFMT;
+        if kind == S_IFREG || kind == 0 {
+            return self.create(parent, name, mode, owner);
+        }
+        if !is_special(kind) {
+            return Err(Errno::EINVAL);
+        }
+        let rdev = if matches!(kind, S_IFCHR | S_IFBLK) {
+            rdev
+        } else {
+            0
+        };
+        self.make(
+            parent,
+            name,
+            kind | (mode & 0o7777),
+            owner,
+            Made::Special { rdev },
+        )
     }
 
     /// Creates directory `name` in `parent`.
@@ -1241,7 +1329,7 @@ impl Store {
         mode: u32,
         owner: Owner,
     ) -> Result<(u64, Attr), Errno> {
-        self.make(parent, name, S_IFDIR | (mode & 0o7777), owner, None)
+        self.make(parent, name, S_IFDIR | (mode & 0o7777), owner, Made::Plain)
     }
 
     /// Creates symlink `name` → `target` in `parent`.
@@ -1258,7 +1346,7 @@ impl Store {
         if target.len() > SYMLINK_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
-        self.make(parent, name, S_IFLNK | 0o777, owner, Some(target))
+        self.make(parent, name, S_IFLNK | 0o777, owner, Made::Symlink(target))
     }
 
     fn make(
@@ -1267,8 +1355,12 @@ impl Store {
         name: &[u8],
         mode: u32,
         owner: Owner,
-        link_target: Option<&[u8]>,
+        what: Made<'_>,
     ) -> Result<(u64, Attr), Errno> {
+        let link_target = match what {
+            Made::Symlink(t) => Some(t),
+            _ => None,
+        };
         self.check_writable()?;
         check_name(name)?;
         let mut pg = self.lock(parent)?;
@@ -1293,16 +1385,27 @@ impl Store {
         };
         let page = self.alloc.alloc(1).map_err(give_back)?[0];
         let t = now_ns();
+        // A set-group-ID directory gives its group to what is made in it, and its
+        // set-group-ID bit to directories made in it (BSD semantics, as Linux does).
+        let (gid, mode) = if dir.attr.mode & S_ISGID != 0 {
+            (dir.attr.gid, if is_dir { mode | S_ISGID } else { mode })
+        } else {
+            (owner.gid, mode)
+        };
         let attr = Attr {
             mode,
             uid: owner.uid,
-            gid: owner.gid,
+            gid,
             nlink: if is_dir { 2 } else { 1 },
             size: 0,
             atime: t,
             mtime: t,
             ctime: t,
-            parent: if is_dir { parent } else { 0 },
+            parent: match what {
+                _ if is_dir => parent,
+                Made::Special { rdev } => rdev,
+                _ => 0,
+            },
         };
         let mut child = Inode::new(ino, attr);
         child.pages = vec![page.start];
@@ -1372,7 +1475,15 @@ impl Store {
             }
         };
         let (cs, ps) = (self.slot_offset(ino), self.slot_offset(parent));
-        self.commit_words(&[(cs, page.start), (cs + 8, ca.tail), (ps + 8, pa.tail)]);
+        // The slot's next generation commits with the inode: a handle to the slot's last
+        // inode never names this one.
+        let generation = self.pm.load_u64(cs + SLOT_GENERATION_AT).wrapping_add(1);
+        self.commit_words(&[
+            (cs, page.start),
+            (cs + 8, ca.tail),
+            (cs + SLOT_GENERATION_AT, generation),
+            (ps + 8, pa.tail),
+        ]);
         let mut freed = Vec::new();
         self.applied(&mut child, ca, &child_entries, &mut freed);
         self.applied(dir, pa, &parent_entries, &mut freed);
@@ -1458,7 +1569,7 @@ impl Store {
         cattr.ctime = t;
         let ps = self.slot_offset(parent);
         let cs = self.slot_offset(child);
-        let free_now = cattr.nlink == 0 && c.open == 0;
+        let free_now = cattr.nlink == 0 && c.open == 0 && !self.held(child);
         let mut freed = Vec::new();
         if free_now {
             self.commit_words(&[(ps + 8, pa.tail), (cs, 0), (cs + 8, 0)]);
@@ -1663,7 +1774,7 @@ impl Store {
                 np.nlink -= 1;
                 attrs.insert(new_parent, np);
             }
-            free_dst = da.nlink == 0 && dm.open == 0;
+            free_dst = da.nlink == 0 && dm.open == 0 && !self.held(d);
             attrs.insert(d, da);
         }
         let mut pa = attr_of(&mut attrs, locks, parent);
@@ -1767,10 +1878,60 @@ impl Store {
         let mut g = self.lock(ino)?;
         let inode = g.as_mut().ok_or(Errno::ENOENT)?;
         inode.open = inode.open.saturating_sub(1);
-        if inode.open == 0 && inode.attr.nlink == 0 {
+        if inode.open == 0 && inode.attr.nlink == 0 && !self.held(ino) {
             self.free_inode(&mut g)?;
         }
         Ok(())
+    }
+
+    // ---- holds: the front end's references to inode numbers ------------------------------
+
+    /// Takes a hold on `ino`: until it is released ([`Store::release_holds`]), the inode lives
+    /// on when its last link goes (as an open handle keeps it), and its number is not given
+    /// to a new inode. The FUSE mount holds one per lookup the kernel counts, so a number the
+    /// kernel still knows never names another file. For an inode just made or looked up
+    /// without a hold; [`Store::lookup_held`] looks up and holds in one step.
+    pub fn hold(&self, ino: u64) -> Result<(), Errno> {
+        let g = self.slot(ino)?.read();
+        g.as_ref().ok_or(Errno::ENOENT)?;
+        self.holds[ino as usize].fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Releases `n` holds on `ino` (the kernel's `forget`); the inode is freed if they were
+    /// the last references to an inode with no links and no open handles.
+    pub fn release_holds(&self, ino: u64, n: u64) -> Result<(), Errno> {
+        self.slot(ino)?;
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        let before = self.holds[ino as usize]
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+                Some(h.saturating_sub(n))
+            })
+            .expect("the update always succeeds");
+        if before > n {
+            return Ok(());
+        }
+        // Nothing names an inode without links, so no new hold can come; one unlinked while
+        // held waits here for its last hold.
+        let mut g = self.lock(ino)?;
+        let orphan = g.as_ref().is_some_and(|i| i.attr.nlink == 0 && i.open == 0);
+        if orphan && !self.held(ino) {
+            self.free_inode(&mut g)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a front end holds `ino`.
+    fn held(&self, ino: u64) -> bool {
+        self.holds[ino as usize].load(Ordering::Acquire) != 0
+    }
+
+    /// The generation of inode `ino`: a number that changes each time its slot is given to a
+    /// new inode, kept on media, so (number, generation) names one file for the life of the
+    /// store, across remounts (an NFS-style file handle).
+    pub fn generation(&self, ino: u64) -> Result<u64, Errno> {
+        self.slot(ino)?;
+        Ok(self.pm.load_u64(self.slot_offset(ino) + SLOT_GENERATION_AT))
     }
 
     /// Checks that `ino` exists and waits for its asynchronous write, if one is still copying:

@@ -455,3 +455,79 @@ fn logs_of_overwritten_files_are_compacted() {
     assert_eq!(fs.read_all("/hot").unwrap(), vec![4999u32 as u8; 8192]);
     assert!(switchyard_store::fsck::check(&image(&dir)).healthy());
 }
+
+#[test]
+fn a_held_inode_outlives_its_links_and_its_number_is_not_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 16 << 20);
+    let s = fs.store();
+    let (d, _) = s.mkdir(1, b"old", 0o755, Owner::current()).unwrap();
+    let (same, _) = s.lookup_held(1, b"old").unwrap();
+    assert_eq!(same, d);
+    let gen_old = s.generation(d).unwrap();
+    s.rmdir(1, b"old").unwrap();
+    // Still held (the kernel's working directory): alive, without links, nothing new in it.
+    assert_eq!(s.getattr(d).unwrap().nlink, 0);
+    assert_eq!(
+        s.create(d, b"x", 0o644, Owner::current()).err(),
+        Some(Errno::ENOENT)
+    );
+    let (new, _) = s.mkdir(1, b"new", 0o755, Owner::current()).unwrap();
+    assert_ne!(new, d, "a held number is not given to a new inode");
+    s.create(new, b"x", 0o644, Owner::current()).unwrap();
+    // fsck sees the held directory as an orphan that a mount would free.
+    let report = switchyard_store::fsck::check(&image(&dir));
+    assert!(report.healthy(), "{:?}", report.problems);
+    assert!(report.recoverable.iter().any(|r| r.contains("directory")));
+    s.release_holds(d, 1).unwrap();
+    assert_eq!(
+        s.getattr(d).err(),
+        Some(Errno::ENOENT),
+        "freed at the last forget"
+    );
+    // Reused now, with a new generation that survives a remount.
+    let mut reused = None;
+    for i in 0..64u32 {
+        let (ino, _) = s
+            .create(1, format!("f{i}").as_bytes(), 0o644, Owner::current())
+            .unwrap();
+        if ino == d {
+            reused = Some(ino);
+            break;
+        }
+    }
+    let ino = reused.expect("the freed number comes back");
+    let gen_new = fs.store().generation(ino).unwrap();
+    assert!(gen_new > gen_old, "{gen_new} after {gen_old}");
+    let fs = remount(&dir, fs);
+    assert_eq!(fs.store().generation(ino).unwrap(), gen_new);
+}
+
+#[test]
+fn holds_count_every_lookup_and_an_unlinked_file_goes_at_the_last_release() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 16 << 20);
+    let s = fs.store();
+    let (f, _) = s.create(1, b"f", 0o644, Owner::current()).unwrap();
+    s.hold(f).unwrap();
+    s.lookup_held(1, b"f").unwrap();
+    s.lookup_held(1, b"f").unwrap();
+    s.unlink(1, b"f").unwrap();
+    s.release_holds(f, 2).unwrap();
+    assert_eq!(s.getattr(f).unwrap().nlink, 0, "one hold is left");
+    s.release_holds(f, 1).unwrap();
+    assert_eq!(s.getattr(f).err(), Some(Errno::ENOENT));
+    // A crash while held leaves an orphan that the next mount frees.
+    let (g, _) = s.create(1, b"g", 0o644, Owner::current()).unwrap();
+    s.hold(g).unwrap();
+    s.unlink(1, b"g").unwrap();
+    let img = image(&dir);
+    let report = switchyard_store::fsck::check(&img);
+    assert!(report.healthy(), "{:?}", report.problems);
+    assert!(report
+        .recoverable
+        .iter()
+        .any(|r| r.contains("unlinked file")));
+    let fs = remount(&dir, fs);
+    assert_eq!(fs.store().getattr(g).err(), Some(Errno::ENOENT));
+}
