@@ -288,6 +288,7 @@ fn the_mount_follows_posix_for_every_user() {
     rename_and_link(&mut s, &own, ALICE);
     special_files(&mut s, &m.dir);
     xattrs(&mut s, &m.dir);
+    fallocate(&mut s, &m.dir);
     let m = m.remount();
     special_files_after_remount(&mut s, &m.dir);
     xattrs_after_remount(&mut s, &m.dir);
@@ -869,6 +870,30 @@ fn rename_and_link(s: &mut Suite, base: &Path, who: Who) {
             rename2(&p("f"), &p("g"), libc::RENAME_NOREPLACE),
         ));
         out.push((
+            "RENAME_EXCHANGE swaps a file and a directory",
+            rename2(&p("g"), &p("full"), libc::RENAME_EXCHANGE),
+        ));
+        out.push((
+            "after the exchange each name holds the other's inode",
+            if p("g").join("x").exists() && std::fs::read(p("full")).ok() == Some(b"f".to_vec()) {
+                Ok(())
+            } else {
+                Err(0)
+            },
+        ));
+        out.push((
+            "RENAME_EXCHANGE back restores both",
+            rename2(&p("full"), &p("g"), libc::RENAME_EXCHANGE),
+        ));
+        out.push((
+            "RENAME_EXCHANGE needs both names (ENOENT)",
+            rename2(&p("g"), &p("missing"), libc::RENAME_EXCHANGE),
+        ));
+        out.push((
+            "RENAME_EXCHANGE cannot put a directory inside itself (EINVAL)",
+            rename2(&p("d"), &p("d/sub"), libc::RENAME_EXCHANGE),
+        ));
+        out.push((
             "a missing source gives ENOENT",
             rename(&p("missing"), &p("x")),
         ));
@@ -903,6 +928,11 @@ fn rename_and_link(s: &mut Suite, base: &Path, who: Who) {
         Ok(()),
         Err(libc::EEXIST),
         Ok(()),
+        Ok(()),
+        Ok(()),
+        Ok(()),
+        Err(libc::ENOENT),
+        Err(libc::EINVAL),
         Err(libc::ENOENT),
         Err(libc::EPERM),
         Err(libc::EEXIST),
@@ -1287,5 +1317,87 @@ fn xattrs_after_remount(s: &mut Suite, root: &Path) {
             Ok(b"green".to_vec()),
             Ok(vec![7u8; 3072]),
         ),
+    );
+}
+
+/// fallocate(2) on descriptor `fd`.
+fn falloc(f: &std::fs::File, mode: libc::c_int, off: i64, len: i64) -> Result<(), i32> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: a descriptor we hold open.
+    sys(unsafe { libc::fallocate(f.as_raw_fd(), mode, off, len) })
+}
+
+/// fallocate(2): mode 0 allocates and extends; KEEP_SIZE allocates without extending;
+/// PUNCH_HOLE (with KEEP_SIZE) frees the range, which reads as zeros; ZERO_RANGE zeros it;
+/// PUNCH_HOLE without KEEP_SIZE, and modes not built, give EOPNOTSUPP; a descriptor not open
+/// for writing gives EBADF. st_blocks counts allocated space, so holes take none.
+fn fallocate(s: &mut Suite, root: &Path) {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::MetadataExt;
+    let d = root.join("falloc");
+    dir(&d, 0, 0, 0o755);
+    let p = d.join("f");
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&p)
+        .unwrap();
+    let meta = |f: &std::fs::File| {
+        let m = f.metadata().unwrap();
+        (m.len(), m.blocks())
+    };
+    s.check(
+        "mode 0 allocates 1 MiB and extends the file",
+        falloc(&f, 0, 0, 1 << 20).map(|()| meta(&f)),
+        Ok((1 << 20, 2048)),
+    );
+    s.check(
+        "KEEP_SIZE past the end keeps the size",
+        falloc(&f, libc::FALLOC_FL_KEEP_SIZE, 1 << 20, 1 << 20).map(|()| meta(&f).0),
+        Ok(1 << 20),
+    );
+    std::fs::write(&p, vec![0xAB; 64 << 10]).unwrap();
+    s.check(
+        "PUNCH_HOLE|KEEP_SIZE frees the pages and keeps the size",
+        falloc(
+            &f,
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            4096,
+            32 << 10,
+        )
+        .map(|()| meta(&f)),
+        Ok((64 << 10, (64 - 32) / 4 * 8)),
+    );
+    let mut back = Vec::new();
+    (&f).seek(SeekFrom::Start(0)).unwrap();
+    (&f).read_to_end(&mut back).unwrap();
+    let mut want = vec![0xAB; 64 << 10];
+    want[4096..4096 + (32 << 10)].fill(0);
+    s.check("a punched hole reads as zeros", back == want, true);
+    s.check(
+        "ZERO_RANGE over a partial page zeros exactly the range",
+        falloc(&f, libc::FALLOC_FL_ZERO_RANGE, 100, 50).map(|()| {
+            let b = std::fs::read(&p).unwrap();
+            (b[99], b[100], b[149], b[150])
+        }),
+        Ok((0xAB, 0, 0, 0xAB)),
+    );
+    s.check(
+        "PUNCH_HOLE without KEEP_SIZE gives EOPNOTSUPP",
+        falloc(&f, libc::FALLOC_FL_PUNCH_HOLE, 0, 4096),
+        Err(libc::EOPNOTSUPP),
+    );
+    s.check(
+        "COLLAPSE_RANGE (not built) gives EOPNOTSUPP",
+        falloc(&f, libc::FALLOC_FL_COLLAPSE_RANGE, 0, 4096),
+        Err(libc::EOPNOTSUPP),
+    );
+    let ro = std::fs::File::open(&p).unwrap();
+    s.check(
+        "a descriptor open only for reading gives EBADF",
+        falloc(&ro, 0, 0, 4096),
+        Err(libc::EBADF),
     );
 }

@@ -15,7 +15,7 @@ use fuser::{
 };
 use parking_lot::Mutex;
 use switchyard_store::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFSOCK};
-use switchyard_store::{Attr, DirEntry, Errno, Owner, SetAttr, Store, XattrMode};
+use switchyard_store::{Attr, DirEntry, Errno, Falloc, Owner, SetAttr, Store, XattrMode};
 
 use crate::{configure, masked, open_flags, time, with_read_buffer, TTL};
 
@@ -60,11 +60,13 @@ fn kind(mode: u32) -> FileType {
     }
 }
 
-fn file_attr(ino: u64, a: &Attr) -> FileAttr {
+/// The kernel's view of inode `ino`: its attributes and `blocks` 4 KiB blocks of data.
+fn file_attr(ino: u64, a: &Attr, blocks: u64) -> FileAttr {
     FileAttr {
         ino: INodeNo(ino),
         size: a.size,
-        blocks: a.size.div_ceil(4096) * 8,
+        // In 512-byte units, as stat(2) counts: holes take none.
+        blocks: blocks * 8,
         atime: time(a.atime),
         mtime: time(a.mtime),
         ctime: time(a.ctime),
@@ -106,13 +108,17 @@ impl StoreFs {
         }
     }
 
+    fn file_attr(&self, ino: u64, a: &Attr) -> FileAttr {
+        file_attr(ino, a, self.store.data_blocks(ino).unwrap_or(0))
+    }
+
     /// Replies with an entry the kernel will count as one lookup of its inode. `r` is the
     /// result of [`Store::lookup_held`] (already held) or of an operation that made or linked
     /// the inode (held here, before the kernel can know the number, so the kernel's
     /// `forget` always finds the holds it releases).
     fn entry(&self, reply: ReplyEntry, r: Result<(u64, Attr), Errno>, held: bool) {
         match r.and_then(|(ino, a)| self.counted(ino, held).map(|g| (ino, a, g))) {
-            Ok((ino, a, g)) => reply.entry(&TTL, &file_attr(ino, &a), g),
+            Ok((ino, a, g)) => reply.entry(&TTL, &self.file_attr(ino, &a), g),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -166,7 +172,7 @@ impl Filesystem for StoreFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.store.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &file_attr(ino.0, &a)),
+            Ok(a) => reply.attr(&TTL, &self.file_attr(ino.0, &a)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -204,7 +210,7 @@ impl Filesystem for StoreFs {
             mtime: at(mtime),
         };
         match self.store.setattr(ino.0, s) {
-            Ok(a) => reply.attr(&TTL, &file_attr(ino.0, &a)),
+            Ok(a) => reply.attr(&TTL, &self.file_attr(ino.0, &a)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -286,19 +292,17 @@ impl Filesystem for StoreFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if flags.contains(RenameFlags::RENAME_NOREPLACE) {
-            match self.store.lookup(newparent.0, newname.as_bytes()) {
-                Ok(_) => return reply.error(fuser::Errno::EEXIST),
-                Err(e) if e != Errno::ENOENT => return reply.error(errno(e)),
-                Err(_) => {}
-            }
-        } else if !flags.is_empty() {
-            // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported.
-            return reply.error(fuser::Errno::EINVAL);
-        }
-        let r = self
-            .store
-            .rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes());
+        let (p, n, np, nn) = (parent.0, name.as_bytes(), newparent.0, newname.as_bytes());
+        let r = if flags == RenameFlags::RENAME_NOREPLACE {
+            self.store.rename_noreplace(p, n, np, nn)
+        } else if flags == RenameFlags::RENAME_EXCHANGE {
+            self.store.exchange(p, n, np, nn)
+        } else if flags.is_empty() {
+            self.store.rename(p, n, np, nn)
+        } else {
+            // RENAME_WHITEOUT (overlayfs's) and combinations are not supported.
+            Err(Errno::EINVAL)
+        };
         empty(reply, r);
     }
 
@@ -471,6 +475,27 @@ impl Filesystem for StoreFs {
         );
     }
 
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let what = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => Falloc::Allocate { keep_size },
+            libc::FALLOC_FL_ZERO_RANGE => Falloc::ZeroRange { keep_size },
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => Falloc::PunchHole,
+            // Collapsing, inserting and unsharing ranges are not built.
+            _ => return reply.error(fuser::Errno::EOPNOTSUPP),
+        };
+        empty(reply, self.store.fallocate(ino.0, offset, length, what));
+    }
+
     fn setxattr(
         &self,
         _req: &Request,
@@ -540,7 +565,7 @@ impl Filesystem for StoreFs {
         match made {
             Ok((ino, a, g)) => reply.created(
                 &TTL,
-                &file_attr(ino, &a),
+                &self.file_attr(ino, &a),
                 g,
                 handle(flags),
                 open_flags(OpenFlags(flags)),

@@ -29,6 +29,7 @@ use switchyard_media::trace::{Event, Recorder};
 use switchyard_media::{Persist, Region, CACHE_LINE};
 use switchyard_mover::{Config, Mover, Policy};
 
+use crate::fallocate::Falloc;
 use crate::format::{is_special, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT};
 use crate::fs::{Fs, OpenFlags};
 use crate::fsck;
@@ -61,6 +62,8 @@ pub enum Op {
     Rename(&'static str, &'static str),
     /// Hard link.
     Link(&'static str, &'static str),
+    /// Exchange what two names name (`RENAME_EXCHANGE`).
+    Exchange(&'static str, &'static str),
     /// Symlink (target, path).
     Symlink(&'static str, &'static str),
     /// A FIFO, socket or device node (path, type bits, device number).
@@ -71,6 +74,8 @@ pub enum Op {
     SetXattr(&'static str, &'static str, usize, u8),
     /// Remove extended attribute `name`.
     RemoveXattr(&'static str, &'static str),
+    /// fallocate(2) over `len` bytes at `off`.
+    Fallocate(&'static str, u64, u64, Falloc),
     /// Unmount cleanly and mount again (the checkpoint, then the quick mount and lazy loads).
     Remount,
     /// Write `len` bytes of `byte` at `off` through the asynchronous API (orderless).
@@ -98,6 +103,8 @@ pub fn all_ops() -> Vec<Op> {
         Op::Rename("/a", "/d/x"),
         Op::Rename("/d", "/e"),
         Op::Link("/a", "/d/y"),
+        Op::Exchange("/a", "/d/x"),
+        Op::Exchange("/b", "/d"),
         Op::Symlink("/a", "/s"),
         Op::Mknod("/p", S_IFIFO, 0),
         Op::Mknod("/c", S_IFCHR, 0x0103),
@@ -105,6 +112,8 @@ pub fn all_ops() -> Vec<Op> {
         Op::SetXattr("/a", "user.k", 3000, 0xE1),
         Op::SetXattr("/d", "user.k", 10, 0xE2),
         Op::RemoveXattr("/a", "user.k"),
+        Op::Fallocate("/a", 2000, 9000, Falloc::PunchHole),
+        Op::Fallocate("/b", 0, 20000, Falloc::Allocate { keep_size: false }),
         Op::Remount,
     ]
 }
@@ -192,6 +201,7 @@ fn apply(fs: Fs, op: &Op, mover: &Arc<Mover>) -> Fs {
             .and_then(|()| fs.rmdir(p)),
         Op::Rename(a, b) => fs.rename(a, b),
         Op::Link(a, b) => fs.link(a, b),
+        Op::Exchange(a, b) => fs.exchange(a, b),
         Op::Symlink(t, p) => fs.symlink(t, p),
         Op::Mknod(p, kind, rdev) => fs.mknod(p, kind | 0o644, rdev),
         Op::Chmod(p, m) => fs.chmod(p, m),
@@ -200,6 +210,9 @@ fn apply(fs: Fs, op: &Op, mover: &Arc<Mover>) -> Fs {
             fs.store()
                 .setxattr(ino, name.as_bytes(), &value, crate::XattrMode::Set)
         }),
+        Op::Fallocate(p, off, len, mode) => fs
+            .ino(p)
+            .and_then(|ino| fs.store().fallocate(ino, off, len, mode)),
         Op::RemoveXattr(p, name) => fs
             .ino(p)
             .and_then(|ino| fs.store().removexattr(ino, name.as_bytes())),

@@ -42,6 +42,8 @@ impl Errno {
     pub const EIO: Errno = Errno(libc::EIO);
     /// Read-only file system (the store stopped writing after an internal error).
     pub const EROFS: Errno = Errno(libc::EROFS);
+    /// Not a regular file or directory (fallocate on a FIFO, socket or device).
+    pub const ENODEV: Errno = Errno(libc::ENODEV);
     /// No such extended attribute (`ENOATTR`).
     pub const ENODATA: Errno = Errno(libc::ENODATA);
     /// The caller's buffer is too small for the value or list.
@@ -71,6 +73,7 @@ impl Errno {
             libc::EMFILE => "EMFILE",
             libc::EIO => "EIO",
             libc::EROFS => "EROFS",
+            libc::ENODEV => "ENODEV",
             libc::ENODATA => "ENODATA",
             libc::ERANGE => "ERANGE",
             libc::E2BIG => "E2BIG",

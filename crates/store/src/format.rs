@@ -47,6 +47,7 @@
 //!                 (an orderless write: valid only once its copy completed)       (72 bytes)
 //!   6 XattrSet  8 namelen u8, 0 u8, valuelen u16, 0 u32, name, value, zero padding (v4)
 //!   7 XattrDel  8 namelen u8, 0 [u8; 7], name, zero padding                         (v4)
+//!   8 Punch     8 pgoff u64, count u64: pages pgoff..pgoff+count become holes (24 bytes, v4)
 //!
 //! completion records block: 64 lines of 64 B, line c = engine channel c's durable completion
 //!   record (switchyard_engine::durable): 0 seq u64, 8 holes [u64; 6]. Written by the engine's
@@ -128,6 +129,8 @@ pub const KIND_WRITE_SEQ: u8 = 5;
 pub const KIND_XATTR_SET: u8 = 6;
 /// See [`KIND_ATTR`] (format version 4).
 pub const KIND_XATTR_REMOVE: u8 = 7;
+/// See [`KIND_ATTR`] (format version 4).
+pub const KIND_PUNCH: u8 = 8;
 /// Longest extended attribute name (with its namespace prefix), as Linux's `XATTR_NAME_MAX`.
 pub const XATTR_NAME_MAX: usize = 255;
 /// Largest extended attribute value: an `XattrSet` entry with the longest name still fits one
@@ -412,6 +415,13 @@ pub enum Entry {
         /// Full name.
         name: Vec<u8>,
     },
+    /// `count` pages from `pgoff` are holes now (their blocks are freed; they read as zeros).
+    Punch {
+        /// First file page.
+        pgoff: u64,
+        /// Pages.
+        count: u64,
+    },
 }
 
 fn finish(mut b: Vec<u8>, kind: u8) -> Vec<u8> {
@@ -499,6 +509,11 @@ impl Entry {
                 b.extend_from_slice(&[0; 7]);
                 b.extend_from_slice(name);
                 finish(b, KIND_XATTR_REMOVE)
+            }
+            Entry::Punch { pgoff, count } => {
+                b.extend_from_slice(&pgoff.to_le_bytes());
+                b.extend_from_slice(&count.to_le_bytes());
+                finish(b, KIND_PUNCH)
             }
         }
     }
@@ -598,6 +613,13 @@ impl Entry {
                 need(16 + n)?;
                 Entry::XattrRemove {
                     name: e[16..16 + n].to_vec(),
+                }
+            }
+            KIND_PUNCH => {
+                need(24)?;
+                Entry::Punch {
+                    pgoff: le64(e, 8),
+                    count: le64(e, 16),
                 }
             }
             k => return Err(Corruption::Invalid(format!("log entry kind {k}"))),

@@ -426,6 +426,14 @@ impl Fs {
         self.store.rename(fd, &fname, td, &tname)
     }
 
+    /// Exchanges what `a` and `b` name, atomically (`RENAME_EXCHANGE`).
+    pub fn exchange(&self, a: &str, b: &str) -> Result<(), Errno> {
+        let (ad, aname) = self.parent_of(a, &mut 0)?;
+        let (bd, bname) = self.parent_of(b, &mut 0)?;
+        let (aname, bname) = (aname.ok_or(Errno::EBUSY)?, bname.ok_or(Errno::EBUSY)?);
+        self.store.exchange(ad, &aname, bd, &bname)
+    }
+
     /// Adds a hard link `to` for the existing `from`.
     pub fn link(&self, from: &str, to: &str) -> Result<(), Errno> {
         let ino = self.resolve(from, false)?;

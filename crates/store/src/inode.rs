@@ -105,6 +105,15 @@ impl Inode {
             (Entry::DirRemove { name }, Content::Dir(d)) => {
                 d.remove(name);
             }
+            (Entry::Punch { pgoff, count }, Content::File(pages)) => {
+                let gone: Vec<u64> = pages
+                    .range(*pgoff..pgoff.saturating_add(*count))
+                    .map(|(&p, _)| p)
+                    .collect();
+                for p in gone {
+                    freed.extend(pages.remove(&p));
+                }
+            }
             (Entry::XattrSet { name, value }, _) => {
                 self.xattrs.insert(name.clone(), value.clone());
             }
@@ -123,7 +132,7 @@ impl Inode {
             (
                 Entry::Attr(_) | Entry::XattrSet { .. } | Entry::XattrRemove { .. },
                 _
-            ) | (Entry::Write { .. }, Content::File(_))
+            ) | (Entry::Write { .. } | Entry::Punch { .. }, Content::File(_))
                 | (
                     Entry::DirAdd { .. } | Entry::DirRemove { .. },
                     Content::Dir(_)

@@ -16,6 +16,7 @@ pub mod aio;
 pub mod alloc;
 pub mod crash;
 pub mod error;
+pub mod fallocate;
 pub mod format;
 pub mod fs;
 pub mod fsck;
@@ -28,6 +29,7 @@ pub mod xattr;
 
 pub use aio::{ReadFuture, WriteFuture, WriteOrder};
 pub use error::{Corruption, Errno, MountError};
+pub use fallocate::Falloc;
 pub use format::Attr;
 pub use fs::{Fd, Fs, OpenFlags, Whence};
 pub use store::{DirEntry, Owner, SetAttr, StatFs, Store, MAX_FILE_SIZE};

@@ -364,6 +364,17 @@ fn check_entry(sb: &Superblock, e: &Entry) -> Result<(), Corruption> {
                 )));
             }
         }
+        Entry::Punch { pgoff, count } => {
+            let ok = *count > 0
+                && pgoff
+                    .checked_add(*count)
+                    .is_some_and(|e| e <= (i64::MAX as u64) / BLOCK + 1);
+            if !ok {
+                return Err(Corruption::Invalid(format!(
+                    "punch entry over pages {pgoff}+{count}"
+                )));
+            }
+        }
         Entry::DirAdd { name, ino, .. } => {
             if name.is_empty() || name.contains(&b'/') || name == b"." || name == b".." {
                 return Err(Corruption::Invalid(

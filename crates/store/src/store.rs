@@ -128,7 +128,7 @@ pub(crate) enum Order {
 
 /// A mounted store. Dropping it unmounts cleanly.
 pub struct Store {
-    pm: Pm,
+    pub(crate) pm: Pm,
     /// Geometry (never changes while mounted).
     geo: Superblock,
     /// The superblock as last written (clean flag, mount count).
@@ -139,7 +139,7 @@ pub struct Store {
     records: Box<[DurableRecord]>,
     slots: Box<[Slot]>,
     free_inodes: Mutex<Vec<u64>>,
-    alloc: Allocator,
+    pub(crate) alloc: Allocator,
     journal: Mutex<u64>,
     rename: Mutex<()>,
     /// Set after an internal inconsistency: the store refuses further writes.
@@ -927,6 +927,17 @@ impl Store {
             .ok_or(Errno::ENOENT)
     }
 
+    /// Data blocks (of [`BLOCK`] bytes) that inode `ino` maps: what `stat` counts as its
+    /// allocated space (holes take none; a symlink's target counts; a directory's and every
+    /// inode's log pages do not).
+    pub fn data_blocks(&self, ino: u64) -> Result<u64, Errno> {
+        let g = self.slot(ino)?.read();
+        match &g.as_ref().ok_or(Errno::ENOENT)?.content {
+            Content::File(pages) => Ok(pages.len() as u64),
+            Content::Dir(_) => Ok(0),
+        }
+    }
+
     /// Looks `name` up in directory `parent`.
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(u64, Attr), Errno> {
         let ino = self.find(parent, name, false)?;
@@ -1204,6 +1215,17 @@ impl Store {
 
     /// Frees data blocks `inode` no longer maps, or parks them until its asynchronous reads in
     /// flight finish.
+    /// Appends `entries` to `inode`'s log and commits them (one inode's change), then gives
+    /// back the blocks they unmapped and compacts the log if it is due.
+    pub(crate) fn commit_change(&self, inode: &mut Inode, entries: &[Entry]) -> Result<(), Errno> {
+        let a = self.append_log(inode, entries)?;
+        let mut freed = Vec::new();
+        self.commit_one(inode, a, entries, &mut freed);
+        self.retire(inode, freed);
+        self.maybe_compact(inode);
+        Ok(())
+    }
+
     pub(crate) fn retire(&self, inode: &Inode, blocks: Vec<u64>) {
         let now = inode.readers.retire(blocks);
         self.free_blocks(&now);
@@ -1686,6 +1708,29 @@ impl Store {
         new_parent: u64,
         new_name: &[u8],
     ) -> Result<(), Errno> {
+        self.move_name(parent, name, new_parent, new_name, false)
+    }
+
+    /// [`Store::rename`] that fails with `EEXIST` if `new_name` exists, checked atomically
+    /// with the move (`renameat2`'s `RENAME_NOREPLACE`).
+    pub fn rename_noreplace(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+    ) -> Result<(), Errno> {
+        self.move_name(parent, name, new_parent, new_name, true)
+    }
+
+    fn move_name(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+        noreplace: bool,
+    ) -> Result<(), Errno> {
         self.check_writable()?;
         check_name(name).map_err(|e| if e == Errno::EINVAL { Errno::EBUSY } else { e })?;
         check_name(new_name)?;
@@ -1697,21 +1742,15 @@ impl Store {
                 Err(Errno::ENOENT) => None,
                 Err(e) => return Err(e),
             };
+            if noreplace && dst.is_some() {
+                return Err(Errno::EEXIST);
+            }
             if dst == Some(src) {
                 return Ok(()); // same inode: POSIX says do nothing
             }
-            if sattr.kind() == S_IFDIR && parent != new_parent {
-                // Not into its own subtree: walk up from the new parent.
-                let mut up = new_parent;
-                loop {
-                    if up == src {
-                        return Err(Errno::EINVAL);
-                    }
-                    if up == ROOT {
-                        break;
-                    }
-                    up = self.getattr(up)?.parent;
-                }
+            if sattr.kind() == S_IFDIR && parent != new_parent && self.is_within(new_parent, src)? {
+                // Not into its own subtree.
+                return Err(Errno::EINVAL);
             }
             let mut inos = vec![parent, new_parent, src];
             inos.extend(dst);
@@ -1814,9 +1853,42 @@ impl Store {
             }
             changes.entry(i).or_default().push(Entry::Attr(*a));
         }
-        // Append everything, then commit all tails (and the freed target's slot) at once.
+        // Commit all tails (and the freed target's slot) at once.
+        let extra = match (dst, free_dst) {
+            (Some(d), true) => {
+                let ds = self.slot_offset(d);
+                vec![(ds, 0), (ds + 8, 0)]
+            }
+            _ => Vec::new(),
+        };
+        let freed = self.commit_many(locks, &changes, &extra)?;
+        if let (Some(d), true) = (dst, free_dst) {
+            let inode = locks
+                .get_mut(&d)
+                .and_then(|g| g.take())
+                .expect("locked live");
+            self.forget_inode(inode);
+        }
+        self.free_blocks(&freed);
+        for i in [parent, new_parent] {
+            if let Some(inode) = locks.get_mut(&i).and_then(|g| g.as_mut()) {
+                self.maybe_compact(inode);
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends each inode's entries in `changes` (all locked in `locks`), then commits every
+    /// new tail, with the `extra` slot words, through one journal transaction. Returns the
+    /// blocks the entries unmapped. Nothing is committed if an append fails.
+    fn commit_many(
+        &self,
+        locks: &mut BTreeMap<u64, Guard<'_>>,
+        changes: &BTreeMap<u64, Vec<Entry>>,
+        extra: &[(u64, u64)],
+    ) -> Result<Vec<u64>, Errno> {
         let mut appended: BTreeMap<u64, Appended> = BTreeMap::new();
-        for (&i, es) in &changes {
+        for (&i, es) in changes {
             match self.append_log(locks[&i].as_ref().expect("locked live"), es) {
                 Ok(a) => {
                     appended.insert(i, a);
@@ -1833,11 +1905,7 @@ impl Store {
             .iter()
             .map(|(&i, a)| (self.slot_offset(i) + 8, a.tail))
             .collect();
-        if let (Some(d), true) = (dst, free_dst) {
-            let ds = self.slot_offset(d);
-            words.push((ds, 0));
-            words.push((ds + 8, 0));
-        }
+        words.extend_from_slice(extra);
         self.commit_words(&words);
         let mut freed = Vec::new();
         for (i, a) in appended {
@@ -1847,20 +1915,121 @@ impl Store {
                 .expect("locked live");
             self.applied(inode, a, &changes[&i], &mut freed);
         }
-        if let (Some(d), true) = (dst, free_dst) {
-            let inode = locks
-                .get_mut(&d)
-                .and_then(|g| g.take())
-                .expect("locked live");
-            self.forget_inode(inode);
-        }
-        self.free_blocks(&freed);
-        for i in [parent, new_parent] {
-            if let Some(inode) = locks.get_mut(&i).and_then(|g| g.as_mut()) {
-                self.maybe_compact(inode);
+        Ok(freed)
+    }
+
+    /// Exchanges the inodes `name` in `parent` and `new_name` in `new_parent` name, atomically
+    /// (`renameat2`'s `RENAME_EXCHANGE`): both names must exist, and either may be a
+    /// directory (which moves with its subtree; neither may end up inside itself, EINVAL).
+    pub fn exchange(
+        &self,
+        parent: u64,
+        name: &[u8],
+        new_parent: u64,
+        new_name: &[u8],
+    ) -> Result<(), Errno> {
+        self.check_writable()?;
+        check_name(name).map_err(|e| if e == Errno::EINVAL { Errno::EBUSY } else { e })?;
+        check_name(new_name).map_err(|e| if e == Errno::EINVAL { Errno::EBUSY } else { e })?;
+        let _moving = self.rename.lock();
+        loop {
+            let (a, aattr) = self.lookup(parent, name)?;
+            let (b, battr) = self.lookup(new_parent, new_name)?;
+            if a == b {
+                return Ok(());
             }
+            if parent != new_parent {
+                for (dir, into) in [(a, new_parent), (b, parent)] {
+                    let is_dir = if dir == a { aattr.kind() } else { battr.kind() } == S_IFDIR;
+                    if is_dir && self.is_within(into, dir)? {
+                        return Err(Errno::EINVAL);
+                    }
+                }
+            }
+            let mut locks = self.lock_many(&[parent, new_parent, a, b])?;
+            let entry = |locks: &BTreeMap<u64, Guard<'_>>, d: u64, n: &[u8]| match &locks[&d]
+                .as_ref()
+                .map(|i| &i.content)
+            {
+                Some(Content::Dir(m)) => Ok(m.get(n).map(|e| e.0)),
+                _ => Err(Errno::ENOTDIR),
+            };
+            if entry(&locks, parent, name)? != Some(a)
+                || entry(&locks, new_parent, new_name)? != Some(b)
+            {
+                continue; // changed while unlocked: look again
+            }
+            let t = now_ns();
+            let attr = |locks: &BTreeMap<u64, Guard<'_>>, i: u64| {
+                locks[&i].as_ref().expect("locked live").attr
+            };
+            let (mut aa, mut ba) = (attr(&locks, a), attr(&locks, b));
+            let (a_dir, b_dir) = (aa.kind() == S_IFDIR, ba.kind() == S_IFDIR);
+            let mut attrs: BTreeMap<u64, Attr> = BTreeMap::new();
+            let mut pa = attr(&locks, parent);
+            pa.mtime = t;
+            pa.ctime = t;
+            attrs.insert(parent, pa);
+            let mut npa = attr(&locks, new_parent);
+            npa.mtime = t;
+            npa.ctime = t;
+            if parent != new_parent {
+                // Each parent trades one subdirectory (a "..") for what it receives.
+                pa.nlink = pa.nlink + u32::from(b_dir) - u32::from(a_dir);
+                npa.nlink = npa.nlink + u32::from(a_dir) - u32::from(b_dir);
+                if pa.nlink > LINK_MAX || npa.nlink > LINK_MAX {
+                    return Err(Errno::EMLINK);
+                }
+                attrs.insert(parent, pa);
+                if a_dir {
+                    aa.parent = new_parent;
+                }
+                if b_dir {
+                    ba.parent = parent;
+                }
+            }
+            attrs.insert(new_parent, npa);
+            aa.ctime = t;
+            ba.ctime = t;
+            attrs.insert(a, aa);
+            attrs.insert(b, ba);
+            let mut changes: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
+            changes.entry(parent).or_default().push(Entry::DirAdd {
+                ino: b,
+                ftype: ftype(ba.mode),
+                name: name.to_vec(),
+            });
+            changes.entry(new_parent).or_default().push(Entry::DirAdd {
+                ino: a,
+                ftype: ftype(aa.mode),
+                name: new_name.to_vec(),
+            });
+            for (&i, at) in &attrs {
+                changes.entry(i).or_default().push(Entry::Attr(*at));
+            }
+            let freed = self.commit_many(&mut locks, &changes, &[])?;
+            self.free_blocks(&freed);
+            for i in [parent, new_parent] {
+                if let Some(inode) = locks.get_mut(&i).and_then(|g| g.as_mut()) {
+                    self.maybe_compact(inode);
+                }
+            }
+            return Ok(());
         }
-        Ok(())
+    }
+
+    /// Whether directory `dir` is `ancestor` or lies below it.
+    fn is_within(&self, dir: u64, ancestor: u64) -> Result<bool, Errno> {
+        let mut up = dir;
+        loop {
+            if up == ancestor {
+                return Ok(true);
+            }
+            if up == ROOT {
+                return Ok(false);
+            }
+            up = self.getattr(up)?.parent;
+        }
     }
 
     // ---- open handles -------------------------------------------------------------------

@@ -118,12 +118,6 @@ impl Store {
     fn commit_xattr(&self, inode: &mut Inode, e: Entry) -> Result<(), Errno> {
         let mut attr = inode.attr;
         attr.ctime = now_ns();
-        let entries = [e, Entry::Attr(attr)];
-        let a = self.append_log(inode, &entries)?;
-        let mut freed = Vec::new();
-        self.commit_one(inode, a, &entries, &mut freed);
-        self.retire(inode, freed);
-        self.maybe_compact(inode);
-        Ok(())
+        self.commit_change(inode, &[e, Entry::Attr(attr)])
     }
 }

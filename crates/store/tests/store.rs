@@ -6,7 +6,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use switchyard_media::{Persist, Region};
 use switchyard_mover::{Config, Mover};
-use switchyard_store::{Errno, Fs, OpenFlags, Owner, Store, Whence};
+use switchyard_store::{Errno, Falloc, Fs, OpenFlags, Owner, Store, Whence};
 
 fn mover() -> Arc<Mover> {
     Arc::new(Mover::start(&Config::default()).unwrap())
@@ -287,25 +287,74 @@ fn many_threads_on_many_files() {
     assert!(switchyard_store::fsck::check(&image(&dir)).healthy());
 }
 
+/// One step of the file model test.
+#[derive(Debug, Clone)]
+enum Step {
+    Write(u64, usize, u8),
+    Truncate(u64),
+    Fallocate(u64, u64, Falloc),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    let falloc = prop_oneof![
+        any::<bool>().prop_map(|keep_size| Falloc::Allocate { keep_size }),
+        any::<bool>().prop_map(|keep_size| Falloc::ZeroRange { keep_size }),
+        Just(Falloc::PunchHole),
+    ];
+    prop_oneof![
+        3 => (0u64..40_000, 1usize..12_000, any::<u8>()).prop_map(|(o, l, b)| Step::Write(o, l, b)),
+        1 => (0u64..40_000).prop_map(Step::Truncate),
+        2 => (0u64..40_000, 1u64..20_000, falloc).prop_map(|(o, l, f)| Step::Fallocate(o, l, f)),
+    ]
+}
+
+/// What fallocate(2) does to a file's bytes, on a `Vec` model.
+fn model_falloc(model: &mut Vec<u8>, off: u64, len: u64, mode: Falloc) {
+    let (off, end) = (off as usize, (off + len) as usize);
+    let keep = match mode {
+        Falloc::Allocate { keep_size } | Falloc::ZeroRange { keep_size } => keep_size,
+        Falloc::PunchHole => true,
+    };
+    if !keep && model.len() < end {
+        model.resize(end, 0);
+    }
+    if !matches!(mode, Falloc::Allocate { .. }) {
+        let to = end.min(model.len());
+        if off < to {
+            model[off..to].fill(0);
+        }
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
-    /// Random writes and truncations read back exactly like a Vec model, before and after a
-    /// remount (which replays and possibly compacted logs).
+    #![proptest_config(ProptestConfig::with_cases(32))]
+    /// Random writes, truncations and fallocate calls (allocate, zero range, punch hole, with
+    /// and without keeping the size) read back exactly like a Vec model, before and after a
+    /// remount (which replays and possibly compacted logs), and punched or zeroed bytes never
+    /// show what was there before.
     #[test]
-    fn file_contents_match_a_model(ops in proptest::collection::vec((0u64..40_000, 1usize..12_000, any::<u8>(), any::<bool>()), 1..40)) {
+    fn file_contents_match_a_model(ops in proptest::collection::vec(step(), 1..40)) {
         let dir = tempfile::tempdir().unwrap();
         let fs = fresh(&dir, 16 << 20);
         let fd = fs.open("/m", OpenFlags::CREATE, 0o644).unwrap();
+        let ino = fs.ino("/m").unwrap();
         let mut model: Vec<u8> = Vec::new();
-        for (off, len, byte, truncate) in ops {
-            if truncate {
-                fs.ftruncate(fd, off).unwrap();
-                model.resize(off as usize, 0);
-            } else {
-                fs.pwrite(fd, &vec![byte; len], off).unwrap();
-                let end = off as usize + len;
-                if model.len() < end { model.resize(end, 0); }
-                model[off as usize..end].fill(byte);
+        for op in ops {
+            match op {
+                Step::Truncate(off) => {
+                    fs.ftruncate(fd, off).unwrap();
+                    model.resize(off as usize, 0);
+                }
+                Step::Write(off, len, byte) => {
+                    fs.pwrite(fd, &vec![byte; len], off).unwrap();
+                    let end = off as usize + len;
+                    if model.len() < end { model.resize(end, 0); }
+                    model[off as usize..end].fill(byte);
+                }
+                Step::Fallocate(off, len, mode) => {
+                    fs.store().fallocate(ino, off, len, mode).unwrap();
+                    model_falloc(&mut model, off, len, mode);
+                }
             }
         }
         prop_assert_eq!(&fs.read_all("/m").unwrap(), &model);
@@ -315,6 +364,39 @@ proptest! {
         let report = switchyard_store::fsck::check(&image(&dir));
         prop_assert!(report.healthy(), "{:?}", report.problems);
     }
+}
+
+#[test]
+fn fallocate_allocates_holes_and_punching_gives_blocks_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 16 << 20);
+    let s = fs.store();
+    let (f, _) = s.create(1, b"f", 0o644, Owner::current()).unwrap();
+    let free0 = s.statfs().free_blocks;
+    s.fallocate(f, 0, 1 << 20, Falloc::Allocate { keep_size: false })
+        .unwrap();
+    assert_eq!(s.getattr(f).unwrap().size, 1 << 20);
+    let free1 = s.statfs().free_blocks;
+    assert!(
+        free0 - free1 >= 256,
+        "the space is taken: {free0} -> {free1}"
+    );
+    s.fallocate(f, 4096, 64 << 10, Falloc::PunchHole).unwrap();
+    assert_eq!(s.statfs().free_blocks - free1, 16, "16 pages given back");
+    assert_eq!(
+        s.getattr(f).unwrap().size,
+        1 << 20,
+        "punching keeps the size"
+    );
+    assert_eq!(
+        s.fallocate(f, 0, 0, Falloc::PunchHole).err(),
+        Some(Errno::EINVAL)
+    );
+    let (d, _) = s.mkdir(1, b"d", 0o755, Owner::current()).unwrap();
+    assert_eq!(
+        s.fallocate(d, 0, 1, Falloc::PunchHole).err(),
+        Some(Errno::EISDIR)
+    );
 }
 
 proptest! {
@@ -530,4 +612,48 @@ fn holds_count_every_lookup_and_an_unlinked_file_goes_at_the_last_release() {
         .any(|r| r.contains("unlinked file")));
     let fs = remount(&dir, fs);
     assert_eq!(fs.store().getattr(g).err(), Some(Errno::ENOENT));
+}
+
+/// Writes `version` into both superblock copies of the image at `path`, checksums fixed.
+fn set_version(path: &std::path::Path, version: u32) {
+    use switchyard_store::format::{BLOCK, SB_CRC_AT};
+    let mut img = std::fs::read(path).unwrap();
+    for at in [0, BLOCK as usize] {
+        let sb = &mut img[at..at + 128];
+        sb[8..12].copy_from_slice(&version.to_le_bytes());
+        let crc = crc32c::crc32c(&sb[..SB_CRC_AT]);
+        sb[SB_CRC_AT..SB_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    }
+    std::fs::write(path, img).unwrap();
+}
+
+#[test]
+fn a_version_3_store_mounts_and_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 16 << 20);
+    fs.mkdir("/d", 0o755).unwrap();
+    let fd = fs.open("/d/f", OpenFlags::CREATE, 0o644).unwrap();
+    fs.write(fd, &[5u8; 10_000]).unwrap();
+    fs.close(fd).unwrap();
+    fs.unmount().unwrap();
+    let path = dir.path().join("r");
+    // What a version 3 build wrote: the same layout, generations zero, version 3.
+    set_version(&path, 3);
+    let report = switchyard_store::fsck::check(&std::fs::read(&path).unwrap());
+    assert!(report.healthy(), "{:?}", report.problems);
+    let region = Region::open(&path, 0, Persist::detect()).unwrap();
+    let fs = Fs::new(Store::mount(region, mover()).unwrap());
+    assert_eq!(fs.read_all("/d/f").unwrap(), vec![5u8; 10_000]);
+    fs.unmount().unwrap();
+    let img = std::fs::read(&path).unwrap();
+    assert_eq!(
+        u32::from_le_bytes(img[8..12].try_into().unwrap()),
+        switchyard_store::format::VERSION,
+        "the mount wrote the current version"
+    );
+    // Older still is refused, by name.
+    set_version(&path, 2);
+    let region = Region::open(&path, 0, Persist::detect()).unwrap();
+    let e = Store::mount(region, mover()).err().unwrap().to_string();
+    assert!(e.contains("predates"), "{e}");
 }
