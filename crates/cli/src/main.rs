@@ -115,11 +115,27 @@ pub struct Common {
     /// Ignore any engine profile: the configuration's (or built-in) thresholds.
     #[arg(long, conflicts_with = "profile")]
     pub no_profile: bool,
+    /// Open a store or region file even though other users may read or write it (refused by
+    /// default: they could read every file stored in it, whatever its mode). Say so only for
+    /// a file shared on purpose; the command warns each time.
+    #[arg(long)]
+    pub allow_exposed_store: bool,
 }
 
 impl Common {
-    /// The configuration: the file if given, else the defaults.
+    /// The configuration: the file if given, else the defaults. Every command that opens a
+    /// region loads it first, so this is also where `--allow-exposed-store` takes effect.
     pub fn load_config(&self) -> anyhow::Result<Config> {
+        if self.allow_exposed_store {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                eprintln!(
+                    "warning: --allow-exposed-store: store and region files that other users \
+                     can read or write are opened anyway"
+                )
+            });
+            switchyard_media::private::allow_exposed(true);
+        }
         config_with_profile(
             self.config.as_deref(),
             self.profile.as_deref(),

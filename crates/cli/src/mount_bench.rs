@@ -241,10 +241,17 @@ fn shapes(quick: bool) -> Vec<Shape> {
     out
 }
 
-/// Writes `len` bytes of zeros to `path` (every page touched once).
+/// Writes `len` bytes of zeros to `path` (every page touched once), owner-only (it becomes a
+/// store's region).
 fn touch(path: &Path, len: u64) -> anyhow::Result<()> {
-    let mut f =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(switchyard_media::private::FILE_MODE)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
     let chunk = vec![0u8; 1 << 20];
     let mut left = len;
     while left > 0 {

@@ -29,6 +29,13 @@ pub struct MountArgs {
     /// /etc/fuse.conf for this.
     #[arg(long)]
     allow_other: bool,
+    /// Share of the store, in percent, that only root and the user who mounted may fill
+    /// with data (as ext4's reserved blocks), so other users of an --allow-other mount
+    /// cannot make the owner's writes fail. `df` shows it as the gap between free and
+    /// available space.
+    #[arg(long, default_value_t = switchyard_store::reserve::DEFAULT_RESERVED_PERCENT,
+          value_parser = clap::value_parser!(u32).range(0..=50))]
+    reserved_percent: u32,
 }
 
 /// `up` options.
@@ -51,6 +58,13 @@ pub struct UpArgs {
     /// /etc/fuse.conf for this.
     #[arg(long)]
     allow_other: bool,
+    /// Share of the store, in percent, that only root and the user who mounted may fill
+    /// with data (as ext4's reserved blocks), so other users of an --allow-other mount
+    /// cannot make the owner's writes fail. `df` shows it as the gap between free and
+    /// available space.
+    #[arg(long, default_value_t = switchyard_store::reserve::DEFAULT_RESERVED_PERCENT,
+          value_parser = clap::value_parser!(u32).range(0..=50))]
+    reserved_percent: u32,
 }
 
 /// `umount` options.
@@ -91,6 +105,9 @@ pub fn mount(a: &MountArgs) -> anyhow::Result<()> {
     };
     let set = block_stop_signals();
     let store = a.at.open()?;
+    store
+        .set_reserved_percent(a.reserved_percent)
+        .context("--reserved-percent")?;
     let quick = store.mounted_quickly();
     let workers = a.workers.unwrap_or_else(switchyard_fuse::default_workers);
     let m = switchyard_fuse::mount(store, &a.dir, workers, access)
@@ -185,12 +202,14 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
             tune_cmd::describe(&p)
         );
     }
-    std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
+    switchyard_media::private::create_dir_private(&a.dir)
+        .with_context(|| format!("creating {}", a.dir.display()))?;
     mount(&MountArgs {
         at: a.at.clone(),
         dir: a.dir.clone(),
         workers: a.workers,
         allow_other: a.allow_other,
+        reserved_percent: a.reserved_percent,
     })
 }
 

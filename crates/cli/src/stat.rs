@@ -68,8 +68,11 @@ pub fn save(common: &Common, command: &str, mover: &Mover) -> anyhow::Result<()>
             .collect(),
     };
     let path = common.stats_path();
-    std::fs::write(&path, serde_json::to_string_pretty(&saved)?)
-        .with_context(|| format!("write {}", path.display()))?;
+    switchyard_media::private::write_private(
+        &path,
+        serde_json::to_string_pretty(&saved)?.as_bytes(),
+    )
+    .with_context(|| format!("write {}", path.display()))?;
     Ok(())
 }
 

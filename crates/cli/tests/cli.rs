@@ -136,6 +136,7 @@ fn bad_input_is_a_clear_error() {
         .failure()
         .stderr(contains("--shift"));
     std::fs::write(d.path().join("tiny.region"), [0u8; 100]).unwrap();
+    private(&d.path().join("tiny.region"));
     sy(d.path())
         .args([
             "bench",
@@ -208,6 +209,7 @@ fn store_commands_round_trip_a_file_and_check_the_store() {
 fn store_commands_refuse_what_is_not_a_store() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("junk"), vec![0x55u8; 4 << 20]).unwrap();
+    private(&dir.path().join("junk"));
     let run = |args: &[&str]| {
         let mut c = Command::cargo_bin("switchyard").unwrap();
         c.current_dir(dir.path()).args(args);
@@ -553,4 +555,10 @@ fn apps_bench_runs_every_application_in_every_mode_and_the_fxmark_curves() {
     }
     // The scratch stores are gone.
     assert_no_scratch(dir.path(), "bench-apps");
+}
+
+/// Makes a file written by the test owner-only, as Switchyard requires of a region file.
+fn private(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }

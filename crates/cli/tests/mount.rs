@@ -307,8 +307,9 @@ fn a_killed_mount_loses_no_write_that_fio_saw_complete() {
 fn up_formats_once_and_mounts_on_mnt() {
     let work = tempfile::tempdir().unwrap();
     let up = || {
-        let child = Command::new(bin())
-            .args(["up", "--size", "256M"])
+        // With the usual umask, which must not leave anything readable by others.
+        let child = Command::new("sh")
+            .args(["-c", "umask 022 && exec \"$0\" up --size 256M", bin()])
             .current_dir(work.path())
             .stdout(Stdio::piped())
             .spawn()
@@ -348,6 +349,25 @@ fn up_formats_once_and_mounts_on_mnt() {
         "the profile is reused: {said}"
     );
     assert!(work.path().join("switchyard.store").exists());
+    // Everything `up` made is its owner's alone.
+    use std::os::unix::fs::MetadataExt;
+    let mut made: Vec<(String, u32)> = std::fs::read_dir(work.path())
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().into_string().unwrap();
+            (name, e.metadata().unwrap().mode() & 0o7777)
+        })
+        .collect();
+    made.sort();
+    assert_eq!(
+        made,
+        [
+            ("mnt".to_string(), 0o700),
+            ("switchyard.profile.toml".into(), 0o600),
+            ("switchyard.store".into(), 0o600),
+        ]
+    );
 }
 
 #[test]
@@ -545,4 +565,47 @@ fn concurrent_mkdir_and_rmdir_see_only_posix_errors() {
         assert!(bad.is_empty(), "unexpected errors: {bad:?}");
     }
     m.fsck();
+}
+
+/// Issue: the store file was created world-readable, so any local user could read every file
+/// stored in it. It is created owner-only, and one others can reach is refused (naming the
+/// fix) unless the override is given, which warns.
+#[test]
+fn a_store_others_can_read_is_refused_unless_overridden() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("s.store");
+    run(Command::new("sh")
+        .args([
+            "-c",
+            "umask 000 && exec \"$0\" mkfs --size 64M --store \"$1\"",
+        ])
+        .arg(bin())
+        .arg(&store));
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&store).unwrap().mode() & 0o777, 0o600);
+    std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::create_dir(work.path().join("m")).unwrap();
+    for cmd in [&["ls"][..], &["fsck"], &["mount", "m"]] {
+        let out = Command::new(bin())
+            .args(cmd)
+            .arg("--store")
+            .arg(&store)
+            .current_dir(work.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{cmd:?} opened an exposed store");
+        assert!(
+            err.contains("mode 0644") && err.contains(&format!("chmod 600 {}", store.display())),
+            "{cmd:?} names the fix: {err}"
+        );
+    }
+    let out = Command::new(bin())
+        .args(["ls", "--allow-exposed-store", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning: --allow-exposed-store"));
 }

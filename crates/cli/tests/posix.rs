@@ -289,6 +289,7 @@ fn the_mount_follows_posix_for_every_user() {
     special_files(&mut s, &m.dir);
     xattrs(&mut s, &m.dir);
     fallocate(&mut s, &m.dir);
+    private(&mut s, &m);
     let m = m.remount();
     special_files_after_remount(&mut s, &m.dir);
     xattrs_after_remount(&mut s, &m.dir);
@@ -1400,4 +1401,86 @@ fn fallocate(s: &mut Suite, root: &Path) {
         falloc(&ro, 0, 0, 4096),
         Err(libc::EBADF),
     );
+}
+
+/// Issue: a 0600 file written through the mount could be read by every user straight from
+/// the store file. Neither its contents nor its name reach another user by any route: the
+/// mount (the kernel checks the modes) or the store file (owner-only).
+fn private(s: &mut Suite, m: &Mount) {
+    let d = m.dir.join("private");
+    dir(&d, 0, 0, 0o700);
+    std::fs::write(d.join("secret"), b"the-secret-bytes").unwrap();
+    chmod(&d.join("secret"), 0o600).unwrap();
+    let open_ = m.dir.join("open");
+    dir(&open_, 0, 0, 0o755);
+    std::fs::write(open_.join("secret"), b"the-secret-bytes").unwrap();
+    chmod(&open_.join("secret"), 0o600).unwrap();
+    let (dd, oo, store) = (d.clone(), open_.clone(), m.store.clone());
+    let got = as_user(CAROL, move || {
+        (
+            open(&dd.join("secret"), libc::O_RDONLY),
+            std::fs::read_dir(&dd)
+                .map(|_| ())
+                .map_err(|e| e.raw_os_error()),
+            open(&oo.join("secret"), libc::O_RDONLY),
+            open(&store, libc::O_RDONLY),
+        )
+    });
+    s.check(
+        "another user reads neither a private file, nor the names in a private directory, \
+         nor a 0600 file in an open one, nor the store file",
+        got,
+        (
+            Err(libc::EACCES),
+            Err(Some(libc::EACCES)),
+            Err(libc::EACCES),
+            Err(libc::EACCES),
+        ),
+    );
+    s.check("the store file is owner-only", mode(&m.store), 0o600);
+}
+
+/// The reserved share: another user fills an --allow-other mount to ENOSPC, `df` shows the
+/// reserve as free but not available, and the owner can still write its share.
+#[test]
+fn other_users_cannot_take_the_reserved_share() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(euid, 0, "this test mounts for every user: run it as root");
+    let work = tempfile::tempdir().unwrap();
+    chmod(work.path(), 0o755).unwrap();
+    let m = Mount::sized(
+        work.path(),
+        "64M",
+        &["--allow-other", "--reserved-percent", "10"],
+    );
+    chmod(&m.dir, 0o777).unwrap();
+    let big = m.dir.join("carols");
+    let filled = as_user(CAROL, move || {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&big).unwrap();
+        let chunk = vec![3u8; 1 << 20];
+        loop {
+            if let Err(e) = f.write_all(&chunk) {
+                return e.raw_os_error();
+            }
+        }
+    });
+    assert_eq!(
+        filled,
+        Some(libc::ENOSPC),
+        "another user's writes end in ENOSPC"
+    );
+    // SAFETY: statvfs is plain data filled by the call.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a writable statvfs.
+    assert_eq!(unsafe { libc::statvfs(c(&m.dir).as_ptr(), &mut st) }, 0);
+    let (free, avail) = (st.f_bfree as u64 * 4096, st.f_bavail as u64 * 4096);
+    assert!(
+        free >= 5 << 20 && avail < 1 << 20,
+        "df: {free} bytes free, {avail} available to others"
+    );
+    // The owner (root here) writes into the reserve.
+    std::fs::write(m.dir.join("owners"), vec![4u8; 4 << 20]).expect("the reserve is the owner's");
+    m.fsck();
 }

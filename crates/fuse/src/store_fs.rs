@@ -32,6 +32,9 @@ struct Listing {
 /// The store, served over FUSE.
 pub struct StoreFs {
     store: Store,
+    /// The user who mounted: with root, the only one whose writes may use the store's
+    /// reserved share.
+    owner_uid: u32,
     /// Directory snapshots by handle, taken at `opendir`.
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_dir: AtomicU64,
@@ -103,6 +106,7 @@ impl StoreFs {
     pub fn new(store: Store) -> StoreFs {
         StoreFs {
             store,
+            owner_uid: Owner::current().uid,
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
         }
@@ -110,6 +114,15 @@ impl StoreFs {
 
     fn file_attr(&self, ino: u64, a: &Attr) -> FileAttr {
         file_attr(ino, a, self.store.data_blocks(ino).unwrap_or(0))
+    }
+
+    /// Runs `f` with the reserved share closed unless `req` comes from root or the owner.
+    fn as_caller<R>(&self, req: &Request, f: impl FnOnce() -> R) -> R {
+        if req.uid() == 0 || req.uid() == self.owner_uid {
+            f()
+        } else {
+            self.store.as_unprivileged(f)
+        }
     }
 
     /// Replies with an entry the kernel will count as one lookup of its inode. `r` is the
@@ -273,12 +286,14 @@ impl Filesystem for StoreFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let r = self.store.symlink(
-            parent.0,
-            link_name.as_bytes(),
-            target.as_os_str().as_bytes(),
-            owner(req),
-        );
+        let r = self.as_caller(req, || {
+            self.store.symlink(
+                parent.0,
+                link_name.as_bytes(),
+                target.as_os_str().as_bytes(),
+                owner(req),
+            )
+        });
         self.entry(reply, r, false);
     }
 
@@ -347,7 +362,7 @@ impl Filesystem for StoreFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -357,11 +372,13 @@ impl Filesystem for StoreFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
-        let r = if fh.0 & FH_APPEND != 0 {
-            self.store.append(ino.0, data).map(|_| data.len())
-        } else {
-            self.store.write(ino.0, offset, data)
-        };
+        let r = self.as_caller(req, || {
+            if fh.0 & FH_APPEND != 0 {
+                self.store.append(ino.0, data).map(|_| data.len())
+            } else {
+                self.store.write(ino.0, offset, data)
+            }
+        });
         match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
@@ -466,7 +483,7 @@ impl Filesystem for StoreFs {
         reply.statfs(
             s.blocks,
             s.free_blocks,
-            s.free_blocks,
+            s.available_blocks,
             s.inodes,
             s.free_inodes,
             s.block_size as u32,
@@ -477,7 +494,7 @@ impl Filesystem for StoreFs {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -493,7 +510,8 @@ impl Filesystem for StoreFs {
             // Collapsing, inserting and unsharing ranges are not built.
             _ => return reply.error(fuser::Errno::EOPNOTSUPP),
         };
-        empty(reply, self.store.fallocate(ino.0, offset, length, what));
+        let r = self.as_caller(req, || self.store.fallocate(ino.0, offset, length, what));
+        empty(reply, r);
     }
 
     fn setxattr(

@@ -31,6 +31,20 @@ pub enum MediaError {
         /// Who holds it, as far as this host can tell (pid, command, host, start time).
         holder: String,
     },
+    /// Group or others may read or write the region file, so every byte stored in it is
+    /// theirs to read, whatever the file modes inside say.
+    #[error(
+        "{path} can be read or written by other users (mode {mode:04o}), and so can every file \
+         stored in it: run `chmod 600 {}` (or, to share it on purpose, pass \
+         --allow-exposed-store)",
+        path.display()
+    )]
+    Exposed {
+        /// The region path.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// The requested size is not a multiple of the mapping alignment.
     #[error("region {path}: size {size} is not a multiple of the {align}-byte alignment that {kind} requires")]
     Misaligned {

@@ -27,6 +27,7 @@ mod error;
 pub mod kernels;
 mod owner;
 pub mod persist;
+pub mod private;
 pub mod region;
 pub mod trace;
 

@@ -80,8 +80,10 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    /// Creates (or grows) the file at `path` to `size` bytes and maps it. An existing larger
-    /// file keeps its size and contents. Files on a DAX file system are mapped `MAP_SYNC`. The
+    /// Creates (or grows) the file at `path` to `size` bytes and maps it. A new file is
+    /// created owner-only (0600); an existing one that others can reach is refused
+    /// ([`MediaError::Exposed`]; see [`crate::private`]). An existing larger file keeps its
+    /// size and contents. Files on a DAX file system are mapped `MAP_SYNC`. The
     /// owner lock is taken before the file is touched (refused with [`MediaError::Busy`]).
     pub fn create(
         path: impl AsRef<Path>,
@@ -91,13 +93,10 @@ impl Region {
         let path = path.as_ref().to_path_buf();
         check_size(&path, size, FILE_ALIGN, "a file region")?;
         let io = |op| io_err(&path, op);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io("open"))?;
+        let (file, created) = crate::private::open_or_create(&path).map_err(io("open"))?;
+        if !created {
+            crate::private::check(&file, &path)?;
+        }
         crate::owner::lock(&file, &path)?;
         let current = file.metadata().map_err(io("stat"))?.len();
         if current < size {
@@ -140,7 +139,8 @@ impl Region {
     }
 
     /// Opens an existing region: a regular file (mapped `MAP_SYNC` when on DAX) or a device-DAX
-    /// path, after taking its owner lock (refused with [`MediaError::Busy`] while another open
+    /// path (refused with [`MediaError::Exposed`] if others can reach it), after taking its
+    /// owner lock (refused with [`MediaError::Busy`] while another open
     /// file holds it). Fails with [`MediaError::TooSmall`] when it holds fewer than `min_size` bytes.
     pub fn open(
         path: impl AsRef<Path>,
@@ -156,6 +156,7 @@ impl Region {
             }
             Err(e) => return Err(io("open")(e)),
         };
+        crate::private::check(&file, &path)?;
         crate::owner::lock(&file, &path)?;
         let meta = file.metadata().map_err(io("stat"))?;
         let needed = min_size.max(MIN_REGION);
@@ -497,6 +498,12 @@ mod tests {
             Err(MediaError::NotFound { .. })
         ));
         std::fs::write(&path, [0u8; 8192]).unwrap();
+        assert!(
+            matches!(Region::open(&path, 0, p), Err(MediaError::Exposed { mode, .. }) if mode & 0o044 != 0),
+            "a file others may read is refused first"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(matches!(
             Region::open(&path, 0, p),
             Err(MediaError::TooSmall { .. })

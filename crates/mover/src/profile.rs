@@ -282,17 +282,14 @@ impl Profile {
         Ok(prof)
     }
 
-    /// Writes the profile (atomically: a temporary file renamed over `path`).
+    /// Writes the profile (atomically: a temporary file renamed over `path`), owner-only.
     pub fn save(&self, path: &Path) -> Result<(), ProfileError> {
         let io = |source| ProfileError::Io {
             path: path.display().to_string(),
             source,
         };
         let text = toml::to_string_pretty(self).expect("a profile serialises");
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(".tmp");
-        std::fs::write(&tmp, text).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        switchyard_media::private::write_private(path, text.as_bytes()).map_err(io)
     }
 
     /// Refuses a profile measured on another machine or with another engine than `config`

@@ -140,7 +140,7 @@ impl Store {
                 let Some(&old) = pages.get(&pg) else {
                     continue; // a hole already reads as zeros
                 };
-                let e = match self.alloc.alloc(1) {
+                let e = match self.alloc_data(1) {
                     Ok(e) => e[0],
                     Err(err) => {
                         give_back(self, &fresh);

@@ -24,6 +24,7 @@ mod inflight;
 pub mod inode;
 mod pm;
 pub mod recovery;
+pub mod reserve;
 mod store;
 pub mod xattr;
 

@@ -12,7 +12,7 @@
 //! before it — which is what lets recovery discard only a log's last write.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -33,6 +33,7 @@ use crate::inflight::{Part, PendingWrite};
 use crate::inode::{Content, Inode};
 use crate::pm::Pm;
 use crate::recovery::{load_inode, read_checkpoint, scan, superblock, Scan};
+use crate::reserve::DEFAULT_RESERVED_PERCENT;
 
 /// Largest file size (so every byte offset fits an `i64`, as `off_t` needs).
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
@@ -52,6 +53,9 @@ pub struct StatFs {
     pub blocks: u64,
     /// Free blocks.
     pub free_blocks: u64,
+    /// Free blocks an unprivileged caller may take: the free blocks less the reserved share
+    /// (`df`'s "Avail").
+    pub available_blocks: u64,
     /// Inode slots.
     pub inodes: u64,
     /// Free inode slots.
@@ -140,6 +144,8 @@ pub struct Store {
     slots: Box<[Slot]>,
     free_inodes: Mutex<Vec<u64>>,
     pub(crate) alloc: Allocator,
+    /// Data blocks only privileged callers may take ([`crate::reserve`]).
+    pub(crate) reserved: AtomicU64,
     journal: Mutex<u64>,
     rename: Mutex<()>,
     /// Set after an internal inconsistency: the store refuses further writes.
@@ -335,6 +341,9 @@ impl Store {
             mover,
             records,
             holds: (0..sb.inode_slots).map(|_| AtomicU32::new(0)).collect(),
+            reserved: AtomicU64::new(
+                (sb.total_blocks - sb.data_block) * u64::from(DEFAULT_RESERVED_PERCENT) / 100,
+            ),
             slots,
             loaded,
             free_inodes: Mutex::new(Vec::new()),
@@ -572,6 +581,10 @@ impl Store {
             block_size: BLOCK,
             blocks: sb.total_blocks - sb.data_block,
             free_blocks: self.alloc.free_blocks(),
+            available_blocks: self
+                .alloc
+                .free_blocks()
+                .saturating_sub(self.reserved.load(Ordering::Relaxed)),
             inodes: sb.inode_slots - 1,
             free_inodes: self.free_inodes.lock().len() as u64,
             name_max: NAME_MAX as u64,
@@ -1088,7 +1101,7 @@ impl Store {
             .ok_or(Errno::EFBIG)?;
         let first = off / BLOCK;
         let last = (end - 1) / BLOCK;
-        let extents = self.alloc.alloc(last - first + 1)?;
+        let extents = self.alloc_data(last - first + 1)?;
         let Content::File(pages) = &inode.content else {
             unreachable!("checked above");
         };
@@ -1437,7 +1450,7 @@ impl Store {
         let mut data_extent = None;
         if let Some(target) = link_target {
             let n = (target.len() as u64).div_ceil(BLOCK);
-            let e = match self.alloc.alloc(n) {
+            let e = match self.alloc_data(n) {
                 Ok(e) => e,
                 Err(err) => {
                     self.alloc.free(page);

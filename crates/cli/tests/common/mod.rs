@@ -34,9 +34,14 @@ impl Mount {
 
     /// [`Mount::new`] with more `switchyard mount` options (kept across remounts).
     pub fn with_args(work: &Path, args: &[&str]) -> Mount {
+        Mount::sized(work, "512M", args)
+    }
+
+    /// A fresh store of `size` in `work`, mounted on `work/mnt` with `args`.
+    pub fn sized(work: &Path, size: &str, args: &[&str]) -> Mount {
         let store = work.join("s.store");
         let ok = Command::new(bin())
-            .args(["mkfs", "--size", "512M", "--store"])
+            .args(["mkfs", "--size", size, "--store"])
             .arg(&store)
             .current_dir(work)
             .status()
