@@ -114,13 +114,16 @@ pub struct FsckArgs {
 
 /// Checks every invariant; exits non-zero on damage.
 pub fn fsck(a: &FsckArgs) -> anyhow::Result<()> {
-    let image = {
-        let region = a.at.region(&a.at.common.load_config()?)?;
-        // SAFETY: the region is mapped for its whole length and nothing else in this process
-        // writes it while we copy.
-        unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) }.to_vec()
+    let region = a.at.region(&a.at.common.load_config()?)?;
+    let t0 = std::time::Instant::now();
+    let present = switchyard_store::recovery::Present::ranges(region.data_extents());
+    let r = {
+        // SAFETY: the region is mapped for its whole length while `region` lives, and nothing
+        // writes it meanwhile: this process holds its owner lock and only reads it here.
+        let image = unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) };
+        fsck::check_present(image, &present)
     };
-    let r = fsck::check(&image);
+    drop(region);
     println!(
         "{}: {} inodes, {} of {} data blocks used, last unmount {}",
         a.at.store.display(),
@@ -139,6 +142,12 @@ pub fn fsck(a: &FsckArgs) -> anyhow::Result<()> {
     for p in &r.problems {
         println!("PROBLEM: {p}");
     }
+    println!(
+        "checked in {:.2} s, read {} of the store's {}",
+        t0.elapsed().as_secs_f64(),
+        size::show(r.read_bytes),
+        size::show(r.data_blocks * switchyard_store::format::BLOCK)
+    );
     if !r.healthy() {
         bail!(
             "{} problem(s) found; the store will not mount",

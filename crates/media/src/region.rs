@@ -241,6 +241,77 @@ impl Region {
         Ok(region)
     }
 
+    /// The byte ranges (start, length), ascending, where the region may hold anything but
+    /// zeros: a sparse file's data extents (`SEEK_DATA`/`SEEK_HOLE`); the whole region for
+    /// devices, memory and file systems that cannot tell. Whole-region passes (fsck,
+    /// recovery) skip the rest without reading it, so their cost follows what is stored,
+    /// not the capacity.
+    pub fn data_extents(&self) -> Vec<(u64, u64)> {
+        let len = self.len as u64;
+        let whole = vec![(0, len)];
+        let Some(file) = self
+            ._file
+            .as_ref()
+            .filter(|_| self.kind != RegionKind::DevDax)
+        else {
+            return whole;
+        };
+        let fd = file.as_raw_fd();
+        let mut out = Vec::new();
+        let mut at = 0i64;
+        while (at as u64) < len {
+            // SAFETY: lseek on a descriptor we hold; it touches no memory.
+            let data = unsafe { libc::lseek(fd, at, libc::SEEK_DATA) };
+            if data < 0 {
+                let e = std::io::Error::last_os_error().raw_os_error();
+                if e == Some(libc::ENXIO) {
+                    break; // no data past `at`
+                }
+                return whole; // SEEK_DATA not supported: assume everything
+            }
+            // SAFETY: as above.
+            let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+            if hole < 0 {
+                return whole;
+            }
+            let end = (hole as u64).min(len);
+            if end > data as u64 {
+                out.push((data as u64, end - data as u64));
+            }
+            at = hole;
+        }
+        out
+    }
+
+    /// Zeros `[off, off + len)` of a file region by punching a hole (the file system frees
+    /// the blocks; the mapping reads zeros), which writes nothing and keeps a sparse file
+    /// sparse. `Unsupported` for devices and memory regions, or a file system that cannot
+    /// punch: the caller then writes zeros.
+    pub fn punch(&self, off: u64, len: u64) -> std::io::Result<()> {
+        let file = match (&self._file, self.kind) {
+            (Some(f), RegionKind::File | RegionKind::Dax) => f,
+            _ => return Err(std::io::ErrorKind::Unsupported.into()),
+        };
+        if off.checked_add(len).is_none_or(|e| e > self.len as u64) {
+            return Err(std::io::ErrorKind::InvalidInput.into());
+        }
+        // SAFETY: fallocate on a descriptor we hold, inside the file; the mapping stays valid
+        // (punched pages read as zeros).
+        let r = unsafe {
+            libc::fallocate(
+                file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                off as libc::off_t,
+                len as libc::off_t,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
     /// Size in bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -533,6 +604,24 @@ mod tests {
         );
         drop(r);
         Region::open(&path, 0, Persist::detect()).expect("free once the owner is gone");
+    }
+
+    #[test]
+    fn data_extents_skip_the_holes_of_a_sparse_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r");
+        let mut r = Region::create(&path, 4 * MIN_REGION, Persist::detect()).unwrap();
+        let at = 3 * MIN_REGION;
+        r.write(at, &[1u8; 8192], CopyMode::Durable).unwrap();
+        let ext = r.data_extents();
+        assert!(
+            ext.iter().any(|&(s, l)| s <= at && at + 8192 <= s + l),
+            "the written range is data: {ext:?}"
+        );
+        let covered: u64 = ext.iter().map(|e| e.1).sum();
+        assert!(covered < MIN_REGION, "the rest is holes: {ext:?}");
+        let m = Region::memory(MIN_REGION, Persist::detect()).unwrap();
+        assert_eq!(m.data_extents(), vec![(0, MIN_REGION)]);
     }
 
     #[test]

@@ -10,7 +10,7 @@
 use crate::error::Corruption;
 use crate::format::{Superblock, BLOCK};
 use crate::inode::Content;
-use crate::recovery::{read_checkpoint, scan};
+use crate::recovery::{read_checkpoint, scan_present, BlockMap, Present};
 
 /// What `fsck` found.
 #[derive(Debug, Default)]
@@ -27,6 +27,8 @@ pub struct Report {
     pub data_blocks: u64,
     /// Whether the last unmount was clean.
     pub clean: bool,
+    /// Bytes of the image the check read.
+    pub read_bytes: u64,
 }
 
 impl Report {
@@ -38,7 +40,15 @@ impl Report {
 
 /// Checks an image (the whole region's bytes).
 pub fn check(image: &[u8]) -> Report {
-    let s = match scan(image) {
+    check_present(image, &Present::all(image.len() as u64))
+}
+
+/// [`check`] of an image that holds data only where `present` says (a sparse region file's
+/// data extents): the rest reads as zeros and is not read. Pass the region's own mapping:
+/// nothing is copied, and only the inode table's live pages, the logs and the checkpoint
+/// are read.
+pub fn check_present(image: &[u8], present: &Present) -> Report {
+    let s = match scan_present(image, present) {
         Ok(s) => s,
         Err(e) => {
             return Report {
@@ -50,7 +60,8 @@ pub fn check(image: &[u8]) -> Report {
     let mut r = Report {
         problems: s.problems,
         inodes: s.inodes.len() as u64,
-        used_blocks: s.owner.iter().filter(|&&o| o != 0).count() as u64,
+        used_blocks: s.used.count(),
+        read_bytes: s.read_bytes,
         data_blocks: s.sb.total_blocks - s.sb.data_block,
         clean: s.sb.clean,
         ..Report::default()
@@ -84,13 +95,12 @@ pub fn check(image: &[u8]) -> Report {
         let page = |b: u64| &image[(b * BLOCK) as usize..((b + 1) * BLOCK) as usize];
         match read_checkpoint(&page, &s.sb) {
             Ok(extents) => {
-                let mut free = vec![false; s.owner.len()];
+                let mut free = BlockMap::new(s.sb.total_blocks);
                 for (start, len) in extents {
-                    free[start as usize..(start + len) as usize].fill(true);
+                    free.set_range(start, len);
                 }
-                let wrong = (s.sb.data_block..s.sb.total_blocks)
-                    .filter(|&b| free[b as usize] != (s.owner[b as usize] == 0))
-                    .count();
+                // Every data block is free or used, never both, never neither.
+                let wrong = free.count_same(&s.used, s.sb.data_block, s.sb.total_blocks);
                 if wrong > 0 {
                     r.problems.push(Corruption::Invalid(format!(
                         "free-space checkpoint disagrees with the logs on {wrong} blocks"

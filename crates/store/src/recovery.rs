@@ -25,8 +25,8 @@ pub struct Scan {
     pub undo: Vec<(u64, u64)>,
     /// Live inodes by number.
     pub inodes: BTreeMap<u64, Inode>,
-    /// Which block holds what: `used[b]` is the inode owning block `b`.
-    pub owner: Vec<u64>,
+    /// Which blocks the logs and files use (one bit per block).
+    pub used: BlockMap,
     /// Inodes with no links left (unlinked while open, then crashed): recovery frees them.
     pub orphans: Vec<u64>,
     /// Logs that end early because an orderless write's copy never completed: (region offset
@@ -34,6 +34,105 @@ pub struct Scan {
     pub cuts: Vec<(u64, u64)>,
     /// Violated invariants (empty for a healthy store).
     pub problems: Vec<Corruption>,
+    /// Bytes of the image the scan read: the inode table where the image holds data, the
+    /// logs, the superblocks, journal and completion records.
+    pub read_bytes: u64,
+}
+
+/// One bit per block: which blocks are in use. 32 MiB for a 1 TiB store, where a map from
+/// block to owner would take 2 GiB.
+#[derive(Debug, Clone)]
+pub struct BlockMap {
+    bits: Vec<u64>,
+    len: u64,
+}
+
+impl BlockMap {
+    /// A map of `len` blocks, none in use.
+    pub fn new(len: u64) -> BlockMap {
+        BlockMap {
+            bits: vec![0; len.div_ceil(64) as usize],
+            len,
+        }
+    }
+
+    /// Whether block `b` is in use (false past the end).
+    pub fn get(&self, b: u64) -> bool {
+        b < self.len && self.bits[(b / 64) as usize] & (1 << (b % 64)) != 0
+    }
+
+    /// Marks block `b` used; returns whether it already was. `b` must be below the length.
+    pub fn set(&mut self, b: u64) -> bool {
+        let w = &mut self.bits[(b / 64) as usize];
+        let was = *w & (1 << (b % 64)) != 0;
+        *w |= 1 << (b % 64);
+        was
+    }
+
+    /// Blocks in use.
+    pub fn count(&self) -> u64 {
+        self.bits.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+
+    /// Marks `[start, start + len)` used (clipped to the map).
+    pub fn set_range(&mut self, start: u64, len: u64) {
+        let end = start.saturating_add(len).min(self.len);
+        let mut b = start;
+        while b < end {
+            if b.is_multiple_of(64) && end - b >= 64 {
+                self.bits[(b / 64) as usize] = u64::MAX;
+                b += 64;
+            } else {
+                self.set(b);
+                b += 1;
+            }
+        }
+    }
+
+    /// Blocks of `[from, to)` that this map and `other` (of the same length) mark the same
+    /// way.
+    pub fn count_same(&self, other: &BlockMap, from: u64, to: u64) -> u64 {
+        let to = to.min(self.len);
+        let mut n = 0;
+        let mut b = from;
+        while b < to {
+            let w = (b / 64) as usize;
+            let lo = b % 64;
+            let hi = (to - (b - lo)).min(64);
+            let mask = if hi - lo == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << (hi - lo)) - 1) << lo
+            };
+            n += u64::from((!(self.bits[w] ^ other.bits[w]) & mask).count_ones());
+            b += hi - lo;
+        }
+        n
+    }
+}
+
+/// Where an image may hold bytes other than zero: byte ranges, ascending (for a sparse
+/// region file, its data extents; everything for any other region). A scan skips the inode
+/// table's pages outside them, which are free slots, without reading them.
+#[derive(Debug, Clone)]
+pub struct Present(Vec<(u64, u64)>);
+
+impl Present {
+    /// All of an image of `len` bytes.
+    pub fn all(len: u64) -> Present {
+        Present(vec![(0, len)])
+    }
+
+    /// The given ranges (start, length), ascending and disjoint.
+    pub fn ranges(ranges: Vec<(u64, u64)>) -> Present {
+        Present(ranges)
+    }
+
+    /// Whether `[off, off + len)` overlaps a range.
+    pub fn overlaps(&self, off: u64, len: u64) -> bool {
+        let i = self.0.partition_point(|&(s, l)| s + l <= off);
+        self.0.get(i).is_some_and(|&(s, _)| s < off + len)
+    }
 }
 
 fn le64(b: &[u8], off: u64) -> Option<u64> {
@@ -61,7 +160,14 @@ pub fn superblock(image: &[u8]) -> Result<(Superblock, bool), Corruption> {
 /// Scans `image` (the whole region). Fails only when there is no usable superblock; every
 /// other problem is listed in [`Scan::problems`].
 pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
+    scan_present(image, &Present::all(image.len() as u64))
+}
+
+/// [`scan`], reading the inode table only where `present` says the image may hold data
+/// (elsewhere it reads as zeros: free slots).
+pub fn scan_present(image: &[u8], present: &Present) -> Result<Scan, Corruption> {
     let (sb, used_replica) = superblock(image)?;
+    let mut read_bytes = 4 * BLOCK;
     let mut problems = Vec::new();
     let jb = sb.journal_block * BLOCK;
     let table = (sb.inode_table_block * BLOCK, sb.data_block * BLOCK);
@@ -83,14 +189,28 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
             .or_else(|| le64(image, off))
             .unwrap_or(0)
     };
-    let total = sb.total_blocks as usize;
-    let mut owner = vec![0u64; total];
+    let mut used = BlockMap::new(sb.total_blocks);
     let mut inodes = BTreeMap::new();
     let mut cuts = Vec::new();
     let records = records_in(image, &sb);
     let settled = |s: &Seq| settled(&sb, &records, s);
+    let slots_per_page = BLOCK / crate::format::SLOT;
+    let mut page_held = false;
     for ino in ROOT..sb.inode_slots {
         let slot = sb.slot_offset(ino);
+        if ino == ROOT || ino.is_multiple_of(slots_per_page) {
+            // A table page the image does not hold (a hole of a sparse file) is all free
+            // slots, unless the journal is about to restore words in it.
+            let page = slot - slot % BLOCK;
+            let in_journal = undo.iter().any(|&(o, _)| o / BLOCK == page / BLOCK);
+            page_held = in_journal || present.overlaps(page, BLOCK);
+            if page_held {
+                read_bytes += BLOCK;
+            }
+        }
+        if !page_held {
+            continue;
+        }
         let (head, tail) = (word(slot), word(slot + 8));
         if head == 0 {
             if tail != 0 {
@@ -101,14 +221,15 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
             continue;
         }
         let page = |b: u64| &image[(b * BLOCK) as usize..((b + 1) * BLOCK) as usize];
-        let mut claim = |b: u64| match owner[b as usize] {
-            0 => {
-                owner[b as usize] = ino;
+        let mut claim = |b: u64| {
+            read_bytes += BLOCK;
+            if used.set(b) {
+                Err(Corruption::Invalid(format!(
+                    "log page {b} is used twice (again by inode {ino})"
+                )))
+            } else {
                 Ok(())
             }
-            other => Err(Corruption::Invalid(format!(
-                "log page {b} already used by inode {other}"
-            ))),
         };
         match read_log(&page, &sb, ino, head, tail, &mut claim, &settled) {
             Ok(inode) => {
@@ -129,13 +250,11 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
                         "inode {} maps block {b} outside the data zone",
                         inode.ino
                     )));
-                } else if owner[b as usize] != 0 {
+                } else if used.set(b) {
                     problems.push(Corruption::Invalid(format!(
-                        "block {b} is used by inodes {} and {}",
-                        owner[b as usize], inode.ino
+                        "block {b} of inode {} is used twice",
+                        inode.ino
                     )));
-                } else {
-                    owner[b as usize] = inode.ino;
                 }
             }
         }
@@ -147,10 +266,11 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
         used_replica,
         undo,
         inodes,
-        owner,
+        used,
         orphans,
         cuts,
         problems,
+        read_bytes,
     })
 }
 

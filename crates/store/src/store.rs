@@ -32,7 +32,9 @@ use crate::format::{
 use crate::inflight::{Part, PendingWrite};
 use crate::inode::{Content, Inode};
 use crate::pm::Pm;
-use crate::recovery::{load_inode, read_checkpoint, scan, superblock, Scan};
+use crate::recovery::{
+    load_inode, read_checkpoint, scan_present, superblock, BlockMap, Present, Scan,
+};
 use crate::reserve::DEFAULT_RESERVED_PERCENT;
 
 /// Largest file size (so every byte offset fits an `i64`, as `off_t` needs).
@@ -244,9 +246,14 @@ impl Store {
         pm.write(0, &[0u8; 128]);
         pm.write(BLOCK, &[0u8; 128]);
         pm.fence();
-        let zero = vec![0u8; BLOCK as usize];
-        for b in sb.journal_block..sb.data_block {
-            pm.write(b * BLOCK, &zero);
+        // The journal, records and inode table start zeroed: punched out of a file region (so
+        // a large store's table stays sparse and a whole-store pass skips it), else written.
+        let (from, to) = (sb.journal_block * BLOCK, sb.data_block * BLOCK);
+        if region.punch(from, to - from).is_err() {
+            let zero = vec![0u8; BLOCK as usize];
+            for b in sb.journal_block..sb.data_block {
+                pm.write(b * BLOCK, &zero);
+            }
         }
         // Root: a log page with its attributes, linked from slot 1.
         let root_page = sb.data_block;
@@ -293,9 +300,11 @@ impl Store {
             problem,
         };
         let (sb, used_replica) = superblock(pm.bytes(0, pm.len())).map_err(corrupt)?;
-        let mounted = match Self::clean_state(&pm, sb, used_replica) {
+        // A sparse store file's holes are free slots and free blocks: not read.
+        let present = Present::ranges(region.data_extents());
+        let mounted = match Self::clean_state(&pm, sb, used_replica, &present) {
             Some(m) => m,
-            None => Self::scanned_state(&pm).map_err(corrupt)?,
+            None => Self::scanned_state(&pm, &present).map_err(corrupt)?,
         };
         let Mounted {
             mut sb,
@@ -371,7 +380,12 @@ impl Store {
 
     /// The state after a clean unmount, from its checkpoint and the inode table, or `None`
     /// when the store was not unmounted cleanly or the checkpoint does not check out.
-    fn clean_state(pm: &Pm, sb: Superblock, used_replica: bool) -> Option<Mounted> {
+    fn clean_state(
+        pm: &Pm,
+        sb: Superblock,
+        used_replica: bool,
+        present: &Present,
+    ) -> Option<Mounted> {
         let journal = decode_journal(pm.bytes(sb.journal_block * BLOCK, BLOCK));
         if !sb.clean || sb.checkpoint == 0 || !journal.is_empty() {
             return None;
@@ -382,13 +396,16 @@ impl Store {
         if head(ROOT) == 0 {
             return None;
         }
-        let mut free = vec![false; sb.total_blocks as usize];
+        let mut free = BlockMap::new(sb.total_blocks);
         for (start, len) in extents {
-            free[start as usize..(start + len) as usize].fill(true);
+            free.set_range(start, len);
         }
-        let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| !free[b as usize]);
+        let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| !free.get(b));
         let in_use: Vec<bool> = (0..sb.inode_slots)
-            .map(|ino| ino >= ROOT && head(ino) != 0)
+            .map(|ino| {
+                let slot = sb.slot_offset(ino);
+                ino >= ROOT && present.overlaps(slot, 8) && head(ino) != 0
+            })
             .collect();
         Some(Mounted {
             sb,
@@ -407,8 +424,8 @@ impl Store {
     }
 
     /// The state rebuilt from every log, after undoing an interrupted transaction.
-    fn scanned_state(pm: &Pm) -> Result<Mounted, Corruption> {
-        let found: Scan = scan(pm.bytes(0, pm.len()))?;
+    fn scanned_state(pm: &Pm, present: &Present) -> Result<Mounted, Corruption> {
+        let found: Scan = scan_present(pm.bytes(0, pm.len()), present)?;
         if let Some(p) = found.problems.into_iter().next() {
             return Err(p);
         }
@@ -430,8 +447,8 @@ impl Store {
             }
             pm.fence();
         }
-        let owner = found.owner;
-        let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| owner[b as usize] != 0);
+        let used = found.used;
+        let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| used.get(b));
         let mut slots: Vec<Slot> = (0..sb.inode_slots).map(|_| RwLock::new(None)).collect();
         let free_inodes: Vec<u64> = (ROOT + 1..sb.inode_slots)
             .rev()
