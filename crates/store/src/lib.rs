@@ -26,6 +26,7 @@ mod pm;
 pub mod recovery;
 pub mod reserve;
 mod store;
+mod table;
 pub mod xattr;
 
 pub use aio::{ReadFuture, WriteFuture, WriteOrder};

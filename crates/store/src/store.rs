@@ -12,11 +12,11 @@
 //! before it — which is what lets recovery discard only a log's last write.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
+use parking_lot::{Mutex, RwLockWriteGuard};
 use switchyard_engine::DurableRecord;
 use switchyard_media::Region;
 use switchyard_mover::{Direction, Hints, Mover};
@@ -36,6 +36,7 @@ use crate::recovery::{
     load_inode, read_checkpoint, scan_present, superblock, BlockMap, Present, Scan,
 };
 use crate::reserve::DEFAULT_RESERVED_PERCENT;
+use crate::table::{FreeInodes, Slot, Table};
 
 /// Largest file size (so every byte offset fits an `i64`, as `off_t` needs).
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
@@ -116,7 +117,6 @@ impl Owner {
     }
 }
 
-type Slot = RwLock<Option<Inode>>;
 pub(crate) type Guard<'a> = RwLockWriteGuard<'a, Option<Inode>>;
 
 /// How a write orders its data copy and its metadata commit.
@@ -143,8 +143,9 @@ pub struct Store {
     /// The durable completion record of each engine channel (those below
     /// [`RECORD_CHANNELS`]), in the region's completion block.
     records: Box<[DurableRecord]>,
-    slots: Box<[Slot]>,
-    free_inodes: Mutex<Vec<u64>>,
+    /// Every inode slot, allocated in chunks as used ([`crate::table`]).
+    table: Table,
+    free_inodes: Mutex<FreeInodes>,
     pub(crate) alloc: Allocator,
     /// Data blocks only privileged callers may take ([`crate::reserve`]).
     pub(crate) reserved: AtomicU64,
@@ -153,13 +154,6 @@ pub struct Store {
     /// Set after an internal inconsistency: the store refuses further writes.
     failed: std::sync::atomic::AtomicBool,
     faults: Faults,
-    /// `holds[i]`: references a front end holds on inode `i` (the kernel's lookup count, for
-    /// the FUSE mount): while any is held, the inode lives on without links and its number
-    /// is not reused. DRAM only; a mount starts with none.
-    holds: Box<[AtomicU32]>,
-    /// `loaded[i]`: slot `i` holds its inode, or is free. After a clean mount a slot in use
-    /// is read from its log on first use (under its write lock).
-    loaded: Box<[AtomicBool]>,
     /// Whether this mount used the clean-unmount checkpoint.
     quick: bool,
     /// Kept last: the mapping outlives every pointer into it. `None` once handed back by
@@ -202,9 +196,8 @@ struct Mounted {
     sb: Superblock,
     used_replica: bool,
     alloc: Allocator,
-    slots: Box<[Slot]>,
-    loaded: Box<[AtomicBool]>,
-    free_inodes: Vec<u64>,
+    table: Table,
+    free_inodes: FreeInodes,
     orphans: Vec<u64>,
     quick: bool,
 }
@@ -310,9 +303,8 @@ impl Store {
             mut sb,
             used_replica,
             alloc,
-            slots,
-            loaded,
-            mut free_inodes,
+            table,
+            free_inodes,
             orphans,
             quick,
         } = mounted;
@@ -349,13 +341,11 @@ impl Store {
             sb: Mutex::new(sb),
             mover,
             records,
-            holds: (0..sb.inode_slots).map(|_| AtomicU32::new(0)).collect(),
             reserved: AtomicU64::new(
                 (sb.total_blocks - sb.data_block) * u64::from(DEFAULT_RESERVED_PERCENT) / 100,
             ),
-            slots,
-            loaded,
-            free_inodes: Mutex::new(Vec::new()),
+            table,
+            free_inodes: Mutex::new(free_inodes),
             alloc,
             journal: Mutex::new(0),
             rename: Mutex::new(()),
@@ -365,7 +355,7 @@ impl Store {
             region: Some(region),
         };
         for ino in orphans {
-            let mut g = store.slots[ino as usize].write();
+            let mut g = store.table.slot(ino).write();
             store.free_inode(&mut g).map_err(|_| {
                 corrupt(Corruption::Invalid(format!(
                     "could not free orphan inode {ino}"
@@ -373,8 +363,6 @@ impl Store {
             })?;
             drop(g);
         }
-        free_inodes.extend(store.free_inodes.lock().drain(..));
-        *store.free_inodes.lock() = free_inodes;
         Ok(store)
     }
 
@@ -401,23 +389,19 @@ impl Store {
             free.set_range(start, len);
         }
         let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| !free.get(b));
-        let in_use: Vec<bool> = (0..sb.inode_slots)
-            .map(|ino| {
-                let slot = sb.slot_offset(ino);
-                ino >= ROOT && present.overlaps(slot, 8) && head(ino) != 0
-            })
-            .collect();
+        // Slots in use: only the table pages the image holds can have any.
+        let per_page = BLOCK / crate::format::SLOT;
+        let in_use = (0..sb.inode_slots.div_ceil(per_page))
+            .filter(|&p| present.overlaps(sb.slot_offset(p * per_page), BLOCK))
+            .flat_map(|p| (p * per_page).max(ROOT)..((p + 1) * per_page).min(sb.inode_slots))
+            .filter(|&ino| head(ino) != 0);
         Some(Mounted {
             sb,
             used_replica,
             alloc,
-            slots: (0..sb.inode_slots).map(|_| RwLock::new(None)).collect(),
-            // A slot in use is read from its log on first use; the others are known free.
-            loaded: in_use.iter().map(|&u| AtomicBool::new(!u)).collect(),
-            free_inodes: (ROOT + 1..sb.inode_slots)
-                .rev()
-                .filter(|&i| !in_use[i as usize])
-                .collect(),
+            // Every slot is read from media on first use (its log, if it has one).
+            table: Table::new(sb.inode_slots),
+            free_inodes: FreeInodes::new(ROOT + 1, sb.inode_slots, in_use),
             orphans: Vec::new(),
             quick: true,
         })
@@ -449,20 +433,19 @@ impl Store {
         }
         let used = found.used;
         let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| used.get(b));
-        let mut slots: Vec<Slot> = (0..sb.inode_slots).map(|_| RwLock::new(None)).collect();
-        let free_inodes: Vec<u64> = (ROOT + 1..sb.inode_slots)
-            .rev()
-            .filter(|i| !found.inodes.contains_key(i))
-            .collect();
+        let free_inodes = FreeInodes::new(ROOT + 1, sb.inode_slots, found.inodes.keys().copied());
+        // The inodes the scan read are loaded; every other slot is free on media (read as
+        // such on first use).
+        let table = Table::new(sb.inode_slots);
         for (ino, inode) in found.inodes {
-            slots[ino as usize] = RwLock::new(Some(inode));
+            *table.slot(ino).write() = Some(inode);
+            table.loaded(ino).store(true, Ordering::Release);
         }
         Ok(Mounted {
             sb,
             used_replica: found.used_replica,
             alloc,
-            slots: slots.into_boxed_slice(),
-            loaded: (0..sb.inode_slots).map(|_| AtomicBool::new(true)).collect(),
+            table,
             free_inodes,
             orphans: found.orphans,
             quick: false,
@@ -494,8 +477,8 @@ impl Store {
     /// Frees inodes unlinked while open (their handles end with the mount), writes the
     /// free-space checkpoint, then marks the superblock clean with a pointer to it.
     fn mark_clean(&self) {
-        for (ino, slot) in self.slots.iter().enumerate() {
-            if self.loaded[ino].load(Ordering::Acquire) {
+        for (_, slot, loaded) in self.table.allocated() {
+            if loaded.load(Ordering::Acquire) {
                 let mut g = slot.write();
                 if let Some(i) = g.as_mut() {
                     self.settle_inode(i);
@@ -603,7 +586,7 @@ impl Store {
                 .free_blocks()
                 .saturating_sub(self.reserved.load(Ordering::Relaxed)),
             inodes: sb.inode_slots - 1,
-            free_inodes: self.free_inodes.lock().len() as u64,
+            free_inodes: self.free_inodes.lock().count(),
             name_max: NAME_MAX as u64,
         }
     }
@@ -618,16 +601,22 @@ impl Store {
 
     /// Inode `ino`'s slot, its inode read from the log first if this is its first use.
     pub(crate) fn slot(&self, ino: u64) -> Result<&Slot, Errno> {
-        let i = usize::try_from(ino)
-            .ok()
-            .filter(|&i| ino >= ROOT && i < self.slots.len())
-            .ok_or(Errno::ENOENT)?;
-        let slot = &self.slots[i];
-        if !self.loaded[i].load(Ordering::Acquire) {
+        if ino < ROOT || ino >= self.geo.inode_slots {
+            return Err(Errno::ENOENT);
+        }
+        let slot = self.table.slot(ino);
+        let loaded = self.table.loaded(ino);
+        if !loaded.load(Ordering::Acquire) {
             let mut g = slot.write();
-            if !self.loaded[i].load(Ordering::Acquire) {
+            if !loaded.load(Ordering::Acquire) {
                 let off = self.slot_offset(ino);
                 let (head, tail) = (self.pm.load_u64(off), self.pm.load_u64(off + 8));
+                if head == 0 {
+                    // A free slot.
+                    loaded.store(true, Ordering::Release);
+                    drop(g);
+                    return Ok(slot);
+                }
                 let page = |b: u64| self.pm.bytes(b * BLOCK, BLOCK);
                 // Entries of this generation are in DRAM already: everything on media is settled.
                 let settled = |s: &Seq| s.generation < self.geo.mount_count;
@@ -637,7 +626,7 @@ impl Store {
                     return Err(Errno::EIO);
                 };
                 *g = Some(inode);
-                self.loaded[i].store(true, Ordering::Release);
+                loaded.store(true, Ordering::Release);
             }
         }
         Ok(slot)
@@ -920,7 +909,7 @@ impl Store {
         if let Content::File(pages) = &inode.content {
             self.retire(&inode, pages.values().copied().collect());
         }
-        self.free_inodes.lock().push(inode.ino);
+        self.free_inodes.lock().give(inode.ino);
     }
 
     /// Gives back the log pages an append allocated for an operation that will not commit.
@@ -1006,7 +995,7 @@ impl Store {
         if hold {
             // Unlinking the last name (or removing the ".." directory) needs this directory's
             // write lock, so it sees the hold taken here.
-            self.holds[ino as usize].fetch_add(1, Ordering::AcqRel);
+            self.table.holds(ino).fetch_add(1, Ordering::AcqRel);
         }
         Ok(ino)
     }
@@ -1430,9 +1419,9 @@ impl Store {
         if is_dir && dir.attr.nlink >= LINK_MAX {
             return Err(Errno::EMLINK);
         }
-        let ino = self.free_inodes.lock().pop().ok_or(Errno::ENOSPC)?;
+        let ino = self.free_inodes.lock().take().ok_or(Errno::ENOSPC)?;
         let give_back = |e| {
-            self.free_inodes.lock().push(ino);
+            self.free_inodes.lock().give(ino);
             e
         };
         let page = self.alloc.alloc(1).map_err(give_back)?[0];
@@ -1540,7 +1529,8 @@ impl Store {
         self.applied(&mut child, ca, &child_entries, &mut freed);
         self.applied(dir, pa, &parent_entries, &mut freed);
         let attr = child.attr;
-        *self.slots[ino as usize].write() = Some(child);
+        *self.table.slot(ino).write() = Some(child);
+        self.table.loaded(ino).store(true, Ordering::Release);
         self.maybe_compact(dir);
         Ok((ino, attr))
     }
@@ -2093,7 +2083,7 @@ impl Store {
     pub fn hold(&self, ino: u64) -> Result<(), Errno> {
         let g = self.slot(ino)?.read();
         g.as_ref().ok_or(Errno::ENOENT)?;
-        self.holds[ino as usize].fetch_add(1, Ordering::AcqRel);
+        self.table.holds(ino).fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
@@ -2102,7 +2092,9 @@ impl Store {
     pub fn release_holds(&self, ino: u64, n: u64) -> Result<(), Errno> {
         self.slot(ino)?;
         let n = u32::try_from(n).unwrap_or(u32::MAX);
-        let before = self.holds[ino as usize]
+        let before = self
+            .table
+            .holds(ino)
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
                 Some(h.saturating_sub(n))
             })
@@ -2122,7 +2114,7 @@ impl Store {
 
     /// Whether a front end holds `ino`.
     fn held(&self, ino: u64) -> bool {
-        self.holds[ino as usize].load(Ordering::Acquire) != 0
+        self.table.holds(ino).load(Ordering::Acquire) != 0
     }
 
     /// The generation of inode `ino`: a number that changes each time its slot is given to a
