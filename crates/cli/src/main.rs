@@ -9,6 +9,7 @@ mod fio;
 mod fs_bench;
 mod idle_bench;
 mod measure;
+mod meta_bench;
 mod mix_bench;
 mod mount_bench;
 mod mount_cmd;
@@ -89,6 +90,10 @@ enum Bench {
     /// The same fio jobs on the store's FUSE mount, on a passthrough FUSE file system (FUSE's
     /// own cost) and on tmpfs, in one run.
     Mount(mount_bench::MountBenchArgs),
+    /// Metadata operations per second (create, stat, open/close, rename, readdir, unlink),
+    /// 1..N threads in private and shared directories: the store in process, through its
+    /// mount, and tmpfs through system calls, in one run.
+    Meta(meta_bench::MetaBenchArgs),
     /// Request-size mixes (Fastmove's bulk and mixed, and Table 1's TPC-C, fileserver and
     /// graph-walk mixes), reads and writes, 1..N threads, through cpu-only, engine-only,
     /// default and tuned scheduling; with --grid, the best static setting for comparison.
@@ -183,6 +188,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Copy(a)) => copy_bench::run(&a),
         Command::Bench(Bench::Fs(a)) => fs_bench::run(&a),
         Command::Bench(Bench::Mount(a)) => mount_bench::run(&a),
+        Command::Bench(Bench::Meta(a)) => meta_bench::run(&a),
         Command::Bench(Bench::Mix(a)) => mix_bench::run(&a),
         Command::Bench(Bench::Decide(a)) => decide_bench::run(&a),
         Command::Bench(Bench::Idle(a)) => idle_bench::run(&a),

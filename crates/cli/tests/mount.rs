@@ -609,3 +609,40 @@ fn a_store_others_can_read_is_refused_unless_overridden() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("warning: --allow-exposed-store"));
 }
+
+#[test]
+fn bench_meta_measures_every_operation_on_every_system() {
+    let work = tempfile::tempdir().unwrap();
+    let out = run(Command::new(bin())
+        .args([
+            "bench",
+            "meta",
+            "--json",
+            "--files",
+            "50",
+            "--rounds",
+            "1",
+            "--threads",
+            "1,2",
+            "--dir",
+        ])
+        .arg(work.path()));
+    let records: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let cases: Vec<_> = records.iter().filter(|r| r.get("op").is_some()).collect();
+    assert_eq!(cases.len(), 2 * 2 * 6, "threads × modes × operations");
+    for r in &cases {
+        for k in ["store_ops_s", "mount_ops_s", "tmpfs_ops_s"] {
+            assert!(r[k].as_f64().unwrap() > 0.0, "{r}");
+        }
+    }
+    let summary = records.last().unwrap();
+    assert!(summary["store_scaling_2_threads"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        std::fs::read_dir(work.path()).unwrap().count(),
+        0,
+        "the scratch directory is removed"
+    );
+}

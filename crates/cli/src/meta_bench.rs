@@ -1,0 +1,370 @@
+//! `switchyard bench meta`: metadata operations per second (mdtest / FxMark metadata style).
+//!
+//! Each round runs the same phases on three systems, in an order that rotates every round:
+//!
+//! - `store`: the store's POSIX-style API in this process (`Fs`), its region a file in the
+//!   scratch directory;
+//! - `mount`: the same kind of store mounted with FUSE in this process, through system calls;
+//! - `tmpfs`: system calls on the scratch file system itself (tmpfs by default).
+//!
+//! With T threads, each thread makes N files, then stats them, opens and closes them,
+//! renames them, lists their directory and unlinks them; in `private` mode each thread works
+//! in a directory of its own, in `shared` mode all of them in one. A phase's rate is T × N
+//! operations over its wall time (the listing: entries read per second). Every figure is the
+//! median over rounds, and every ratio the median of the ratios paired within a round.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+use switchyard_media::Region;
+use switchyard_mover::lab::median;
+use switchyard_mover::{Config, Mover};
+use switchyard_store::{Fs, OpenFlags, Owner, Store};
+
+use crate::measure::{emit, scratch_dir};
+
+/// `bench meta` options.
+#[derive(Args)]
+pub struct MetaBenchArgs {
+    /// Scratch directory for the stores' regions, the mount point and tmpfs's files, removed
+    /// afterwards (default /dev/shm when it exists, else the working directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Configuration file for the mover (TOML).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// A short run: 2,000 files per thread, 3 rounds.
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON record per case (and a summary record) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Files per thread (default 10,000; 2,000 with --quick).
+    #[arg(long)]
+    files: Option<usize>,
+    /// Rounds (default 5; 3 with --quick).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Thread counts, comma-separated (default 1,2).
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<usize>,
+}
+
+/// The systems, in measuring order.
+const SYSTEMS: [&str; 3] = ["store", "mount", "tmpfs"];
+/// The phases, in the order they run.
+const OPS: [&str; 6] = [
+    "create",
+    "stat",
+    "open/close",
+    "rename",
+    "readdir",
+    "unlink",
+];
+
+/// Where one system's files go, and how its calls are made.
+enum Target {
+    /// The store's API in this process; paths are inside the store.
+    InProcess(Box<Fs>),
+    /// System calls under a directory (the mount, or tmpfs).
+    Posix(PathBuf),
+}
+
+impl Target {
+    fn mkdir(&self, p: &str) -> anyhow::Result<()> {
+        match self {
+            Target::InProcess(fs) => fs.mkdir(p, 0o755).map_err(|e| anyhow::anyhow!("{p}: {e}")),
+            Target::Posix(root) => std::fs::create_dir(root.join(&p[1..])).context(p.to_owned()),
+        }
+    }
+
+    fn rmdir(&self, p: &str) -> anyhow::Result<()> {
+        match self {
+            Target::InProcess(fs) => fs.rmdir(p).map_err(|e| anyhow::anyhow!("{p}: {e}")),
+            Target::Posix(root) => std::fs::remove_dir(root.join(&p[1..])).context(p.to_owned()),
+        }
+    }
+
+    /// One operation of phase `op` on file `name` in `dir` (renamed to `name.r`; unlinked
+    /// under that name); the listing reads `dir` once. Returns the operations done.
+    fn op(&self, op: &str, dir: &str, name: &str) -> anyhow::Result<usize> {
+        let (p, q) = (format!("{dir}/{name}"), format!("{dir}/{name}.r"));
+        let in_store = |r: Result<(), switchyard_store::Errno>| {
+            r.map_err(|e| anyhow::anyhow!("{op} {p}: {e}"))
+        };
+        match self {
+            Target::InProcess(fs) => match op {
+                "create" => {
+                    let fd = fs
+                        .open(&p, OpenFlags::CREATE, 0o644)
+                        .map_err(|e| anyhow::anyhow!("create {p}: {e}"))?;
+                    in_store(fs.close(fd))?;
+                }
+                "stat" => in_store(fs.stat(&p).map(|_| ()))?,
+                "open/close" => {
+                    let fd = fs
+                        .open(&p, OpenFlags::READ, 0)
+                        .map_err(|e| anyhow::anyhow!("open {p}: {e}"))?;
+                    in_store(fs.close(fd))?;
+                }
+                "rename" => in_store(fs.rename(&p, &q))?,
+                "unlink" => in_store(fs.unlink(&q))?,
+                _ => {
+                    let n = fs
+                        .readdir(dir)
+                        .map_err(|e| anyhow::anyhow!("readdir {dir}: {e}"))?;
+                    return Ok(n.len());
+                }
+            },
+            Target::Posix(root) => {
+                let (p, q) = (root.join(&p[1..]), root.join(&q[1..]));
+                match op {
+                    "create" => {
+                        std::fs::OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .open(&p)
+                            .with_context(|| format!("create {}", p.display()))?;
+                    }
+                    "stat" => {
+                        std::fs::metadata(&p).with_context(|| format!("stat {}", p.display()))?;
+                    }
+                    "open/close" => {
+                        std::fs::File::open(&p).with_context(|| format!("open {}", p.display()))?;
+                    }
+                    "rename" => std::fs::rename(&p, &q)
+                        .with_context(|| format!("rename {}", p.display()))?,
+                    "unlink" => std::fs::remove_file(&q)
+                        .with_context(|| format!("unlink {}", q.display()))?,
+                    _ => {
+                        let d = root.join(&dir[1..]);
+                        return Ok(std::fs::read_dir(&d)
+                            .with_context(|| format!("readdir {}", d.display()))?
+                            .count());
+                    }
+                }
+            }
+        }
+        Ok(1)
+    }
+}
+
+/// One system's rates in one round: operations per second by phase.
+type Rates = [f64; OPS.len()];
+
+/// Runs every phase once on `t` with `threads` threads of `files` files each.
+fn round(
+    t: &Target,
+    threads: usize,
+    files: usize,
+    shared: bool,
+    tag: usize,
+) -> anyhow::Result<Rates> {
+    let dirs: Vec<String> = (0..threads)
+        .map(|k| {
+            if shared {
+                format!("/r{tag}")
+            } else {
+                format!("/r{tag}-{k}")
+            }
+        })
+        .collect();
+    let mut made = dirs.clone();
+    made.dedup();
+    for d in &made {
+        t.mkdir(d)?;
+    }
+    let mut rates = [0.0; OPS.len()];
+    for (i, op) in OPS.iter().enumerate() {
+        let t0 = Instant::now();
+        let done: usize = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..threads)
+                .map(|k| {
+                    let dir = &dirs[k];
+                    s.spawn(move || -> anyhow::Result<usize> {
+                        if *op == "readdir" {
+                            return t.op(op, dir, "");
+                        }
+                        for f in 0..files {
+                            t.op(op, dir, &format!("t{k}f{f}"))?;
+                        }
+                        Ok(files)
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().expect("benchmark thread"))
+                .sum::<anyhow::Result<usize>>()
+        })?;
+        rates[i] = done as f64 / t0.elapsed().as_secs_f64();
+    }
+    for d in &made {
+        t.rmdir(d)?;
+    }
+    Ok(rates)
+}
+
+/// One case's figures.
+#[derive(Debug, Serialize)]
+struct Record {
+    threads: usize,
+    mode: &'static str,
+    op: &'static str,
+    /// Median operations per second of each system (the listing: entries per second).
+    store_ops_s: f64,
+    mount_ops_s: f64,
+    tmpfs_ops_s: f64,
+    /// Medians of per-round ratios.
+    store_vs_tmpfs: f64,
+    mount_vs_tmpfs: f64,
+}
+
+/// How the run was set up, and the one-thread create/stat/unlink ratios and the two-thread
+/// scaling of the store in process that the issue's targets name.
+#[derive(Debug, Serialize)]
+struct Summary {
+    summary: bool,
+    files_per_thread: usize,
+    rounds: usize,
+    scratch: String,
+    store_scaling_2_threads: Option<f64>,
+}
+
+/// Runs `bench meta`.
+pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
+    let files = a.files.unwrap_or(if a.quick { 2_000 } else { 10_000 });
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
+    anyhow::ensure!(
+        files > 0 && rounds > 0,
+        "--files and --rounds must be at least 1"
+    );
+    anyhow::ensure!(
+        a.threads.iter().all(|&t| (1..=64).contains(&t)),
+        "--threads takes counts from 1 to 64"
+    );
+    let work = tempfile::Builder::new()
+        .prefix("switchyard-bench-meta.")
+        .tempdir_in(scratch_dir(&a.dir))
+        .context("making the scratch directory")?;
+    let cfg = match &a.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    let mover = Arc::new(Mover::start(&cfg)?);
+    // An inode slot per 16 KiB of region: room for every file with a quarter to spare (and
+    // so for its log page and the directories' logs).
+    let most = a.threads.iter().max().copied().unwrap_or(1) * files;
+    let region_len = (((most as u64 * 20) << 10) + (64 << 20)).next_multiple_of(2 << 20);
+    let format = |name: &str| -> anyhow::Result<Store> {
+        let region = Region::create(work.path().join(name), region_len, cfg.persist())?;
+        Ok(Store::format(region, mover.clone(), Owner::current())?)
+    };
+    let in_process = Target::InProcess(Box::new(Fs::new(format("store.region")?)));
+    let mnt = work.path().join("mnt");
+    let tmpfs = work.path().join("tmpfs");
+    std::fs::create_dir(&mnt)?;
+    std::fs::create_dir(&tmpfs)?;
+    let mount = switchyard_fuse::mount(
+        format("mount.region")?,
+        &mnt,
+        switchyard_fuse::default_workers(),
+        switchyard_fuse::Access::Owner,
+    )
+    .with_context(|| format!("mounting on {}", mnt.display()))?;
+    let targets = [in_process, Target::Posix(mnt.clone()), Target::Posix(tmpfs)];
+    eprintln!(
+        "scratch in {}; {files} files per thread, {rounds} rounds, threads {:?}",
+        work.path().display(),
+        a.threads
+    );
+    let mut records = Vec::new();
+    let mut tag = 0;
+    let mut store_1 = None;
+    let mut store_2 = None;
+    for &threads in &a.threads {
+        for (mode, shared) in [("private", false), ("shared", true)] {
+            let got = switchyard_mover::lab::rotated(SYSTEMS.len(), rounds, |i| {
+                tag += 1;
+                round(&targets[i], threads, files, shared, tag)
+            })?;
+            for (k, op) in OPS.iter().enumerate() {
+                let med = |i: usize| median(&mut got[i].iter().map(|r| r[k]).collect::<Vec<_>>());
+                let ratio = |i: usize| {
+                    median(
+                        &mut got[i]
+                            .iter()
+                            .zip(&got[2])
+                            .map(|(a, b)| a[k] / b[k])
+                            .collect::<Vec<_>>(),
+                    )
+                };
+                if !shared && *op == "create" {
+                    match threads {
+                        1 => store_1 = Some(med(0)),
+                        2 => store_2 = Some(med(0)),
+                        _ => {}
+                    }
+                }
+                records.push(Record {
+                    threads,
+                    mode,
+                    op,
+                    store_ops_s: med(0),
+                    mount_ops_s: med(1),
+                    tmpfs_ops_s: med(2),
+                    store_vs_tmpfs: ratio(0),
+                    mount_vs_tmpfs: ratio(1),
+                });
+            }
+        }
+    }
+    drop(targets);
+    mount.unmount().context("unmounting")?;
+    let summary = Summary {
+        summary: true,
+        files_per_thread: files,
+        rounds,
+        scratch: scratch_dir(&a.dir).display().to_string(),
+        store_scaling_2_threads: store_1.zip(store_2).map(|(one, two)| two / one),
+    };
+    emit(a.json, &records, &summary, print_table)
+}
+
+fn print_table(records: &[Record], s: &Summary) {
+    println!(
+        "{:>7} {:>7} {:>10} {:>12} {:>12} {:>12} {:>13} {:>13}",
+        "threads",
+        "mode",
+        "op",
+        "store op/s",
+        "mount op/s",
+        "tmpfs op/s",
+        "store÷tmpfs",
+        "mount÷tmpfs"
+    );
+    for r in records {
+        println!(
+            "{:>7} {:>7} {:>10} {:>12.0} {:>12.0} {:>12.0} {:>13.3} {:>13.3}",
+            r.threads,
+            r.mode,
+            r.op,
+            r.store_ops_s,
+            r.mount_ops_s,
+            r.tmpfs_ops_s,
+            r.store_vs_tmpfs,
+            r.mount_vs_tmpfs
+        );
+    }
+    println!(
+        "{} files per thread, {} rounds, scratch {}; medians over rounds, ratios paired per round",
+        s.files_per_thread, s.rounds, s.scratch
+    );
+    if let Some(x) = s.store_scaling_2_threads {
+        println!("store creates in process, 2 threads ÷ 1 thread (private directories): {x:.2}");
+    }
+}
