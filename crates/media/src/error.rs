@@ -28,7 +28,7 @@ pub enum MediaError {
     Busy {
         /// The region path.
         path: PathBuf,
-        /// Who holds it, as far as this host can tell (pid, command, host, start time).
+        /// Who holds it, as far as this host can tell (pid, command, host, how long it ran).
         holder: String,
     },
     /// Group or others may read or write the region file, so every byte stored in it is

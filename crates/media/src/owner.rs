@@ -15,7 +15,8 @@
 //! - a lock file can outlive its holder and needs cleaning up.
 //!
 //! The holder is named from the kernel's own table (`/proc/locks`: pid, device and inode),
-//! with the pid's command line and start time from `/proc`, so the name is never stale.
+//! with the pid's command line and how long it has run from `/proc`, so the name is never
+//! stale.
 //!
 //! Where it holds: local file systems (ext4, xfs, tmpfs, btrfs), DAX file systems and
 //! device-DAX character devices (a `flock` on the device node excludes every other opener on
@@ -81,8 +82,8 @@ fn holder(file: &File) -> String {
         s += &format!(" ({cmd})");
     }
     s += &format!(" on host {}", host_name());
-    if let Some(since) = started(pid) {
-        s += &format!(" since {since}");
+    if let Some(ran) = running_for(pid) {
+        s += &format!(", running for {ran}");
     }
     s
 }
@@ -150,45 +151,37 @@ fn host_name() -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// When `pid` started, as `YYYY-MM-DD HH:MM:SS UTC`: its start in clock ticks after boot
-/// (`/proc/PID/stat`, field 22) plus the boot time (`/proc/stat`, `btime`).
-fn started(pid: u32) -> Option<String> {
+/// How long `pid` has run, as `3 h 12 min` or `45 s`: its start in clock ticks after boot
+/// (`/proc/PID/stat`, field 22) against the time since boot (`/proc/uptime`).
+fn running_for(pid: u32) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count from its end.
     let after = &stat[stat.rfind(')')? + 1..];
     let ticks: u64 = after.split_whitespace().nth(19)?.parse().ok()?;
-    let btime: u64 = std::fs::read_to_string("/proc/stat")
+    let uptime: f64 = std::fs::read_to_string("/proc/uptime")
         .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())?;
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if hz <= 0 {
         return None;
     }
-    Some(utc(btime + ticks / hz as u64))
+    let secs = (uptime - ticks as f64 / hz as f64).max(0.0) as u64;
+    Some(duration(secs))
 }
 
-/// Seconds since the epoch as a UTC date and time (the civil calendar from day numbers,
-/// after Howard Hinnant's `civil_from_days`).
-fn utc(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
+/// Seconds in words: `2 d 3 h`, `3 h 12 min`, `4 min 5 s`, `45 s`.
+fn duration(secs: u64) -> String {
+    let (d, h, m, s) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s} s"),
+        (0, 0, _) => format!("{m} min {s} s"),
+        (0, _, _) => format!("{h} h {m} min"),
+        _ => format!("{d} d {h} h"),
+    }
 }
 
 #[cfg(test)]
@@ -196,10 +189,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn utc_dates() {
-        assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(951_782_400), "2000-02-29 00:00:00 UTC");
-        assert_eq!(utc(1_795_480_496), "2026-11-24 00:34:56 UTC");
+    fn durations_in_words() {
+        assert_eq!(duration(45), "45 s");
+        assert_eq!(duration(245), "4 min 5 s");
+        assert_eq!(duration(3 * 3600 + 12 * 60 + 7), "3 h 12 min");
+        assert_eq!(duration(2 * 86_400 + 3 * 3600), "2 d 3 h");
     }
 
     #[test]

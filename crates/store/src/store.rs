@@ -1775,15 +1775,8 @@ impl Store {
             let mut inos = vec![parent, new_parent, src];
             inos.extend(dst);
             let mut locks = self.lock_many(&inos)?;
-            let entry = |locks: &BTreeMap<u64, Guard<'_>>, d: u64, n: &[u8]| match &locks[&d]
-                .as_ref()
-                .map(|i| &i.content)
-            {
-                Some(Content::Dir(m)) => Ok(m.get(n).map(|e| e.0)),
-                _ => Err(Errno::ENOTDIR),
-            };
-            if entry(&locks, parent, name)? != Some(src)
-                || entry(&locks, new_parent, new_name)? != dst
+            if named(&locks, parent, name)? != Some(src)
+                || named(&locks, new_parent, new_name)? != dst
             {
                 continue; // changed while unlocked: look again
             }
@@ -1967,15 +1960,8 @@ impl Store {
                 }
             }
             let mut locks = self.lock_many(&[parent, new_parent, a, b])?;
-            let entry = |locks: &BTreeMap<u64, Guard<'_>>, d: u64, n: &[u8]| match &locks[&d]
-                .as_ref()
-                .map(|i| &i.content)
-            {
-                Some(Content::Dir(m)) => Ok(m.get(n).map(|e| e.0)),
-                _ => Err(Errno::ENOTDIR),
-            };
-            if entry(&locks, parent, name)? != Some(a)
-                || entry(&locks, new_parent, new_name)? != Some(b)
+            if named(&locks, parent, name)? != Some(a)
+                || named(&locks, new_parent, new_name)? != Some(b)
             {
                 continue; // changed while unlocked: look again
             }
@@ -2159,6 +2145,16 @@ pub(crate) fn for_each_run(
         });
         f(done, len, at);
         done += len;
+    }
+}
+
+/// The inode `name` names in directory `dir`, which `locks` holds locked (ENOTDIR if it is
+/// not a directory): how a multi-inode operation checks, once it holds its locks, that the
+/// names it looked up still name what they did.
+fn named(locks: &BTreeMap<u64, Guard<'_>>, dir: u64, name: &[u8]) -> Result<Option<u64>, Errno> {
+    match locks[&dir].as_ref().map(|i| &i.content) {
+        Some(Content::Dir(m)) => Ok(m.get(name).map(|e| e.0)),
+        _ => Err(Errno::ENOTDIR),
     }
 }
 
