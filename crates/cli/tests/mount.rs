@@ -624,6 +624,8 @@ fn bench_meta_measures_every_operation_on_every_system() {
             "1",
             "--threads",
             "1,2",
+            "--populations",
+            "500",
             "--dir",
         ])
         .arg(work.path()));
@@ -640,6 +642,10 @@ fn bench_meta_measures_every_operation_on_every_system() {
     }
     let summary = records.last().unwrap();
     assert!(summary["store_scaling_2_threads"].as_f64().unwrap() > 0.0);
+    let pop = &summary["populations"][0];
+    assert_eq!(pop["files"], 500);
+    assert!(pop["clean_mount_s"].as_f64().unwrap() > 0.0);
+    assert!(pop["recovery_s"].as_f64().unwrap() > 0.0);
     assert_eq!(
         std::fs::read_dir(work.path()).unwrap().count(),
         0,
