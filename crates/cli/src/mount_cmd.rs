@@ -132,17 +132,26 @@ pub fn mount(a: &MountArgs) -> anyhow::Result<()> {
         a.dir.display()
     );
     let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
+    std::thread::spawn(move || loop {
         let mut sig = 0;
         // SAFETY: `set` is an initialised signal set blocked in every thread of the process.
         unsafe { libc::sigwait(&set, &mut sig) };
-        let _ = tx.send(sig);
+        if tx.send(sig).is_err() {
+            break;
+        }
     });
     loop {
         if let Ok(sig) = rx.recv_timeout(Duration::from_millis(100)) {
             eprintln!("signal {sig}: unmounting");
-            m.unmount().context("unmounting")?;
-            break;
+            // As umount(8) does: a busy mount (files open under it, a working directory in
+            // it) stays mounted and served, rather than left behind broken.
+            if let Err(e) = umount(&UmountArgs { dir: a.dir.clone() }) {
+                eprintln!(
+                    "{e:#}\nstill mounted and serving: close what is open under {} and stop \
+                     it again",
+                    a.dir.display()
+                );
+            }
         }
         if m.finished() {
             m.join().context("the mount ended")?;

@@ -652,3 +652,26 @@ fn bench_meta_measures_every_operation_on_every_system() {
         "the scratch directory is removed"
     );
 }
+
+/// A stop signal while files are open under the mount leaves it mounted and serving (as
+/// umount(8) refuses a busy file system) instead of exiting and leaving a dead mount point;
+/// once they are closed, the next signal unmounts cleanly.
+#[test]
+fn a_busy_mount_stays_mounted_until_it_can_unmount() {
+    let work = tempfile::tempdir().unwrap();
+    let mut m = Mount::new(work.path());
+    std::fs::write(m.path("open"), b"still here").unwrap();
+    let f = std::fs::File::open(m.path("open")).unwrap();
+    let pid = m.child.as_ref().unwrap().id() as i32;
+    // SAFETY: kill has no memory effects; the pid is our child's.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        m.child.as_mut().unwrap().try_wait().unwrap().is_none(),
+        "the mount process exited while busy"
+    );
+    assert!(mounted(&m.dir));
+    assert_eq!(std::fs::read(m.path("open")).unwrap(), b"still here");
+    drop(f);
+    m.fsck();
+}
