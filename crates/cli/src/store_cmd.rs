@@ -116,7 +116,9 @@ pub struct FsckArgs {
 pub fn fsck(a: &FsckArgs) -> anyhow::Result<()> {
     let region = a.at.region(&a.at.common.load_config()?)?;
     let t0 = std::time::Instant::now();
-    let present = switchyard_store::recovery::Present::ranges(region.data_extents());
+    let release = || region.release_resident();
+    let present =
+        switchyard_store::recovery::Present::ranges(region.data_extents()).releasing(&release);
     let r = {
         // SAFETY: the region is mapped for its whole length while `region` lives, and nothing
         // writes it meanwhile: this process holds its owner lock and only reads it here.

@@ -312,6 +312,21 @@ impl Region {
         }
     }
 
+    /// Drops the region's pages from this process's resident set without changing them: a
+    /// file or device mapping is shared, so its pages stay in the page cache (or on the
+    /// device) and are mapped again when next touched. For a pass that reads much of a large
+    /// store once (fsck). A memory region keeps its pages (dropping them would zero it).
+    pub fn release_resident(&self) {
+        if self.kind == RegionKind::Memory {
+            return;
+        }
+        // SAFETY: advice over our own shared mapping; MADV_DONTNEED on a MAP_SHARED file or
+        // device mapping only unmaps pages, whose contents stay in the file.
+        unsafe {
+            libc::madvise(self.ptr.as_ptr().cast(), self.len, libc::MADV_DONTNEED);
+        }
+    }
+
     /// Size in bytes.
     pub fn len(&self) -> usize {
         self.len

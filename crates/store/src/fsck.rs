@@ -47,7 +47,7 @@ pub fn check(image: &[u8]) -> Report {
 /// data extents): the rest reads as zeros and is not read. Pass the region's own mapping:
 /// nothing is copied, and only the inode table's live pages, the logs and the checkpoint
 /// are read.
-pub fn check_present(image: &[u8], present: &Present) -> Report {
+pub fn check_present(image: &[u8], present: &Present<'_>) -> Report {
     let s = match scan_present(image, present) {
         Ok(s) => s,
         Err(e) => {

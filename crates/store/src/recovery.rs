@@ -114,24 +114,46 @@ impl BlockMap {
 /// Where an image may hold bytes other than zero: byte ranges, ascending (for a sparse
 /// region file, its data extents; everything for any other region). A scan skips the inode
 /// table's pages outside them, which are free slots, without reading them.
-#[derive(Debug, Clone)]
-pub struct Present(Vec<(u64, u64)>);
+///
+/// It may also carry a way to drop the image's pages from the resident set (for a mapped
+/// region file, whose pages stay in the page cache and are mapped again when read): a scan
+/// calls it every [`RELEASE_EVERY`] logs, so a pass over a large store keeps only the pages
+/// of its last few thousand logs mapped.
+pub struct Present<'a> {
+    ranges: Vec<(u64, u64)>,
+    release: Option<&'a dyn Fn()>,
+}
 
-impl Present {
+/// Logs a scan reads between two calls of [`Present::releasing`]'s function.
+pub const RELEASE_EVERY: u64 = 16384;
+
+impl<'a> Present<'a> {
     /// All of an image of `len` bytes.
-    pub fn all(len: u64) -> Present {
-        Present(vec![(0, len)])
+    pub fn all(len: u64) -> Present<'a> {
+        Present::ranges(vec![(0, len)])
     }
 
     /// The given ranges (start, length), ascending and disjoint.
-    pub fn ranges(ranges: Vec<(u64, u64)>) -> Present {
-        Present(ranges)
+    pub fn ranges(ranges: Vec<(u64, u64)>) -> Present<'a> {
+        Present {
+            ranges,
+            release: None,
+        }
+    }
+
+    /// The same, with `release` to call now and then during a scan: it must leave the
+    /// image's contents as they are (it may only drop pages that will be read back).
+    pub fn releasing(self, release: &'a dyn Fn()) -> Present<'a> {
+        Present {
+            release: Some(release),
+            ..self
+        }
     }
 
     /// Whether `[off, off + len)` overlaps a range.
     pub fn overlaps(&self, off: u64, len: u64) -> bool {
-        let i = self.0.partition_point(|&(s, l)| s + l <= off);
-        self.0.get(i).is_some_and(|&(s, _)| s < off + len)
+        let i = self.ranges.partition_point(|&(s, l)| s + l <= off);
+        self.ranges.get(i).is_some_and(|&(s, _)| s < off + len)
     }
 }
 
@@ -165,7 +187,7 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
 
 /// [`scan`], reading the inode table only where `present` says the image may hold data
 /// (elsewhere it reads as zeros: free slots).
-pub fn scan_present(image: &[u8], present: &Present) -> Result<Scan, Corruption> {
+pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corruption> {
     let (sb, used_replica) = superblock(image)?;
     let mut read_bytes = 4 * BLOCK;
     let mut problems = Vec::new();
@@ -196,6 +218,7 @@ pub fn scan_present(image: &[u8], present: &Present) -> Result<Scan, Corruption>
     let settled = |s: &Seq| settled(&sb, &records, s);
     let slots_per_page = BLOCK / crate::format::SLOT;
     let mut page_held = false;
+    let mut logs_read = 0u64;
     for ino in ROOT..sb.inode_slots {
         let slot = sb.slot_offset(ino);
         if ino == ROOT || ino.is_multiple_of(slots_per_page) {
@@ -231,7 +254,16 @@ pub fn scan_present(image: &[u8], present: &Present) -> Result<Scan, Corruption>
                 Ok(())
             }
         };
-        match read_log(&page, &sb, ino, head, tail, &mut claim, &settled) {
+        let read = read_log(&page, &sb, ino, head, tail, &mut claim, &settled);
+        logs_read += 1;
+        if let Some(release) = present
+            .release
+            .filter(|_| logs_read.is_multiple_of(RELEASE_EVERY))
+        {
+            // What the scan keeps of the logs read so far is owned, not borrowed.
+            release();
+        }
+        match read {
             Ok(inode) => {
                 if inode.tail != tail {
                     cuts.push((slot + 8, inode.tail));

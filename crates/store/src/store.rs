@@ -372,7 +372,7 @@ impl Store {
         pm: &Pm,
         sb: Superblock,
         used_replica: bool,
-        present: &Present,
+        present: &Present<'_>,
     ) -> Option<Mounted> {
         let journal = decode_journal(pm.bytes(sb.journal_block * BLOCK, BLOCK));
         if !sb.clean || sb.checkpoint == 0 || !journal.is_empty() {
@@ -408,7 +408,7 @@ impl Store {
     }
 
     /// The state rebuilt from every log, after undoing an interrupted transaction.
-    fn scanned_state(pm: &Pm, present: &Present) -> Result<Mounted, Corruption> {
+    fn scanned_state(pm: &Pm, present: &Present<'_>) -> Result<Mounted, Corruption> {
         let found: Scan = scan_present(pm.bytes(0, pm.len()), present)?;
         if let Some(p) = found.problems.into_iter().next() {
             return Err(p);

@@ -836,3 +836,39 @@ proptest! {
         prop_assert!(sparse.read_bytes <= whole.read_bytes);
     }
 }
+
+#[test]
+fn fsck_that_drops_its_resident_pages_still_reads_every_log() {
+    use switchyard_store::recovery::{Present, RELEASE_EVERY};
+    let dir = tempfile::tempdir().unwrap();
+    let n = RELEASE_EVERY as usize + 500;
+    let fs = fresh(&dir, ((n as u64 * 20) << 10) + (16 << 20));
+    for i in 0..n {
+        let fd = fs
+            .open(&format!("/f{i}"), OpenFlags::CREATE, 0o644)
+            .unwrap();
+        fs.write(fd, &[i as u8; 10]).unwrap();
+        fs.close(fd).unwrap();
+    }
+    fs.unmount().unwrap();
+    let region = Region::open(dir.path().join("r"), 0, Persist::detect()).unwrap();
+    let released = std::cell::Cell::new(0);
+    let release = || {
+        region.release_resident();
+        released.set(released.get() + 1);
+    };
+    let present = Present::ranges(region.data_extents()).releasing(&release);
+    // SAFETY: the region is mapped for its length while it lives, and nothing writes it.
+    let mapped = unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) };
+    let report = switchyard_store::fsck::check_present(mapped, &present);
+    assert!(report.healthy(), "{:?}", report.problems);
+    assert_eq!(report.inodes, n as u64 + 1);
+    assert!(released.get() >= 1, "the scan dropped its pages");
+    drop(region);
+    let region = Region::open(dir.path().join("r"), 0, Persist::detect()).unwrap();
+    let fs = Fs::new(Store::mount(region, mover()).unwrap());
+    assert_eq!(
+        fs.read_all(&format!("/f{}", n - 1)).unwrap(),
+        [(n - 1) as u8; 10]
+    );
+}
