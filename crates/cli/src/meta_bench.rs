@@ -42,7 +42,7 @@ pub struct MetaBenchArgs {
     /// Configuration file for the mover (TOML).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// A short run: 2,000 files per thread, 3 rounds.
+    /// A short run: 2,000 files per thread, 3 rounds, stores of up to 100,000 files.
     #[arg(long)]
     quick: bool,
     /// Print one JSON record per case (and a summary record) instead of the table.
@@ -54,7 +54,7 @@ pub struct MetaBenchArgs {
     /// Rounds (default 5; 3 with --quick).
     #[arg(long)]
     rounds: Option<usize>,
-    /// Thread counts, comma-separated (default 1,2).
+    /// Thread counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     threads: Vec<usize>,
     /// Store populations for the mount and recovery times, comma-separated (default
