@@ -562,3 +562,53 @@ fn private(path: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
+
+/// Issue: a failing package install printed only `E: Sub-process /usr/bin/dpkg returned an
+/// error code (1)`: apt's own output went to /dev/null. The failing step's output is shown.
+#[test]
+fn install_deps_shows_why_a_step_failed() {
+    let bin = tempfile::tempdir().unwrap();
+    // A PATH with what the script needs, no fio and no fusermount3 (so it must install
+    // them), and an apt-get that fails the way dpkg does.
+    for tool in [
+        "id", "ldconfig", "grep", "mktemp", "cat", "rm", "env", "cc", "cargo",
+    ] {
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            // Where this test's own PATH finds them, plus the system directories.
+            .env(
+                "PATH",
+                format!(
+                    "{}:/usr/sbin:/sbin",
+                    std::env::var("PATH").unwrap_or_default()
+                ),
+            )
+            .output()
+            .unwrap();
+        let path = String::from_utf8(out.stdout).unwrap();
+        std::os::unix::fs::symlink(path.trim(), bin.path().join(tool)).unwrap();
+    }
+    let fake = bin.path().join("apt-get");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho \"dpkg: error processing package fio (--configure): simulated\"\n\
+         echo \"E: Sub-process /usr/bin/dpkg returned an error code (1)\" >&2\nexit 100\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install-deps.sh");
+    let out = std::process::Command::new("/bin/bash")
+        .arg(script)
+        .env("PATH", bin.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("this step failed: apt-get update")
+            && err.contains("dpkg: error processing package fio (--configure): simulated"),
+        "the failing step and its own output are shown: {err}"
+    );
+}
