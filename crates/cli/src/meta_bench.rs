@@ -146,15 +146,40 @@ fn population(
 
 /// The systems, in measuring order.
 const SYSTEMS: [&str; 3] = ["store", "mount", "tmpfs"];
+/// One phase of a round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Create,
+    Stat,
+    OpenClose,
+    Rename,
+    Readdir,
+    Unlink,
+}
+
 /// The phases, in the order they run.
-const OPS: [&str; 6] = [
-    "create",
-    "stat",
-    "open/close",
-    "rename",
-    "readdir",
-    "unlink",
+const OPS: [Op; 6] = [
+    Op::Create,
+    Op::Stat,
+    Op::OpenClose,
+    Op::Rename,
+    Op::Readdir,
+    Op::Unlink,
 ];
+
+impl Op {
+    /// Its name in the table and the JSON records.
+    fn name(self) -> &'static str {
+        match self {
+            Op::Create => "create",
+            Op::Stat => "stat",
+            Op::OpenClose => "open/close",
+            Op::Rename => "rename",
+            Op::Readdir => "readdir",
+            Op::Unlink => "unlink",
+        }
+    }
+}
 
 /// Where one system's files go, and how its calls are made.
 enum Target {
@@ -181,56 +206,45 @@ impl Target {
 
     /// One operation of phase `op` on file `name` in `dir` (renamed to `name.r`; unlinked
     /// under that name); the listing reads `dir` once. Returns the operations done.
-    fn op(&self, op: &str, dir: &str, name: &str) -> anyhow::Result<usize> {
+    fn op(&self, op: Op, dir: &str, name: &str) -> anyhow::Result<usize> {
         let (p, q) = (format!("{dir}/{name}"), format!("{dir}/{name}.r"));
-        let in_store = |r: Result<(), switchyard_store::Errno>| {
-            r.map_err(|e| anyhow::anyhow!("{op} {p}: {e}"))
-        };
+        let failed = |e: switchyard_store::Errno| anyhow::anyhow!("{} {p}: {e}", op.name());
         match self {
             Target::InProcess(fs) => match op {
-                "create" => {
-                    let fd = fs
-                        .open(&p, OpenFlags::CREATE, 0o644)
-                        .map_err(|e| anyhow::anyhow!("create {p}: {e}"))?;
-                    in_store(fs.close(fd))?;
-                }
-                "stat" => in_store(fs.stat(&p).map(|_| ()))?,
-                "open/close" => {
-                    let fd = fs
-                        .open(&p, OpenFlags::READ, 0)
-                        .map_err(|e| anyhow::anyhow!("open {p}: {e}"))?;
-                    in_store(fs.close(fd))?;
-                }
-                "rename" => in_store(fs.rename(&p, &q))?,
-                "unlink" => in_store(fs.unlink(&q))?,
-                _ => {
-                    let n = fs
-                        .readdir(dir)
-                        .map_err(|e| anyhow::anyhow!("readdir {dir}: {e}"))?;
-                    return Ok(n.len());
-                }
+                Op::Create => fs
+                    .open(&p, OpenFlags::CREATE, 0o644)
+                    .and_then(|fd| fs.close(fd))
+                    .map_err(failed)?,
+                Op::Stat => fs.stat(&p).map(|_| ()).map_err(failed)?,
+                Op::OpenClose => fs
+                    .open(&p, OpenFlags::READ, 0)
+                    .and_then(|fd| fs.close(fd))
+                    .map_err(failed)?,
+                Op::Rename => fs.rename(&p, &q).map_err(failed)?,
+                Op::Unlink => fs.unlink(&q).map_err(failed)?,
+                Op::Readdir => return Ok(fs.readdir(dir).map_err(failed)?.len()),
             },
             Target::Posix(root) => {
                 let (p, q) = (root.join(&p[1..]), root.join(&q[1..]));
                 match op {
-                    "create" => {
+                    Op::Create => {
                         std::fs::OpenOptions::new()
                             .write(true)
                             .create_new(true)
                             .open(&p)
                             .with_context(|| format!("create {}", p.display()))?;
                     }
-                    "stat" => {
+                    Op::Stat => {
                         std::fs::metadata(&p).with_context(|| format!("stat {}", p.display()))?;
                     }
-                    "open/close" => {
+                    Op::OpenClose => {
                         std::fs::File::open(&p).with_context(|| format!("open {}", p.display()))?;
                     }
-                    "rename" => std::fs::rename(&p, &q)
+                    Op::Rename => std::fs::rename(&p, &q)
                         .with_context(|| format!("rename {}", p.display()))?,
-                    "unlink" => std::fs::remove_file(&q)
+                    Op::Unlink => std::fs::remove_file(&q)
                         .with_context(|| format!("unlink {}", q.display()))?,
-                    _ => {
+                    Op::Readdir => {
                         let d = root.join(&dir[1..]);
                         return Ok(std::fs::read_dir(&d)
                             .with_context(|| format!("readdir {}", d.display()))?
@@ -269,14 +283,14 @@ fn round(
         t.mkdir(d)?;
     }
     let mut rates = [0.0; OPS.len()];
-    for (i, op) in OPS.iter().enumerate() {
+    for (i, &op) in OPS.iter().enumerate() {
         let t0 = Instant::now();
         let done: usize = std::thread::scope(|s| {
             let workers: Vec<_> = (0..threads)
                 .map(|k| {
                     let dir = &dirs[k];
                     s.spawn(move || -> anyhow::Result<usize> {
-                        if *op == "readdir" {
+                        if op == Op::Readdir {
                             return t.op(op, dir, "");
                         }
                         for f in 0..files {
@@ -384,7 +398,7 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
                 tag += 1;
                 round(&targets[i], threads, files, shared, tag)
             })?;
-            for (k, op) in OPS.iter().enumerate() {
+            for (k, &op) in OPS.iter().enumerate() {
                 let med = |i: usize| median(&mut got[i].iter().map(|r| r[k]).collect::<Vec<_>>());
                 let ratio = |i: usize| {
                     median(
@@ -395,7 +409,7 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
                             .collect::<Vec<_>>(),
                     )
                 };
-                if !shared && *op == "create" {
+                if !shared && op == Op::Create {
                     match threads {
                         1 => store_1 = Some(med(0)),
                         2 => store_2 = Some(med(0)),
@@ -405,7 +419,7 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
                 records.push(Record {
                     threads,
                     mode,
-                    op,
+                    op: op.name(),
                     store_ops_s: med(0),
                     mount_ops_s: med(1),
                     tmpfs_ops_s: med(2),

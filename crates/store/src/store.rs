@@ -355,7 +355,7 @@ impl Store {
             region: Some(region),
         };
         for ino in orphans {
-            let mut g = store.table.slot(ino).write();
+            let mut g = store.table.entry(ino).0.write();
             store.free_inode(&mut g).map_err(|_| {
                 corrupt(Corruption::Invalid(format!(
                     "could not free orphan inode {ino}"
@@ -438,8 +438,9 @@ impl Store {
         // such on first use).
         let table = Table::new(sb.inode_slots);
         for (ino, inode) in found.inodes {
-            *table.slot(ino).write() = Some(inode);
-            table.loaded(ino).store(true, Ordering::Release);
+            let (slot, loaded) = table.entry(ino);
+            *slot.write() = Some(inode);
+            loaded.store(true, Ordering::Release);
         }
         Ok(Mounted {
             sb,
@@ -604,8 +605,7 @@ impl Store {
         if ino < ROOT || ino >= self.geo.inode_slots {
             return Err(Errno::ENOENT);
         }
-        let slot = self.table.slot(ino);
-        let loaded = self.table.loaded(ino);
+        let (slot, loaded) = self.table.entry(ino);
         if !loaded.load(Ordering::Acquire) {
             let mut g = slot.write();
             if !loaded.load(Ordering::Acquire) {
@@ -1529,8 +1529,9 @@ impl Store {
         self.applied(&mut child, ca, &child_entries, &mut freed);
         self.applied(dir, pa, &parent_entries, &mut freed);
         let attr = child.attr;
-        *self.table.slot(ino).write() = Some(child);
-        self.table.loaded(ino).store(true, Ordering::Release);
+        let (slot, loaded) = self.table.entry(ino);
+        *slot.write() = Some(child);
+        loaded.store(true, Ordering::Release);
         self.maybe_compact(dir);
         Ok((ino, attr))
     }

@@ -61,16 +61,11 @@ impl Table {
         (c, (ino % CHUNK) as usize)
     }
 
-    /// Inode `ino`'s slot (`ino` must be below the table's length).
-    pub(crate) fn slot(&self, ino: u64) -> &Slot {
+    /// Inode `ino`'s slot and whether it holds its inode or is known free (`ino` must be
+    /// below the table's length): one chunk lookup for both.
+    pub(crate) fn entry(&self, ino: u64) -> (&Slot, &AtomicBool) {
         let (c, i) = self.chunk(ino);
-        &c.slots[i]
-    }
-
-    /// Whether slot `ino` holds its inode or is known free.
-    pub(crate) fn loaded(&self, ino: u64) -> &AtomicBool {
-        let (c, i) = self.chunk(ino);
-        &c.loaded[i]
+        (&c.slots[i], &c.loaded[i])
     }
 
     /// The holds on inode `ino`.
@@ -167,7 +162,7 @@ mod tests {
     fn chunks_are_allocated_on_first_touch() {
         let t = Table::new(10 * CHUNK);
         assert_eq!(t.allocated().count(), 0);
-        *t.slot(3 * CHUNK + 5).write() = None;
+        *t.entry(3 * CHUNK + 5).0.write() = None;
         let seen: Vec<u64> = t.allocated().map(|(i, _, _)| i).collect();
         assert_eq!(seen, (3 * CHUNK..4 * CHUNK).collect::<Vec<_>>());
     }
