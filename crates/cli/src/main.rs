@@ -8,6 +8,7 @@ mod decide_bench;
 mod fio;
 mod fs_bench;
 mod idle_bench;
+mod large_bench;
 mod measure;
 mod meta_bench;
 mod mix_bench;
@@ -94,6 +95,10 @@ enum Bench {
     /// 1..N threads in private and shared directories: the store in process, through its
     /// mount, and tmpfs through system calls, in one run.
     Meta(meta_bench::MetaBenchArgs),
+    /// What mkfs, fsck, stat and a mount (clean and after a crash) cost on a 1 TiB sparse
+    /// store file, empty and with a million files, each in its own process (time and peak
+    /// memory), against the same files in a store just large enough for them.
+    Large(large_bench::LargeBenchArgs),
     /// Request-size mixes (Fastmove's bulk and mixed, and Table 1's TPC-C, fileserver and
     /// graph-walk mixes), reads and writes, 1..N threads, through cpu-only, engine-only,
     /// default and tuned scheduling; with --grid, the best static setting for comparison.
@@ -189,6 +194,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Fs(a)) => fs_bench::run(&a),
         Command::Bench(Bench::Mount(a)) => mount_bench::run(&a),
         Command::Bench(Bench::Meta(a)) => meta_bench::run(&a),
+        Command::Bench(Bench::Large(a)) => large_bench::run(&a),
         Command::Bench(Bench::Mix(a)) => mix_bench::run(&a),
         Command::Bench(Bench::Decide(a)) => decide_bench::run(&a),
         Command::Bench(Bench::Idle(a)) => idle_bench::run(&a),

@@ -13,7 +13,7 @@
 //! operations over its wall time (the listing: entries read per second). Every figure is the
 //! median over rounds, and every ratio the median of the ratios paired within a round.
 //!
-//! Then, for stores holding 10^4, 10^5 and 10^6 empty files in 100 directories (made in
+//! Then, for stores holding 10^4, 10^5 and 10^6 empty files in directories of 1,000 (made in
 //! process), the time to mount one after a clean unmount (median of 3) and after a crash (the
 //! store file's bytes as they stood while it was mounted: every operation that had returned
 //! is in them; recovery reads every log; one run, as the crash image is used up by it).
@@ -75,7 +75,39 @@ struct Population {
     stored_bytes: u64,
 }
 
-/// Makes a store of `files` empty files in 100 directories in `dir`, and times its mounts.
+/// Makes `files` empty files in directories of 1,000 (`/d0/f0`, …).
+pub(crate) fn populate(fs: &Fs, files: usize) -> anyhow::Result<()> {
+    let err = |e: switchyard_store::Errno| anyhow::anyhow!("making the population: {e}");
+    for d in 0..files.div_ceil(1000) {
+        fs.mkdir(&format!("/d{d}"), 0o755).map_err(err)?;
+    }
+    for i in 0..files {
+        let fd = fs
+            .open(&format!("/d{}/f{i}", i / 1000), OpenFlags::CREATE, 0o644)
+            .map_err(err)?;
+        fs.close(fd).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// Writes a crash image of `region` to `to`: its bytes as they stand while mounted, copied
+/// extent by extent (holes stay holes), private to the owner.
+pub(crate) fn crash_image(region: &Region, to: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{FileExt, PermissionsExt};
+    let out = std::fs::File::create(to)?;
+    out.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    out.set_len(region.len() as u64)?;
+    // SAFETY: the region is mapped for its length while the caller's store lives, and no
+    // thread writes it while this copy reads it.
+    let bytes = unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) };
+    for (at, n) in region.data_extents() {
+        out.write_all_at(&bytes[at as usize..(at + n) as usize], at)
+            .with_context(|| format!("writing the crash image {}", to.display()))?;
+    }
+    Ok(())
+}
+
+/// Makes a store of `files` empty files in directories of 1,000 in `dir`, and times its mounts.
 fn population(
     dir: &std::path::Path,
     cfg: &Config,
@@ -91,32 +123,10 @@ fn population(
         Owner::current(),
     )?);
     let err = |e: switchyard_store::Errno| anyhow::anyhow!("making the population: {e}");
-    for d in 0..100 {
-        fs.mkdir(&format!("/d{d}"), 0o755).map_err(err)?;
-    }
-    for i in 0..files {
-        let fd = fs
-            .open(&format!("/d{}/f{i}", i % 100), OpenFlags::CREATE, 0o644)
-            .map_err(err)?;
-        fs.close(fd).map_err(err)?;
-    }
+    populate(&fs, files)?;
     let s = fs.statfs();
     let stored_bytes = (s.blocks - s.free_blocks) * s.block_size;
-    // The crash image: the bytes as they stand while mounted, copied extent by extent.
-    {
-        use std::os::unix::fs::FileExt;
-        let region = fs.store().region();
-        let out = std::fs::File::create(&crashed)?;
-        out.set_len(region.len() as u64)?;
-        // SAFETY: the region is mapped for its length while `fs` lives, and no thread
-        // writes it while this copy reads it.
-        let bytes = unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) };
-        for (at, n) in region.data_extents() {
-            out.write_all_at(&bytes[at as usize..(at + n) as usize], at)?;
-        }
-        use std::os::unix::fs::PermissionsExt;
-        out.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    }
+    crash_image(fs.store().region(), &crashed)?;
     fs.unmount().map_err(err)?;
     let mut clean = Vec::new();
     for _ in 0..3 {
@@ -337,8 +347,20 @@ struct Summary {
     rounds: usize,
     scratch: String,
     store_scaling_2_threads: Option<f64>,
+    /// Creates in round 1 of the first case, on the freshly formatted store whose every log
+    /// page is a first touch: the medians are a store in use, which reuses pages the kernel
+    /// has already given it.
+    fresh_creates: Option<FreshCreates>,
     /// Mount and recovery times by population.
     populations: Vec<Population>,
+}
+
+/// Creates per second in the first round of the first case (private directories).
+#[derive(Debug, Serialize, Clone, Copy)]
+struct FreshCreates {
+    threads: usize,
+    store_ops_s: f64,
+    tmpfs_ops_s: f64,
 }
 
 /// Runs `bench meta`.
@@ -392,6 +414,7 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
     let mut tag = 0;
     let mut store_1 = None;
     let mut store_2 = None;
+    let mut fresh = None;
     for &threads in &a.threads {
         for (mode, shared) in [("private", false), ("shared", true)] {
             let got = switchyard_mover::lab::rotated(SYSTEMS.len(), rounds, |i| {
@@ -410,6 +433,11 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
                     )
                 };
                 if !shared && op == Op::Create {
+                    fresh = fresh.or(Some(FreshCreates {
+                        threads,
+                        store_ops_s: got[0][0][k],
+                        tmpfs_ops_s: got[2][0][k],
+                    }));
                     match threads {
                         1 => store_1 = Some(med(0)),
                         2 => store_2 = Some(med(0)),
@@ -447,6 +475,7 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
         rounds,
         scratch: scratch_dir(&a.dir).display().to_string(),
         store_scaling_2_threads: store_1.zip(store_2).map(|(one, two)| two / one),
+        fresh_creates: fresh,
         populations,
     };
     emit(a.json, &records, &summary, print_table)
@@ -483,6 +512,15 @@ fn print_table(records: &[Record], s: &Summary) {
     );
     if let Some(x) = s.store_scaling_2_threads {
         println!("store creates in process, 2 threads ÷ 1 thread (private directories): {x:.2}");
+    }
+    if let Some(f) = s.fresh_creates {
+        println!(
+            "round 1 on the freshly formatted store ({} thread(s), private): creates/s store {:.0}, tmpfs {:.0}, store÷tmpfs {:.3}",
+            f.threads,
+            f.store_ops_s,
+            f.tmpfs_ops_s,
+            f.store_ops_s / f.tmpfs_ops_s
+        );
     }
     for p in &s.populations {
         println!(

@@ -86,3 +86,53 @@ fn recovery_of_a_killed_one_tebibyte_mount_costs_what_it_holds() {
         "fsck or recovery of a killed 1 TiB mount peaked at {peak} KiB"
     );
 }
+
+#[test]
+fn bench_large_times_every_command_on_both_stores() {
+    let work = tempfile::tempdir().unwrap();
+    let out = Command::new(bin())
+        .args([
+            "bench",
+            "large",
+            "--json",
+            "--files",
+            "1500",
+            "--capacity",
+            "64G",
+            "--dir",
+        ])
+        .arg(work.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let records: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (summary, commands) = records.split_last().unwrap();
+    // mkfs; fsck, stat, mount of the empty and of the clean store; fsck and mount of the crash
+    // image: on the baseline and on the large store.
+    assert_eq!(commands.len(), 2 * 9, "{records:?}");
+    for r in commands {
+        assert!(r["seconds"].as_f64().unwrap() > 0.0, "{r}");
+        let rss = r["peak_rss_bytes"].as_u64().unwrap();
+        assert!(rss > 0 && rss < (LIMIT_KIB as u64) << 10, "{r}");
+    }
+    assert_eq!(summary["files"], 1500);
+    let used = &summary["stored_bytes"];
+    assert_eq!(
+        used[0][1], used[1][1],
+        "the same files use the same bytes in a 64 GiB store as in the baseline: {summary}"
+    );
+    assert_eq!(
+        std::fs::read_dir(work.path()).unwrap().count(),
+        0,
+        "the scratch directory is removed"
+    );
+}

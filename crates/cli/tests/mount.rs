@@ -642,6 +642,8 @@ fn bench_meta_measures_every_operation_on_every_system() {
     }
     let summary = records.last().unwrap();
     assert!(summary["store_scaling_2_threads"].as_f64().unwrap() > 0.0);
+    assert_eq!(summary["fresh_creates"]["threads"], 1);
+    assert!(summary["fresh_creates"]["store_ops_s"].as_f64().unwrap() > 0.0);
     let pop = &summary["populations"][0];
     assert_eq!(pop["files"], 500);
     assert!(pop["clean_mount_s"].as_f64().unwrap() > 0.0);

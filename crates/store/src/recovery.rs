@@ -117,15 +117,16 @@ impl BlockMap {
 ///
 /// It may also carry a way to drop the image's pages from the resident set (for a mapped
 /// region file, whose pages stay in the page cache and are mapped again when read): a scan
-/// calls it every [`RELEASE_EVERY`] logs, so a pass over a large store keeps only the pages
-/// of its last few thousand logs mapped.
+/// calls it after each [`RELEASE_EVERY`] bytes of log pages it reads. Each page read may map
+/// up to 16 of its neighbours (the kernel's fault-around), so a pass over a large store keeps
+/// at most about 16 × that mapped, whatever the store holds.
 pub struct Present<'a> {
     ranges: Vec<(u64, u64)>,
     release: Option<&'a dyn Fn()>,
 }
 
-/// Logs a scan reads between two calls of [`Present::releasing`]'s function.
-pub const RELEASE_EVERY: u64 = 16384;
+/// Bytes of log pages a scan reads between two calls of [`Present::releasing`]'s function.
+pub const RELEASE_EVERY: u64 = 4 << 20;
 
 impl<'a> Present<'a> {
     /// All of an image of `len` bytes.
@@ -218,7 +219,7 @@ pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corrupt
     let settled = |s: &Seq| settled(&sb, &records, s);
     let slots_per_page = BLOCK / crate::format::SLOT;
     let mut page_held = false;
-    let mut logs_read = 0u64;
+    let mut released_at = 0u64;
     for ino in ROOT..sb.inode_slots {
         let slot = sb.slot_offset(ino);
         if ino == ROOT || ino.is_multiple_of(slots_per_page) {
@@ -255,13 +256,13 @@ pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corrupt
             }
         };
         let read = read_log(&page, &sb, ino, head, tail, &mut claim, &settled);
-        logs_read += 1;
         if let Some(release) = present
             .release
-            .filter(|_| logs_read.is_multiple_of(RELEASE_EVERY))
+            .filter(|_| read_bytes - released_at >= RELEASE_EVERY)
         {
             // What the scan keeps of the logs read so far is owned, not borrowed.
             release();
+            released_at = read_bytes;
         }
         match read {
             Ok(inode) => {

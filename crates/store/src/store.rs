@@ -293,8 +293,11 @@ impl Store {
             problem,
         };
         let (sb, used_replica) = superblock(pm.bytes(0, pm.len())).map_err(corrupt)?;
-        // A sparse store file's holes are free slots and free blocks: not read.
-        let present = Present::ranges(region.data_extents());
+        // A sparse store file's holes are free slots and free blocks: not read. A scan drops
+        // the pages it has read from the resident set as it goes (they stay in the page
+        // cache), so recovering a large store does not map all of it at once.
+        let release = || region.release_resident();
+        let present = Present::ranges(region.data_extents()).releasing(&release);
         let mounted = match Self::clean_state(&pm, sb, used_replica, &present) {
             Some(m) => m,
             None => Self::scanned_state(&pm, &present).map_err(corrupt)?,

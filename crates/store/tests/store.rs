@@ -841,7 +841,8 @@ proptest! {
 fn fsck_that_drops_its_resident_pages_still_reads_every_log() {
     use switchyard_store::recovery::{Present, RELEASE_EVERY};
     let dir = tempfile::tempdir().unwrap();
-    let n = RELEASE_EVERY as usize + 500;
+    // Each file is a log page and a data block.
+    let n = (RELEASE_EVERY / 4096) as usize + 500;
     let fs = fresh(&dir, ((n as u64 * 20) << 10) + (16 << 20));
     for i in 0..n {
         let fd = fs
