@@ -18,6 +18,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use serde::Serialize;
 use switchyard_media::{Region, MIN_REGION};
+use switchyard_mover::lab::DramBuffer;
 use switchyard_mover::{Config, Direction, Hints, Mover, Policy};
 
 use crate::measure::{median, Setup};
@@ -108,7 +109,8 @@ pub struct Record {
 
 struct Bench {
     region: Region,
-    dram: Vec<u8>,
+    dram: DramBuffer,
+    /// Where the measured span starts in `dram` (a page boundary plus `--shift`).
     dram_off: usize,
     span: usize,
     movers: [Mover; 3],
@@ -130,7 +132,7 @@ impl Bench {
         // SAFETY: off + size <= span <= both buffers' lengths (checked by the caller's layout).
         unsafe {
             let r = self.region.as_mut_ptr().add(off);
-            let d = self.dram.as_ptr().add(self.dram_off + off) as *mut u8;
+            let d = self.dram.at(self.dram_off + off);
             match dir {
                 Direction::FromSlow => (d, r),
                 _ => (r, d),
@@ -311,12 +313,12 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
     let region = Region::create(&a.common.region, region_size, persist)?;
     let region_len = region.len().min(region_size as usize);
     let shift = usize::from(a.shift);
-    let mut dram = vec![0u8; region_len + 4096 + shift];
-    let dram_off = dram.as_ptr().align_offset(4096) + shift;
+    // Page-aligned, so the span starts `shift` bytes past a page boundary.
+    let dram = DramBuffer::new(region_len + shift, 2);
+    let dram_off = shift;
     // Fault every page in before measuring.
     // SAFETY: the whole region is mapped and no one else uses it yet.
     unsafe { std::ptr::write_bytes(region.as_mut_ptr(), 1, region_len) };
-    dram.iter_mut().for_each(|b| *b = 2);
     let engine = switchyard_mover::start_engine(&cfg)?;
     let mover = |p: Policy| {
         let mut c: Config = cfg.clone();

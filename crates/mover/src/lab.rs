@@ -36,12 +36,73 @@ pub fn rotated<T, E>(
     Ok(got)
 }
 
+/// A page-aligned DRAM buffer that copies write through raw pointers from shared references
+/// (benchmark threads each in their own slice). It owns its bytes through a raw pointer, never
+/// a `Vec` or a slice, so such a write is not a write through a `&` reference.
+pub struct DramBuffer {
+    ptr: std::ptr::NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: the buffer is plain bytes owned by this value; every write goes through `at`'s raw
+// pointers, and callers keep concurrent writers on disjoint ranges.
+unsafe impl Send for DramBuffer {}
+// SAFETY: as above: shared access only hands out raw pointers.
+unsafe impl Sync for DramBuffer {}
+
+impl DramBuffer {
+    /// `len` bytes (at least 1), 4 KiB aligned, each set to `fill`, every page faulted in.
+    pub fn new(len: usize, fill: u8) -> DramBuffer {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).expect("buffer size");
+        // SAFETY: the layout has a non-zero size.
+        let raw = unsafe { std::alloc::alloc(layout) };
+        let Some(ptr) = std::ptr::NonNull::new(raw) else {
+            std::alloc::handle_alloc_error(layout)
+        };
+        // SAFETY: `ptr` is a fresh allocation of `layout.size()` bytes.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), fill, layout.size()) };
+        DramBuffer { ptr, layout }
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.layout.size()
+    }
+
+    /// Never: a buffer has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// A pointer to byte `off`, valid for reads and writes of `len() - off` bytes while the
+    /// buffer lives.
+    ///
+    /// # Panics
+    ///
+    /// If `off > len()`.
+    pub fn at(&self, off: usize) -> *mut u8 {
+        assert!(
+            off <= self.len(),
+            "offset {off} past a buffer of {}",
+            self.len()
+        );
+        // SAFETY: within the allocation (or one past its end).
+        unsafe { self.ptr.as_ptr().add(off) }
+    }
+}
+
+impl Drop for DramBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+    }
+}
+
 /// A measuring bench: a region (slow memory) and a DRAM buffer of the same span, every page
 /// faulted in, for copies between them at known offsets.
 pub struct Lab<'r> {
     region: &'r Region,
-    dram: Vec<u8>,
-    dram_off: usize,
+    dram: DramBuffer,
     span: usize,
 }
 
@@ -49,18 +110,12 @@ impl<'r> Lab<'r> {
     /// A bench over the first 256 MiB (at most) of `region`, whose contents it overwrites.
     pub fn new(region: &'r Region) -> Lab<'r> {
         let span = region.len().min(256 << 20);
-        let mut dram = vec![0u8; span + 4096];
-        let dram_off = dram.as_ptr().align_offset(4096);
+        // One spare page past `span` for shifted copies.
+        let dram = DramBuffer::new(span + 4096, 2);
         // Fault every page in before measuring.
         // SAFETY: the region is mapped for `span` bytes and this bench is its only user.
         unsafe { std::ptr::write_bytes(region.as_mut_ptr(), 1, span) };
-        dram.iter_mut().for_each(|b| *b = 2);
-        Lab {
-            region,
-            dram,
-            dram_off,
-            span,
-        }
+        Lab { region, dram, span }
     }
 
     /// Aggregate GiB/s of `threads` callers copying in direction `dir` with `mover` for
@@ -109,7 +164,7 @@ impl<'r> Lab<'r> {
                             // region and the DRAM buffer; each thread has its own slice.
                             unsafe {
                                 let r = self.region.as_mut_ptr().add(off);
-                                let d = self.dram.as_ptr().add(self.dram_off + off) as *mut u8;
+                                let d = self.dram.at(off);
                                 let (dst, src) = match dir {
                                     Direction::FromSlow => (d, r as *const u8),
                                     _ => (r, d as *const u8),
@@ -141,15 +196,13 @@ impl<'r> Lab<'r> {
     /// kernels.
     pub fn shifted_rate(&self, persist: Persist, size: usize, shift: usize, dur: Duration) -> f64 {
         let shift = shift % 64;
-        // The DRAM buffer has 4096 bytes beyond `span` and `dram_off` < 4096: keep one line
-        // spare for the shift.
+        // The DRAM buffer has 4096 bytes beyond `span`: room for the shift.
         single_thread_rate(size, (self.span - 64) / size, dur, |off| {
             // SAFETY: off + size <= span - 64, so the region side lies in the region and the
-            // DRAM side ends before dram_off + span <= span + 4096, the DRAM buffer's length
-            // (dram_off < 4096); no other thread runs.
+            // DRAM side ends before span + 4096, the DRAM buffer's length; no other thread runs.
             unsafe {
                 persist.copy(
-                    self.dram.as_ptr().add(self.dram_off + off + shift) as *mut u8,
+                    self.dram.at(off + shift),
                     self.region.as_mut_ptr().add(off),
                     size,
                     CopyMode::Temporal,
@@ -171,7 +224,7 @@ impl<'r> Lab<'r> {
             unsafe {
                 p.copy(
                     self.region.as_mut_ptr().add(off),
-                    self.dram.as_ptr().add(self.dram_off + off),
+                    self.dram.at(off),
                     size,
                     CopyMode::Durable,
                 );
@@ -200,4 +253,35 @@ fn single_thread_rate(
         }
     }
     bytes as f64 / begin.elapsed().as_secs_f64() / (1u64 << 30) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DramBuffer;
+
+    #[test]
+    fn a_dram_buffer_is_page_aligned_filled_and_writable_from_shared_references() {
+        let b = DramBuffer::new(3 * 4096 + 5, 7);
+        assert_eq!(b.at(0) as usize % 4096, 0);
+        let shared = &b;
+        std::thread::scope(|s| {
+            for t in 0..2 {
+                // SAFETY: each thread writes its own page of the buffer.
+                s.spawn(move || unsafe {
+                    std::ptr::write_bytes(shared.at(t * 4096), t as u8, 4096)
+                });
+            }
+        });
+        // SAFETY: every byte was initialised and no thread writes any more.
+        let bytes = unsafe { std::slice::from_raw_parts(b.at(0), b.len()) };
+        assert!(bytes[..4096].iter().all(|&x| x == 0));
+        assert!(bytes[4096..8192].iter().all(|&x| x == 1));
+        assert!(bytes[8192..].iter().all(|&x| x == 7));
+    }
+
+    #[test]
+    #[should_panic(expected = "past a buffer")]
+    fn a_dram_buffer_refuses_an_offset_past_its_end() {
+        DramBuffer::new(100, 0).at(101);
+    }
 }
