@@ -54,7 +54,8 @@ enum Command {
     /// Copy a file into (`store:/path` as destination), out of, or within the store.
     Cp(store_cmd::CpArgs),
     /// The main job: format ./switchyard.store if it is missing and mount it on ./mnt (FUSE)
-    /// in the foreground; Ctrl-C unmounts cleanly.
+    /// in the foreground at once; without an engine profile, the full tune runs behind the
+    /// mount and its profile goes into it when done. Ctrl-C unmounts cleanly.
     Up(mount_cmd::UpArgs),
     /// Mount the store as a file system (FUSE) in the foreground; Ctrl-C unmounts cleanly.
     Mount(mount_cmd::MountArgs),

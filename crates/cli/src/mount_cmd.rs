@@ -94,6 +94,67 @@ fn block_stop_signals() -> libc::sigset_t {
 /// Mounts the store on `dir` in the foreground until SIGINT, SIGTERM or SIGHUP, or until it
 /// is unmounted from outside; either way the store is unmounted cleanly before this returns.
 pub fn mount(a: &MountArgs) -> anyhow::Result<()> {
+    mount_tuning(a, None)
+}
+
+/// The full tune `up` runs behind a mount that started without a profile.
+struct BackgroundTune {
+    /// The configuration the mount runs with (no profile applied).
+    config: Config,
+    /// The scratch region the tuner measures on, removed when the mount ends.
+    scratch: tempfile::NamedTempFile,
+    /// Where the profile is saved for the next start.
+    out: PathBuf,
+}
+
+/// Lowers the calling thread's priority to the least (nice 19); threads it starts inherit it.
+fn lower_priority() {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority on our own thread id; a failure leaves the priority as it was.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19) };
+}
+
+/// Runs `t` on a thread of its own at the lowest priority; when it finishes, the profile
+/// goes into the running `mover` and is saved. Returns the scratch file to remove when the
+/// mount ends (the tune may still be running then: the process ends with it).
+fn start_background_tune(
+    t: BackgroundTune,
+    mover: std::sync::Arc<switchyard_mover::Mover>,
+) -> tempfile::NamedTempFile {
+    let BackgroundTune {
+        config,
+        scratch,
+        out,
+    } = t;
+    let path = scratch.path().to_owned();
+    std::thread::spawn(move || {
+        lower_priority();
+        let t0 = std::time::Instant::now();
+        let tuned = tune_cmd::tune_on(&config, &path, &out, false, &mut |_, _, _| {});
+        // The scratch region is done with (the mount's end would remove it too).
+        let _ = std::fs::remove_file(&path);
+        match tuned {
+            Ok((p, _, _)) => {
+                let said = tune_cmd::describe(&p);
+                mover.swap_profile(std::sync::Arc::new(p), &config);
+                println!(
+                    "engine profile: the full tune finished in {:.1} s and is in effect in this \
+                     mount now; saved to {} for the next start: {said}",
+                    t0.elapsed().as_secs_f64(),
+                    out.display()
+                );
+            }
+            Err(e) => eprintln!(
+                "engine profile: the background tune failed ({e:#}); this mount keeps the \
+                 built-in thresholds (run `switchyard tune` to try again)"
+            ),
+        }
+    });
+    scratch
+}
+
+fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<()> {
     if !a.dir.is_dir() {
         bail!("{} is not a directory", a.dir.display());
     }
@@ -109,6 +170,7 @@ pub fn mount(a: &MountArgs) -> anyhow::Result<()> {
         .set_reserved_percent(a.reserved_percent)
         .context("--reserved-percent")?;
     let quick = store.mounted_quickly();
+    let mover = store.shared_mover();
     let workers = a.workers.unwrap_or_else(switchyard_fuse::default_workers);
     let m = switchyard_fuse::mount(store, &a.dir, workers, access)
         .with_context(|| format!("mounting on {}", a.dir.display()))?;
@@ -131,6 +193,8 @@ pub fn mount(a: &MountArgs) -> anyhow::Result<()> {
         std::process::id(),
         a.dir.display()
     );
+    // Removed (if the tune still runs, from under it) when the mount ends.
+    let _scratch = tune.map(|t| start_background_tune(t, mover));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || loop {
         let mut sig = 0;
@@ -179,6 +243,7 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
         .profile
         .clone()
         .unwrap_or_else(|| PathBuf::from(tune_cmd::DEFAULT_PROFILE));
+    let mut background = None;
     if common.no_profile {
         println!("engine profile: ignored (--no-profile); the mover uses its built-in thresholds");
     } else if profile.exists() {
@@ -191,10 +256,6 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
             tune_cmd::describe(p)
         );
     } else {
-        println!(
-            "engine profile: none yet; tuning this machine's copy paths (`switchyard tune \
-             --quick`, about 10 s)"
-        );
         let cfg = match &common.config {
             Some(p) => Config::load(p)?,
             None => Config::default(),
@@ -204,22 +265,31 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
                 .parent()
                 .filter(|d| !d.as_os_str().is_empty())
                 .unwrap_or(Path::new("."));
-        let (p, _, _) = tune_cmd::tune_to(&cfg, dir, &profile, true)?;
         println!(
-            "engine profile: wrote {}, {}",
-            profile.display(),
-            tune_cmd::describe(&p)
+            "engine profile: none yet; mounting with the built-in thresholds while the full \
+             tune (`switchyard tune`, about a minute) runs in the background at the lowest \
+             priority; it goes into the running mount when done, and is saved to {} for the \
+             next start",
+            profile.display()
         );
+        background = Some(BackgroundTune {
+            config: cfg,
+            scratch: tune_cmd::scratch_in(dir)?,
+            out: profile.clone(),
+        });
     }
     switchyard_media::private::create_dir_private(&a.dir)
         .with_context(|| format!("creating {}", a.dir.display()))?;
-    mount(&MountArgs {
-        at: a.at.clone(),
-        dir: a.dir.clone(),
-        workers: a.workers,
-        allow_other: a.allow_other,
-        reserved_percent: a.reserved_percent,
-    })
+    mount_tuning(
+        &MountArgs {
+            at: a.at.clone(),
+            dir: a.dir.clone(),
+            workers: a.workers,
+            allow_other: a.allow_other,
+            reserved_percent: a.reserved_percent,
+        },
+        background,
+    )
 }
 
 /// Checks that this user may mount with `allow_other`: root may; anyone else needs

@@ -55,25 +55,49 @@ pub fn tune_to(
     out: &Path,
     quick: bool,
 ) -> anyhow::Result<(Profile, Measurements, Media)> {
-    let scratch = tempfile::Builder::new()
-        .prefix("switchyard-tune.")
-        .suffix(".region")
-        .tempfile_in(dir)
-        .with_context(|| format!("creating a scratch region in {}", dir.display()))?;
-    let region = Region::create(scratch.path(), 256 << 20, config.persist())?;
+    let scratch = scratch_in(dir)?;
     let bar = indicatif::ProgressBar::new(1);
     bar.set_style(
         indicatif::ProgressStyle::with_template("tuning {bar:40} {pos}/{len} {msg} ({eta} left)")
             .expect("template")
             .progress_chars("=> "),
     );
-    let effort = if quick { Effort::QUICK } else { Effort::FULL };
-    let (profile, m) = tune::tune(&region, config, effort, quick, &mut |what, done, total| {
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-        bar.set_message(what.to_string());
-    })?;
+    let got = tune_on(
+        config,
+        scratch.path(),
+        out,
+        quick,
+        &mut |what, done, total| {
+            bar.set_length(total as u64);
+            bar.set_position(done as u64);
+            bar.set_message(what.to_string());
+        },
+    );
     bar.finish_and_clear();
+    got
+}
+
+/// A scratch region file for the tuner in `dir`, removed when dropped.
+pub fn scratch_in(dir: &Path) -> anyhow::Result<tempfile::NamedTempFile> {
+    tempfile::Builder::new()
+        .prefix("switchyard-tune.")
+        .suffix(".region")
+        .tempfile_in(dir)
+        .with_context(|| format!("creating a scratch region in {}", dir.display()))
+}
+
+/// Runs the tuner on a 256 MiB region at `scratch` (which the caller removes), telling
+/// `progress` how it goes, and saves the profile to `out`.
+pub fn tune_on(
+    config: &Config,
+    scratch: &Path,
+    out: &Path,
+    quick: bool,
+    progress: tune::Progress<'_>,
+) -> anyhow::Result<(Profile, Measurements, Media)> {
+    let region = Region::create(scratch, 256 << 20, config.persist())?;
+    let effort = if quick { Effort::QUICK } else { Effort::FULL };
+    let (profile, m) = tune::tune(&region, config, effort, quick, progress)?;
     let media = Media::of(&region);
     drop(region);
     profile.save(out)?;

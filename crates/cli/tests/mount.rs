@@ -303,49 +303,93 @@ fn a_killed_mount_loses_no_write_that_fio_saw_complete() {
     );
 }
 
+/// `up` on a fresh directory mounts at once with the built-in thresholds, runs the full tune
+/// behind the mount and swaps its profile into the running mount (saving it), with files
+/// written before and after the swap intact; the next `up` reuses the profile.
 #[test]
-fn up_formats_once_and_mounts_on_mnt() {
+fn up_formats_once_mounts_at_once_and_swaps_in_the_full_tune() {
     let work = tempfile::tempdir().unwrap();
     let up = || {
         // With the usual umask, which must not leave anything readable by others.
-        let child = Command::new("sh")
+        let mut child = Command::new("sh")
             .args(["-c", "umask 022 && exec \"$0\" up --size 256M", bin()])
             .current_dir(work.path())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut all = String::new();
+            for line in std::io::BufReader::new(out).lines() {
+                let line = line.unwrap();
+                all.push_str(&line);
+                all.push('\n');
+                let _ = tx.send(line);
+            }
+            all
+        });
         let t0 = Instant::now();
         while !work.path().join("mnt").is_dir() || !mounted(&work.path().join("mnt")) {
-            // The first run tunes the engine first (`tune --quick`).
             assert!(t0.elapsed() < Duration::from_secs(120), "no mount on ./mnt");
             std::thread::sleep(Duration::from_millis(20));
         }
-        child
+        (child, rx, reader)
     };
-    let stop = |c: Child| {
+    let stop = |(c, _, reader): (Child, _, std::thread::JoinHandle<String>)| {
         // SAFETY: kill has no memory effects; the pid is our child's.
         unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
         let out = c.wait_with_output().unwrap();
         assert!(out.status.success());
-        String::from_utf8(out.stdout).unwrap()
+        reader.join().unwrap()
     };
-    let c = up();
+    let first = up();
     std::fs::write(work.path().join("mnt/hello"), b"world").unwrap();
-    let said = stop(c);
+    // The mount serves while the tune runs behind it; wait for the swap.
+    let t0 = Instant::now();
+    loop {
+        let line = first
+            .1
+            .recv_timeout(Duration::from_secs(600))
+            .expect("the background tune reports");
+        assert!(!line.contains("failed"), "{line}");
+        if line.contains("the full tune finished") {
+            assert!(line.contains("in effect in this mount now"), "{line}");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(600), "no swap");
+    }
+    assert!(work.path().join("switchyard.profile.toml").exists());
+    std::fs::write(work.path().join("mnt/after"), b"the swap").unwrap();
+    assert_eq!(
+        std::fs::read(work.path().join("mnt/hello")).unwrap(),
+        b"world"
+    );
+    let said = stop(first);
     assert!(
-        said.contains("formatted") && said.contains("tuning") && said.contains("unmounted"),
+        said.contains("formatted")
+            && said.contains("mounting with the built-in thresholds")
+            && said.contains("unmounted"),
         "{said}"
     );
-    assert!(work.path().join("switchyard.profile.toml").exists());
+    assert!(
+        said.find("mounted switchyard.store") < said.find("the full tune finished"),
+        "the mount comes first: {said}"
+    );
     let c = up();
     assert_eq!(
         std::fs::read(work.path().join("mnt/hello")).unwrap(),
         b"world"
     );
+    assert_eq!(
+        std::fs::read(work.path().join("mnt/after")).unwrap(),
+        b"the swap"
+    );
     let said = stop(c);
     assert!(said.contains("using the store"), "{said}");
     assert!(
-        said.contains("engine profile: switchyard.profile.toml") && !said.contains("tuning"),
+        said.contains("engine profile: switchyard.profile.toml") && !said.contains("tune"),
         "the profile is reused: {said}"
     );
     assert!(work.path().join("switchyard.store").exists());

@@ -155,8 +155,12 @@ pub(crate) struct Adapt {
     min_threshold: [AtomicUsize; 3],
     /// Per direction: see [`Adapt::cpu_below`].
     cpu_below: CachePadded<[AtomicUsize; 3]>,
-    /// The configured (tuned) thresholds, which shifts are relative to.
-    base: [[[usize; 2]; 2]; 3],
+    /// The configured (tuned) thresholds, which shifts are relative to (a swapped-in
+    /// profile replaces them under the state lock).
+    base: [[[AtomicUsize; 2]; 2]; 3],
+    /// Whether the thresholds move now: [`Settings::thresholds`], or a profile swapped in
+    /// where the configuration lets thresholds adapt.
+    thresholds_adapt: std::sync::atomic::AtomicBool,
     /// Per adapted direction, the trials of its bands.
     trials: [Trials; 2],
     /// Estimates the split ratio is computed from.
@@ -263,7 +267,8 @@ impl Adapt {
             thresholds: base.map(|d| d.map(|r| r.map(AtomicUsize::new))),
             min_threshold: base.map(|_| AtomicUsize::new(0)),
             cpu_below: CachePadded::new(base.map(|_| AtomicUsize::new(0))),
-            base,
+            base: base.map(|d| d.map(|r| r.map(AtomicUsize::new))),
+            thresholds_adapt: std::sync::atomic::AtomicBool::new(settings.thresholds),
             trials: Default::default(),
             split,
             settings,
@@ -319,7 +324,7 @@ impl Adapt {
     /// request of `dir` falls in, if thresholds adapt for `dir`.
     #[inline]
     pub(crate) fn band(&self, dir: Direction, threshold: usize, len: usize) -> Option<Band> {
-        if !self.settings.thresholds || dir == Direction::Dram {
+        if !self.adapting_thresholds() || dir == Direction::Dram {
             return None;
         }
         if len < threshold {
@@ -437,7 +442,7 @@ impl Adapt {
                 counters.add(Counter::split_nudges, 1);
             }
         }
-        if self.settings.thresholds {
+        if self.adapting_thresholds() {
             for (i, d) in ADAPTED.into_iter().enumerate() {
                 let Some(wish) = self.judge(&self.trials[i]) else {
                     continue;
@@ -500,11 +505,53 @@ impl Adapt {
         })
     }
 
+    /// Whether the thresholds move.
+    #[inline]
+    fn adapting_thresholds(&self) -> bool {
+        self.thresholds_adapt.load(Ordering::Relaxed)
+    }
+
+    /// Makes `configured` the thresholds in effect and the base adaptation moves from, and
+    /// `prior` the split estimates; adaptation starts over (shifts, votes and trials), and
+    /// moves thresholds from now on if `adapt_thresholds` (a profile was swapped in and the
+    /// configuration lets thresholds adapt).
+    pub(crate) fn retune(
+        &self,
+        configured: &Thresholds,
+        prior: &Bandwidth,
+        adapt_thresholds: bool,
+    ) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for (d, row) in self.base.iter().zip(table(configured)) {
+            for (r, t) in d.iter().flatten().zip(row.iter().flatten()) {
+                r.store(*t, Ordering::Relaxed);
+            }
+        }
+        self.split.copy_from(prior);
+        st.shift = [0; 2];
+        st.vote = Default::default();
+        st.rates = Default::default();
+        st.startup = Default::default();
+        self.trials
+            .iter()
+            .flatten()
+            .flatten()
+            .for_each(Tally::reset);
+        self.thresholds_adapt
+            .store(adapt_thresholds && self.settings.epochs, Ordering::Relaxed);
+        for d in [Direction::ToSlow, Direction::FromSlow, Direction::Dram] {
+            self.set_shift(d, 0);
+        }
+    }
+
     fn set_shift(&self, d: Direction, shift: i32) {
         let base = &self.base[d.index()];
         for (r, row) in self.thresholds[d.index()].iter().enumerate() {
             for (u, t) in row.iter().enumerate() {
-                t.store(shifted(base[r][u], shift), Ordering::Relaxed);
+                t.store(
+                    shifted(base[r][u].load(Ordering::Relaxed), shift),
+                    Ordering::Relaxed,
+                );
             }
         }
         let min = self.thresholds[d.index()]
@@ -516,7 +563,7 @@ impl Adapt {
         self.min_threshold[d.index()].store(min, Ordering::Relaxed);
         let below = if !self.settings.epochs {
             0
-        } else if self.settings.thresholds && d != Direction::Dram {
+        } else if self.adapting_thresholds() && d != Direction::Dram {
             // Adapting: the band below the smallest threshold is explored.
             shifted(min, -1)
         } else {

@@ -62,6 +62,7 @@ counters! {
     threshold_lowered: "Online adaptation lowered a direction's thresholds one size bin (in the band below a threshold, offloaded requests beat ones the CPU copied in 3 trials in a row).",
     explored: "Requests sent down the other path as one side of an adaptation trial (one in 32 within a factor of 2 of their threshold), or split although the estimates gave the engine no share (one in 32 such splits), to keep the estimates live.",
     split_nudges: "Epochs in which online adaptation moved the estimates a split's ratio comes from.",
+    profiles_swapped: "Engine profiles put in effect while the mover ran (for example the full tune `switchyard up` runs in the background).",
 }
 
 /// Stripes owned by one thread each; threads beyond these share one more stripe.

@@ -204,7 +204,10 @@ impl Mover {
             self.counters.add(Counter::fallback_busy_cores, 1);
             return Decision::CPU;
         }
-        if self.inflight.fetch_add(1, Ordering::AcqRel) >= self.concurrency_limit && sync {
+        if self.inflight.fetch_add(1, Ordering::AcqRel)
+            >= self.concurrency_limit.load(Ordering::Relaxed)
+            && sync
+        {
             self.inflight.fetch_sub(1, Ordering::Release);
             self.counters.add(Counter::fallback_saturated, 1);
             return Decision::CPU;
@@ -216,7 +219,10 @@ impl Mover {
             return Decision::CPU;
         }
         let body = len - head;
-        if sync && self.split && hints.direction != Direction::Dram && body >= self.split_min_bytes
+        if sync
+            && self.split
+            && hints.direction != Direction::Dram
+            && body >= self.split_min_bytes.load(Ordering::Relaxed)
         {
             let share = |s: f64| (body as f64 * s) as usize / 4096 * 4096;
             let engine_bytes = if self.split_share > 0.0 {

@@ -24,7 +24,7 @@ pub mod profile;
 mod transfer;
 pub mod tune;
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -76,15 +76,24 @@ pub struct Mover {
     /// Thresholds and split estimates in effect, and their online adaptation.
     pub(crate) adapt: adapt::Adapt,
     pub(crate) engine_channels: usize,
-    pub(crate) concurrency_limit: usize,
+    /// M; a profile swapped in replaces it (as the fields below marked "swapped").
+    pub(crate) concurrency_limit: AtomicUsize,
     pub(crate) split: bool,
-    pub(crate) split_min_bytes: usize,
+    /// Swapped.
+    pub(crate) split_min_bytes: AtomicUsize,
     pub(crate) split_share: f64,
     pub(crate) align_writes: bool,
     pub(crate) wait_spin: u32,
-    pub(crate) cpu_writers: usize,
+    /// Swapped.
+    pub(crate) cpu_writers: AtomicUsize,
     pub(crate) granule: usize,
+    /// The persistence primitives; its two kernel thresholds are read from `nt_threshold`
+    /// and `shifted_min` (swapped).
     pub(crate) persist: Persist,
+    pub(crate) nt_threshold: AtomicUsize,
+    pub(crate) shifted_min: AtomicUsize,
+    /// The profile in effect, if any, and how many were swapped in since the start.
+    pub(crate) profile: std::sync::Mutex<(Option<Arc<profile::Profile>>, u64)>,
     pub(crate) engine: Arc<dyn Engine>,
     /// C: engine requests in flight.
     pub(crate) inflight: CachePadded<AtomicUsize>,
@@ -137,19 +146,22 @@ impl Mover {
             policy: m.policy,
             adapt,
             engine_channels: info.channels,
-            concurrency_limit: if m.concurrency_limit == 0 {
+            concurrency_limit: AtomicUsize::new(if m.concurrency_limit == 0 {
                 info.channels
             } else {
                 m.concurrency_limit
-            },
+            }),
             split: m.split,
-            split_min_bytes: m.split_min_bytes,
+            split_min_bytes: AtomicUsize::new(m.split_min_bytes),
             split_share: m.split_share,
             align_writes: m.align_writes,
             wait_spin: m.wait_spin,
-            cpu_writers: m.cpu_writers,
+            cpu_writers: AtomicUsize::new(m.cpu_writers),
             granule: info.descriptor_bytes,
             persist,
+            nt_threshold: AtomicUsize::new(persist.nt_threshold),
+            shifted_min: AtomicUsize::new(persist.shifted_min),
+            profile: std::sync::Mutex::new((config.applied_profile.clone(), 0)),
             engine,
             inflight: CachePadded::new(AtomicUsize::new(0)),
             rr: CachePadded::new(AtomicUsize::new(0)),
@@ -188,9 +200,68 @@ impl Mover {
         &*self.engine
     }
 
-    /// The persistence primitives in use.
+    /// The persistence primitives in use (with the kernel thresholds of the profile in
+    /// effect).
+    #[inline]
     pub fn persist(&self) -> Persist {
-        self.persist
+        Persist {
+            nt_threshold: self.nt_threshold.load(Ordering::Relaxed),
+            shifted_min: self.shifted_min.load(Ordering::Relaxed),
+            ..self.persist
+        }
+    }
+
+    /// The profile in effect (`None`: the configuration's or built-in thresholds), and how
+    /// many profiles [`Mover::swap_profile`] put in effect since the mover started.
+    pub fn profile(&self) -> (Option<Arc<profile::Profile>>, u64) {
+        self.profile
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Puts `profile` in effect in this running mover, as if it had started with it (a
+    /// profile measured on this machine with this engine: the caller checks, as
+    /// [`Config::with_profile`] does): its thresholds become the base that adaptation moves
+    /// from (adaptation starts over, and moves thresholds from now on, when the configuration
+    /// lets it), its bandwidths and start-up delays seed the estimates, and M, the split
+    /// minimum, the CPU writers' cap and the copy kernels' thresholds take its values.
+    ///
+    /// Copies in flight finish as they were decided; every later decision sees the new
+    /// settings. Each setting changes atomically, so a decision racing the swap may combine
+    /// old and new values for that one request: that changes the path it takes, never the
+    /// bytes it copies, and every request still completes once.
+    pub fn swap_profile(&self, profile: Arc<profile::Profile>, config: &Config) {
+        let mut c = config.clone();
+        profile.apply(&mut c);
+        let m = &c.mover;
+        let bandwidth = Bandwidth::default();
+        profile.seed(&bandwidth);
+        self.bandwidth.copy_from(&bandwidth);
+        self.split_bandwidth.copy_from(&bandwidth);
+        self.adapt.retune(
+            &m.thresholds,
+            &bandwidth,
+            m.adapt && m.policy == Policy::Auto,
+        );
+        self.concurrency_limit.store(
+            if m.concurrency_limit == 0 {
+                self.engine_channels
+            } else {
+                m.concurrency_limit
+            },
+            Ordering::Relaxed,
+        );
+        self.split_min_bytes
+            .store(m.split_min_bytes, Ordering::Relaxed);
+        self.cpu_writers.store(m.cpu_writers, Ordering::Relaxed);
+        self.nt_threshold
+            .store(c.media.nt_threshold, Ordering::Relaxed);
+        self.shifted_min
+            .store(c.media.shifted_min, Ordering::Relaxed);
+        let mut p = self.profile.lock().unwrap_or_else(|e| e.into_inner());
+        *p = (Some(profile), p.1 + 1);
+        self.counters.add(counters::Counter::profiles_swapped, 1);
     }
 
     /// The path policy.

@@ -344,19 +344,21 @@ impl Mover {
         if len == 0 {
             return;
         }
+        let persist = self.persist();
         let mode = match (hints.durable, hints.direction) {
             (true, _) if hints.defer_fence => CopyMode::Flushed,
             (true, _) => CopyMode::Durable,
-            (false, Direction::ToSlow) if len >= self.persist.nt_threshold => CopyMode::NonTemporal,
+            (false, Direction::ToSlow) if len >= persist.nt_threshold => CopyMode::NonTemporal,
             _ => CopyMode::Temporal,
         };
-        let capped = self.cpu_writers > 0 && hints.direction == Direction::ToSlow;
+        let cap = self.cpu_writers.load(Ordering::Relaxed);
+        let capped = cap > 0 && hints.direction == Direction::ToSlow;
         if capped {
-            self.acquire_writer();
+            self.acquire_writer(cap);
         }
         let t = timed.then(Instant::now);
         // SAFETY: forwarded from this function's contract.
-        unsafe { self.persist.copy(dst, src, len, mode) };
+        unsafe { persist.copy(dst, src, len, mode) };
         if let Some(t) = t {
             self.sample_cpu(&self.bandwidth, hints.direction, len, t);
         }
@@ -366,11 +368,13 @@ impl Mover {
         self.counters.add(Counter::cpu_bytes, len as u64);
     }
 
-    fn acquire_writer(&self) {
+    /// Takes one of `cap` CPU writer places (the cap read when the copy was decided, so a
+    /// swapped profile cannot strand a writer that took no place).
+    fn acquire_writer(&self, cap: usize) {
         let mut waited = false;
         loop {
             let n = self.writers.load(Ordering::Relaxed);
-            if n < self.cpu_writers
+            if n < cap
                 && self
                     .writers
                     .compare_exchange_weak(n, n + 1, Ordering::Acquire, Ordering::Relaxed)

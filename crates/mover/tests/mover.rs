@@ -431,3 +431,100 @@ fn the_shifted_copy_threshold_defaults_when_a_profile_lacks_it() {
         switchyard_media::persist::DEFAULT_SHIFTED_MIN
     );
 }
+
+/// A profile with the given read and write thresholds, M, CPU writer cap and kernel
+/// thresholds (and the optimistic profile's bandwidths).
+fn profile_with(config: &Config, read: usize, write: usize, m: usize, writers: usize) -> Profile {
+    let mut p = optimistic_profile(config);
+    p.tuned.thresholds.from_slow = Locality::uniform(read, read);
+    p.tuned.thresholds.to_slow = Locality::uniform(write, write);
+    p.tuned.concurrency_limit = m;
+    p.tuned.cpu_writers = writers;
+    p.tuned.nt_threshold = read.min(1 << 20) / 4;
+    p.tuned.shifted_min = write.min(1 << 20) / 8;
+    p
+}
+
+fn thresholds() -> impl Strategy<Value = usize> {
+    prop_oneof![
+        Just(0usize),
+        Just(4096),
+        Just(16 << 10),
+        Just(64 << 10),
+        Just(NEVER)
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// Profiles swapped into a running mover while three threads copy through it: every
+    /// request completes once with its bytes exact (durable ones flushed), the swapped-in
+    /// settings are in effect afterwards, and nothing is left counted in flight or holding a
+    /// writer place (a copy after the swaps still offloads and is still capped).
+    #[test]
+    fn a_profile_swap_under_load_loses_no_request_and_changes_no_byte(
+        swaps in proptest::collection::vec((thresholds(), thresholds(), 1usize..3, 0usize..3), 1..6),
+        seed: u64,
+    ) {
+        let cfg = {
+            let mut c = Config::default();
+            c.mover.policy = Policy::Auto;
+            c
+        };
+        let m = mover(Policy::Auto, FaultPlan::default(), |_| {});
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let copied = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for t in 0..3u64 {
+                let (m, done, copied) = (&m, &done, &copied);
+                s.spawn(move || {
+                    let mut k = 0u64;
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) || k < 8 {
+                        let len = [3000usize, 20_000, 70_000, 300_000][(k as usize + t as usize) % 4];
+                        let src = data(len, seed ^ (t << 32) ^ k);
+                        let mut dst = vec![0u8; len];
+                        let dir = [Direction::FromSlow, Direction::ToSlow][(k % 2) as usize];
+                        let hints = Hints { direction: dir, durable: dir == Direction::ToSlow, ..Hints::default() };
+                        let r = m.copy(&mut dst, &src, hints).unwrap();
+                        assert_eq!(r.cpu_bytes + r.engine_bytes, len);
+                        assert!(dst == src, "thread {t} request {k} ({len} B) came back changed");
+                        copied.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        k += 1;
+                    }
+                });
+            }
+            for &(read, write, mm, writers) in &swaps {
+                std::thread::sleep(std::time::Duration::from_millis(3));
+                m.swap_profile(Arc::new(profile_with(&cfg, read, write, mm, writers)), &cfg);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(3));
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let &(read, write, _, _) = swaps.last().unwrap();
+        let (p, n) = m.profile();
+        prop_assert_eq!(n, swaps.len() as u64);
+        prop_assert_eq!(p.unwrap().tuned.thresholds.from_slow.local_aligned, read);
+        prop_assert_eq!(m.stats().profiles_swapped, swaps.len() as u64);
+        // Adaptation starts from the swapped-in thresholds (it may have moved them a bin since).
+        let t = m.thresholds();
+        for (now, want) in [(t.from_slow.local_aligned, read), (t.to_slow.local_aligned, write)] {
+            prop_assert!(
+                now == want || now == want.min(NEVER) * 2 || now == want / 2 || (want >= NEVER && now >= 1 << 20),
+                "threshold {} after swapping in {}", now, want
+            );
+        }
+        prop_assert_eq!(m.persist().nt_threshold, read.min(1 << 20) / 4);
+        prop_assert!(copied.load(std::sync::atomic::Ordering::Relaxed) >= 24);
+        // Nothing stranded: with an offloading profile a request still offloads, and with a
+        // cap of one writer the writers' count is back to zero (a copy does not wait forever).
+        m.swap_profile(Arc::new(profile_with(&cfg, 0, 0, 2, 1)), &cfg);
+        let src = data(256 << 10, 1);
+        let mut dst = vec![0u8; 256 << 10];
+        let r = m.copy(&mut dst, &src, Hints::read()).unwrap();
+        prop_assert_eq!(&dst, &src);
+        prop_assert!(!matches!(r.path, Path::Cpu), "{:?}", r);
+        let r = m.copy(&mut dst, &src, Hints { direction: Direction::ToSlow, durable: true, ..Hints::default() }).unwrap();
+        prop_assert_eq!(r.cpu_bytes + r.engine_bytes, 256 << 10);
+    }
+}

@@ -578,6 +578,12 @@ impl Store {
         &self.mover
     }
 
+    /// The same mover, shared, for a holder that outlives a borrow of the store (a background
+    /// tune that swaps its profile into the running mover).
+    pub fn shared_mover(&self) -> Arc<Mover> {
+        self.mover.clone()
+    }
+
     /// Space and inode counts.
     pub fn statfs(&self) -> StatFs {
         let sb = self.geo;
