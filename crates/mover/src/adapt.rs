@@ -6,8 +6,10 @@
 //! [`Mover::decide`](crate::Mover::decide) reads values *in effect*, which change only at
 //! epochs: every [`EPOCH_NS`] of sampled traffic, run by whichever caller notices one is due (no
 //! thread, no lock on the request path). A change is
-//! - bounded: a threshold moves one size bin (×2 or ÷2) per step and at most [`MAX_SHIFT`]
-//!   bins from the tuned value; a split estimate moves at most [`STEP`] of itself per step;
+//! - bounded: a threshold moves one size bin (×2 or ÷2) per step, within [`MAX_SHIFT`] bins
+//!   of the tuned value on [`HOLD`] trials in a row, beyond that on twice as many (a profile
+//!   far off is repaired; noise is not followed far); a split estimate moves at most [`STEP`]
+//!   of itself per step;
 //! - hysteretic: a step needs one path to beat the other by [`MARGIN`], and [`HOLD`]
 //!   consecutive trials wishing for it, so noise around a boundary changes nothing and no step
 //!   is undone by the next trial.
@@ -26,6 +28,16 @@
 //! a split measured 15–25% slower than profiled, and the read threshold moved a bin, which cost
 //! a 128 KiB read mix 15–27% against the profile held fixed.) Without a profile the configured
 //! thresholds are the user's choice and stay; the split estimates still adapt.
+//!
+//! **Bands go where the traffic is.** A threshold far above every request (a "never" from a
+//! tune that missed the crossing) has bands no request falls in, so no trial would ever test
+//! it. When a direction's bands time nothing for [`STARVED`] epochs, the direction is watched:
+//! requests from [`MIN_SAMPLED`] up reach [`Adapt::band`], which notes the largest passing
+//! below the bands, and the band below the threshold is brought down to that size's bin. Its
+//! trial then compares the CPU with offloading (engine or split, whose share is explored too)
+//! on the traffic itself, and a win moves the threshold straight to the band's floor; from
+//! there it moves bin by bin as usual. On a machine where the CPU wins everywhere, the probe
+//! finds nothing and the threshold stays.
 //!
 //! **Split estimates** follow the live samples of splits' two sides (they run at once, so each
 //! side's rate is what the split's ratio needs), one bounded step per [`HOLD`] epochs that find
@@ -72,10 +84,19 @@ pub const EVIDENCE: u64 = 8;
 pub const SAMPLE_BAND_EVERY: u32 = 16;
 /// Sampled copies per thread between two looks at the clock.
 const TICKS: u32 = 8;
+/// Epochs in a row in which a direction's bands saw no timed request before the mover looks
+/// at the sizes that pass below them (see [`Adapt::band`]).
+pub const STARVED: u32 = 5;
+/// One in this many requests below an adapting direction's bands, while it is watched,
+/// reports its size.
+const WATCH_EVERY: u32 = 16;
 /// The directions the tuner profiles, and so the ones adapted.
 const ADAPTED: [Direction; 2] = [Direction::ToSlow, Direction::FromSlow];
 /// One bin past the largest measured: where a "never" threshold re-enters when lowered.
 const TOP: usize = MIN_SAMPLED << BINS;
+/// The most bins a threshold moves from its tuned value: from "never" down to the smallest
+/// sampled size.
+const LOWEST: i32 = BINS as i32 + 1;
 
 /// What adapts. Epochs run whenever the mover schedules (policy `auto`), adapting or not:
 /// they also count the threads that copied during the last epoch.
@@ -161,6 +182,12 @@ pub(crate) struct Adapt {
     /// Whether the thresholds move now: [`Settings::thresholds`], or a profile swapped in
     /// where the configuration lets thresholds adapt.
     thresholds_adapt: std::sync::atomic::AtomicBool,
+    /// Per direction: how many bins below its threshold the band below reaches (1: `[T/2,
+    /// T)`; more once a probe brought the band down to where the traffic is).
+    depth: [AtomicUsize; 3],
+    /// Per direction: the largest request seen below the band during this epoch (sampled,
+    /// while the direction is watched; 0 otherwise).
+    largest_below: [AtomicUsize; 3],
     /// Per adapted direction, the trials of its bands.
     trials: [Trials; 2],
     /// Estimates the split ratio is computed from.
@@ -173,6 +200,8 @@ pub(crate) struct Adapt {
 }
 
 struct State {
+    /// Per adapted direction: epochs in a row whose bands timed nothing.
+    starved: [u32; 2],
     /// Requests per counter stripe at the last epoch.
     seen: Vec<u64>,
     fresh: Vec<u64>,
@@ -197,10 +226,12 @@ fn once_in(key: &'static std::thread::LocalKey<Cell<u32>>, every: u32) -> bool {
 }
 
 thread_local! {
-    static EXPLORED: Cell<u32> = const { Cell::new(0) };
+    static EXPLORED_BELOW: Cell<u32> = const { Cell::new(0) };
+    static EXPLORED_ABOVE: Cell<u32> = const { Cell::new(0) };
     static SPLITS_EXPLORED: Cell<u32> = const { Cell::new(0) };
     static BAND_SAMPLES: Cell<u32> = const { Cell::new(0) };
     static SAMPLES: Cell<u32> = const { Cell::new(0) };
+    static WATCHED: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Consecutive epochs wishing for the same step.
@@ -214,6 +245,11 @@ impl Vote {
     /// Records this epoch's wish (−1, 0 or +1); returns it once [`HOLD`] epochs in a row made
     /// it, else 0.
     fn cast(&mut self, wish: i32) -> i32 {
+        self.cast_holding(wish, HOLD)
+    }
+
+    /// [`Vote::cast`], returning the wish once `hold` epochs in a row made it.
+    fn cast_holding(&mut self, wish: i32, hold: u32) -> i32 {
         if wish == 0 || wish != self.sign {
             *self = Vote {
                 sign: wish,
@@ -222,7 +258,7 @@ impl Vote {
         } else {
             self.count += 1;
         }
-        if wish != 0 && self.count >= HOLD {
+        if wish != 0 && self.count >= hold {
             self.count = 0;
             wish
         } else {
@@ -269,12 +305,15 @@ impl Adapt {
             cpu_below: CachePadded::new(base.map(|_| AtomicUsize::new(0))),
             base: base.map(|d| d.map(|r| r.map(AtomicUsize::new))),
             thresholds_adapt: std::sync::atomic::AtomicBool::new(settings.thresholds),
+            depth: base.map(|_| AtomicUsize::new(1)),
+            largest_below: base.map(|_| AtomicUsize::new(0)),
             trials: Default::default(),
             split,
             settings,
             next_epoch_ns: AtomicU64::new(clock::now_ns() + EPOCH_NS),
             callers: AtomicUsize::new(0),
             state: Mutex::new(State {
+                starved: [0; 2],
                 seen: Vec::new(),
                 fresh: Vec::new(),
                 shift: [0; 2],
@@ -328,7 +367,15 @@ impl Adapt {
             return None;
         }
         if len < threshold {
-            (len >= shifted(threshold, -1)).then_some(Band::Below)
+            let depth = self.depth[dir.index()].load(Ordering::Relaxed) as i32;
+            if len >= shifted(threshold, -depth) {
+                return Some(Band::Below);
+            }
+            // Only requests of a watched direction get here (see `cpu_below`).
+            if once_in(&WATCHED, WATCH_EVERY) {
+                self.largest_below[dir.index()].fetch_max(len, Ordering::Relaxed);
+            }
+            None
         } else {
             (len < shifted(threshold, 1)).then_some(Band::Above)
         }
@@ -338,7 +385,13 @@ impl Adapt {
     /// thread's [`EXPLORE`]th.
     #[inline]
     pub(crate) fn explore(&self, band: Option<Band>) -> bool {
-        band.is_some() && once_in(&EXPLORED, EXPLORE)
+        // A counter per band: with one shared counter, traffic that alternates between the
+        // two bands (a 256 KiB read, then a 512 KiB one, …) would only ever explore one.
+        match band {
+            Some(Band::Below) => once_in(&EXPLORED_BELOW, EXPLORE),
+            Some(Band::Above) => once_in(&EXPLORED_ABOVE, EXPLORE),
+            None => false,
+        }
     }
 
     /// Whether to time this request of `band` on its usual path (one in
@@ -444,17 +497,22 @@ impl Adapt {
         }
         if self.adapting_thresholds() {
             for (i, d) in ADAPTED.into_iter().enumerate() {
+                self.follow_traffic(st, i, d);
                 let Some(wish) = self.judge(&self.trials[i]) else {
                     continue;
                 };
-                let wish = if (st.shift[i] + wish).abs() > MAX_SHIFT {
-                    0
-                } else {
-                    wish
-                };
-                let step = st.vote[i].cast(wish);
+                st.starved[i] = 0;
+                let depth = self.depth[d.index()].load(Ordering::Relaxed) as i32;
+                // A band brought down to the traffic moves the threshold to its floor.
+                let bins = if wish < 0 { depth } else { wish };
+                let to = st.shift[i] + wish.signum() * bins;
+                // Within the fence a step needs HOLD trials in a row; past it, twice as many
+                // (a profile far off is repaired, noise is not followed far).
+                let hold = if to.abs() > MAX_SHIFT { 2 * HOLD } else { HOLD };
+                let to = to.clamp(-LOWEST, LOWEST);
+                let step = st.vote[i].cast_holding(if to == st.shift[i] { 0 } else { wish }, hold);
                 if step != 0 {
-                    st.shift[i] += step;
+                    st.shift[i] = to;
                     counters.add(
                         if step > 0 {
                             Counter::threshold_raised
@@ -463,12 +521,48 @@ impl Adapt {
                         },
                         1,
                     );
+                    self.depth[d.index()].store(1, Ordering::Relaxed);
                     self.set_shift(d, st.shift[i]);
                     // The bands moved with the threshold: trials start over.
                     self.trials[i].iter().flatten().for_each(Tally::reset);
                 }
             }
         }
+    }
+
+    /// A direction whose bands timed nothing for [`STARVED`] epochs is watched: requests down
+    /// to [`MIN_SAMPLED`] reach [`Adapt::band`], which notes the largest passing below the
+    /// band; the next epoch brings the band below the threshold down to that size's bin, so
+    /// that trials run where the traffic is (a "never" threshold, or one far above every
+    /// request, is otherwise never put to the test).
+    fn follow_traffic(&self, st: &mut State, i: usize, d: Direction) {
+        let timed = self.trials[i]
+            .iter()
+            .flatten()
+            .any(|t| t.samples.load(Ordering::Relaxed) > 0);
+        if timed {
+            st.starved[i] = 0;
+            return;
+        }
+        st.starved[i] = st.starved[i].saturating_add(1);
+        let largest = self.largest_below[d.index()].swap(0, Ordering::Relaxed);
+        if st.starved[i] < STARVED {
+            return;
+        }
+        let min = self.min_threshold(d);
+        if largest == 0 {
+            // Watch: let every request from MIN_SAMPLED up reach `band`.
+            self.cpu_below[d.index()].store(MIN_SAMPLED.min(min), Ordering::Relaxed);
+            return;
+        }
+        // Bins from the smallest threshold down to the largest request's bin.
+        let mut depth = 1;
+        while depth < LOWEST && shifted(min, -depth) > largest {
+            depth += 1;
+        }
+        self.depth[d.index()].store(depth as usize, Ordering::Relaxed);
+        self.cpu_below[d.index()].store(shifted(min, -depth), Ordering::Relaxed);
+        st.starved[i] = 0;
     }
 
     /// A finished trial's wish (−1 lower, 0 stay, +1 raise), resetting the bands it judged;
@@ -529,6 +623,10 @@ impl Adapt {
         }
         self.split.copy_from(prior);
         st.shift = [0; 2];
+        st.starved = [0; 2];
+        for d in &self.depth {
+            d.store(1, Ordering::Relaxed);
+        }
         st.vote = Default::default();
         st.rates = Default::default();
         st.startup = Default::default();
@@ -696,6 +794,20 @@ mod tests {
         assert_eq!(fixed.band(Direction::FromSlow, 256 << 10, 256 << 10), None);
     }
 
+    /// Traffic alternating between the two bands explores each of them.
+    #[test]
+    fn alternating_bands_are_each_explored() {
+        let a = Adapt::new(&tuned(), &profiled(), settings());
+        let mut got = [0; 2];
+        for i in 0..64 * EXPLORE {
+            let band = if i % 2 == 0 { Band::Below } else { Band::Above };
+            if a.explore(Some(band)) {
+                got[band as usize] += 1;
+            }
+        }
+        assert_eq!(got, [32, 32]);
+    }
+
     #[test]
     fn one_request_in_explore_of_a_band_is_explored() {
         let a = Adapt::new(&tuned(), &profiled(), settings());
@@ -760,8 +872,8 @@ mod tests {
     }
 
     /// The CPU beats offloading above the read threshold: it rises one bin per HOLD trials up
-    /// to the bound, counted; the bands and the short cut follow it. When offloading wins
-    /// again below it, it comes back down.
+    /// to the fence, then one bin per 2 × HOLD trials up to the bound, counted; the bands and
+    /// the short cut follow it. When offloading wins again below it, it comes back down.
     #[test]
     fn a_cpu_faster_above_the_threshold_raises_it_in_bounded_steps() {
         let a = Adapt::new(&tuned(), &profiled(), settings());
@@ -781,31 +893,46 @@ mod tests {
             a.band(Direction::FromSlow, read(&a), 256 << 10),
             Some(Band::Below)
         );
-        for _ in 0..100 {
+        for _ in 0..(MAX_SHIFT as u32 - 1) * HOLD {
             trial(&a, &c, Direction::FromSlow, Band::Above, 10.0, 5.0);
         }
-        assert_eq!(read(&a), (256 << 10) << MAX_SHIFT, "bounded");
-        assert_eq!(moves(&c), (MAX_SHIFT as u64, 0));
+        assert_eq!(read(&a), (256 << 10) << MAX_SHIFT, "at the fence");
+        for _ in 0..HOLD {
+            trial(&a, &c, Direction::FromSlow, Band::Above, 10.0, 5.0);
+        }
         assert_eq!(
-            a.min_threshold(Direction::FromSlow),
-            (256 << 10) << MAX_SHIFT
+            read(&a),
+            (256 << 10) << MAX_SHIFT,
+            "past it takes more evidence"
         );
-        // Offloading wins below: back to the tuned threshold, one bin per HOLD trials, and on
-        // down to the bound while it keeps winning.
-        for _ in 0..MAX_SHIFT as u32 * HOLD {
+        for _ in 0..HOLD {
+            trial(&a, &c, Direction::FromSlow, Band::Above, 10.0, 5.0);
+        }
+        assert_eq!(read(&a), (256 << 10) << (MAX_SHIFT + 1));
+        for _ in 0..200 {
+            trial(&a, &c, Direction::FromSlow, Band::Above, 10.0, 5.0);
+        }
+        assert_eq!(read(&a), (256 << 10) << LOWEST, "bounded");
+        assert_eq!(moves(&c), (LOWEST as u64, 0));
+        assert_eq!(a.min_threshold(Direction::FromSlow), (256 << 10) << LOWEST);
+        // Offloading wins below: back to the tuned threshold, and on down to the bound while
+        // it keeps winning.
+        for _ in 0..400 {
             trial(&a, &c, Direction::FromSlow, Band::Below, 5.0, 10.0);
+            if a.in_effect() == tuned() {
+                break;
+            }
         }
         assert_eq!(a.in_effect(), tuned());
-        assert_eq!(moves(&c), (MAX_SHIFT as u64, MAX_SHIFT as u64));
-        for _ in 0..100 {
+        assert_eq!(moves(&c), (LOWEST as u64, LOWEST as u64));
+        for _ in 0..400 {
             trial(&a, &c, Direction::FromSlow, Band::Below, 5.0, 10.0);
         }
-        assert_eq!(read(&a), (256 << 10) >> MAX_SHIFT);
-        assert_eq!(moves(&c), (MAX_SHIFT as u64, 2 * MAX_SHIFT as u64));
+        assert_eq!(read(&a), MIN_SAMPLED, "down to the smallest sampled size");
     }
 
     /// Offloading beats the CPU below a "never" write threshold: it re-enters at the largest
-    /// bins and comes down step by step, to the bound.
+    /// bins and comes down step by step, to the smallest sampled size.
     #[test]
     fn an_offload_faster_below_lowers_a_never_threshold() {
         let a = Adapt::new(&tuned(), &profiled(), settings());
@@ -814,12 +941,116 @@ mod tests {
             trial(&a, &c, Direction::ToSlow, Band::Below, 5.0, 10.0);
         }
         assert_eq!(a.threshold(Direction::ToSlow, false, false), TOP / 2);
-        for _ in 0..100 {
+        for _ in 0..200 {
             trial(&a, &c, Direction::ToSlow, Band::Below, 5.0, 10.0);
         }
-        assert_eq!(a.threshold(Direction::ToSlow, true, true), TOP >> MAX_SHIFT);
-        assert_eq!(moves(&c), (0, MAX_SHIFT as u64));
+        assert_eq!(a.threshold(Direction::ToSlow, true, true), MIN_SAMPLED);
         assert_eq!(read(&a), 256 << 10, "reads saw no trial");
+    }
+
+    /// The engine of a simulated machine: the CPU copies at 10 bytes/ns; offloaded requests
+    /// at `fast` from `crossing` up, at 6 below it.
+    fn simulated(len: usize, arm: Arm, crossing: usize, fast: f64) -> u64 {
+        let rate = match arm {
+            Arm::Cpu => 10.0,
+            Arm::Offload if len >= crossing => fast,
+            Arm::Offload => 6.0,
+        };
+        (len as f64 / rate) as u64
+    }
+
+    /// Steady traffic of `sizes` (in a pseudo-random order) through an adapting mover for
+    /// `epochs` epochs of 4,000 requests, timed on `simulated`'s machine as the mover times
+    /// them.
+    fn steady(
+        a: &Adapt,
+        c: &Counters,
+        dir: Direction,
+        sizes: &[usize],
+        epochs: usize,
+        crossing: usize,
+        fast: f64,
+    ) {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..epochs {
+            for _ in 0..4000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let len = sizes[((x >> 33) % sizes.len() as u64) as usize];
+                if len < a.cpu_below(dir) {
+                    continue;
+                }
+                let t = a.threshold(dir, false, false);
+                let band = a.band(dir, t, len);
+                let usual = if len >= t { Arm::Offload } else { Arm::Cpu };
+                let arm = if a.explore(band) {
+                    match usual {
+                        Arm::Cpu => Arm::Offload,
+                        Arm::Offload => Arm::Cpu,
+                    }
+                } else {
+                    usual
+                };
+                if let Some(b) = band {
+                    if arm != b.usual() || a.sample_band() {
+                        a.record(dir, b, arm, len, simulated(len, arm, crossing, fast));
+                    }
+                }
+            }
+            a.epoch(&profiled(), c);
+        }
+    }
+
+    /// A profile that says "never" in both directions while offloading wins from 64 KiB up
+    /// on this (simulated) machine: steady traffic of 64–512 KiB reads finds the offload
+    /// within a few hundred epochs (a few seconds of 20 ms epochs): the band below the
+    /// threshold is brought down to the traffic, its trials move the threshold there, and
+    /// from there bin by bin to within one bin of the crossing. Writes, which saw no traffic,
+    /// stay as tuned.
+    #[test]
+    fn a_wrong_never_profile_finds_the_offload_where_the_traffic_is() {
+        let never = Thresholds::all(NEVER);
+        let a = Adapt::new(&never, &profiled(), settings());
+        let c = Counters::default();
+        let crossing = 64 << 10;
+        steady(
+            &a,
+            &c,
+            Direction::FromSlow,
+            &[64 << 10, 128 << 10, 256 << 10, 512 << 10],
+            300,
+            crossing,
+            14.0,
+        );
+        let t = read(&a);
+        assert!(
+            (crossing / 2..=crossing * 2).contains(&t),
+            "the read threshold ended at {t}, the crossing is at {crossing}: {:?}",
+            c.snapshot()
+        );
+        assert_eq!(a.threshold(Direction::ToSlow, false, false), NEVER);
+    }
+
+    /// The same wrong profile on a machine where the CPU wins at every size: the probe finds
+    /// nothing to gain and the threshold stays "never" (nothing is offloaded but the explored
+    /// one request in EXPLORE of the traffic's band).
+    #[test]
+    fn a_never_profile_that_is_right_stays() {
+        let never = Thresholds::all(NEVER);
+        let a = Adapt::new(&never, &profiled(), settings());
+        let c = Counters::default();
+        steady(
+            &a,
+            &c,
+            Direction::FromSlow,
+            &[64 << 10, 128 << 10, 256 << 10],
+            300,
+            0,
+            7.0,
+        );
+        assert_eq!(read(&a), NEVER);
+        assert_eq!(moves(&c).1, 0);
     }
 
     /// Trials that flip between "raise" and "stay" never complete a vote: the threshold never
