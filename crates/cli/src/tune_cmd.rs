@@ -116,7 +116,7 @@ pub fn threshold(v: usize) -> String {
 /// One paragraph saying what a profile sets.
 pub fn describe(p: &Profile) -> String {
     let t = &p.tuned.thresholds;
-    format!(
+    let mut said = format!(
         "measured in {:.1} s on {} with engine {}:\n  engine thresholds: writes {} (unaligned {}), \
          reads {} (unaligned {})\n  M = {}, CPU writers cap = {}, non-temporal from {}, \
          shifted-copy loop from {}",
@@ -138,7 +138,22 @@ pub fn describe(p: &Profile) -> String {
             0 => "never".to_string(),
             n => threshold(n),
         },
-    )
+    );
+    for u in &p.tuned.undecided {
+        said.push_str(&format!(
+            "\n  {} {}: undecided from {} to {} (the paths tie within noise there); \
+             adaptation settles it",
+            if u.direction == "to_slow" {
+                "writes"
+            } else {
+                "reads"
+            },
+            if u.aligned { "aligned" } else { "unaligned" },
+            threshold(u.from),
+            threshold(u.to)
+        ));
+    }
+    said
 }
 
 /// Runs `switchyard tune`.

@@ -156,6 +156,26 @@ pub struct Tuned {
     /// never. Profiles written before it was measured lack it and get the built-in default.
     #[serde(default = "default_shifted_min")]
     pub shifted_min: usize,
+    /// Turning points the tuner could not decide (the paths tied within noise between two
+    /// sizes): the threshold above is where offloading clearly wins (or never), and online
+    /// adaptation settles the rest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undecided: Vec<Undecided>,
+}
+
+/// A turning point left undecided: offloading neither clearly wins nor clearly loses from
+/// `from` to `to`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Undecided {
+    /// `to_slow` or `from_slow`.
+    pub direction: String,
+    /// Both ends 64 B aligned.
+    pub aligned: bool,
+    /// The smallest size from which offloading never clearly loses.
+    pub from: usize,
+    /// The smallest size from which it clearly wins ([`NEVER`]: nowhere).
+    pub to: usize,
 }
 
 fn default_shifted_min() -> usize {

@@ -9,10 +9,16 @@
 //!    alignment (64 B aligned; both ends 8 bytes off), one thread copies with the CPU alone
 //!    and with a mover that offloads every request (the CPU + engine split, at every size —
 //!    what the scheduler does above a threshold, so the thresholds are also where splitting
-//!    starts). A coarse sweep of sizes finds the
-//!    smallest size from which offloading wins (by [`WIN`]) at every larger size (a lone loss
-//!    between wins is measured once more, and the second measurement stands); bisection
-//!    between it and the size below narrows it. No win anywhere gives [`NEVER`].
+//!    starts). Each size's rounds give a verdict (a 95% bound on the median ratio from order
+//!    statistics: [`Verdict::Win`], [`Verdict::Loss`] or, within noise, [`Verdict::Tie`]). A
+//!    coarse sweep finds the sizes from which offloading clearly wins at every larger size;
+//!    when the size below them clearly loses, bisection between the two narrows the
+//!    threshold (a lone loss is measured once more, and the second measurement stands). A
+//!    clear loss at the largest size gives [`NEVER`]. Ties between (offloading neither
+//!    clearly better nor worse) leave the threshold undecided: the profile offloads only where
+//!    offloading clearly wins (or never), records the tie, and online adaptation settles it on
+//!    the live traffic ([`crate::adapt`]). A quick sweep, with fewer rounds, calls more
+//!    sizes ties rather than deciding them by chance.
 //! 2. **Per-bin bandwidths** of the CPU and the engine alone, 16 KiB to 2 MiB, one thread
 //!    (the CPU's per request; the engine's while it executes), and the engine's start-up
 //!    delay from submission to its start: the engine's side as the mover's live estimates
@@ -105,6 +111,8 @@ pub struct SweepPoint {
     pub bisected: bool,
     /// Whether this is a second measurement that replaced a lone loss between wins.
     pub remeasured: bool,
+    /// What its rounds say (see [`verdict`]).
+    pub verdict: Verdict,
 }
 
 /// Aggregate bandwidth at one thread count.
@@ -179,13 +187,117 @@ struct Paths {
 }
 
 /// Two measurements in `rounds` rotated rounds: (median a, median b, median a ÷ b).
-fn paired(rounds: usize, mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> [f64; 3] {
+fn paired(rounds: usize, a: impl FnMut() -> f64, b: impl FnMut() -> f64) -> [f64; 3] {
+    paired_rounds(rounds, a, b).0
+}
+
+/// [`paired`], with each round's a ÷ b.
+fn paired_rounds(
+    rounds: usize,
+    mut a: impl FnMut() -> f64,
+    mut b: impl FnMut() -> f64,
+) -> ([f64; 3], Vec<f64>) {
     let Ok(mut got) = rotated(2, rounds, |i| {
         Ok::<f64, std::convert::Infallible>(if i == 0 { a() } else { b() })
     });
-    let mut r: Vec<f64> = got[0].iter().zip(&got[1]).map(|(x, y)| x / y).collect();
+    let r: Vec<f64> = got[0].iter().zip(&got[1]).map(|(x, y)| x / y).collect();
     let (mut xb, mut xa) = (got.pop().expect("b"), got.pop().expect("a"));
-    [median(&mut xa), median(&mut xb), median(&mut r)]
+    (
+        [median(&mut xa), median(&mut xb), median(&mut r.clone())],
+        r,
+    )
+}
+
+/// What the paired rounds at one size say about offloading against the CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// Offloading is faster in every round but the few a 95% bound on the median leaves out.
+    Win,
+    /// The CPU is faster, as surely.
+    Loss,
+    /// Neither: the rounds disagree, or the paths are within noise of each other.
+    Tie,
+}
+
+/// The verdict of per-round ratios (offload ÷ CPU): a distribution-free one-sided 95%
+/// bound on their median from order statistics (with 5 rounds the smallest and largest
+/// ratio, with 9 the second smallest and second largest); a win when the lower bound is above
+/// [`WIN`], a loss when the upper bound is below it.
+pub fn verdict(ratios: &[f64]) -> Verdict {
+    let n = ratios.len();
+    if n == 0 {
+        return Verdict::Tie;
+    }
+    let mut r = ratios.to_vec();
+    r.sort_by(f64::total_cmp);
+    // The largest k with P(Binomial(n, 1/2) < k) <= 5%: the k-th smallest ratio is below
+    // the median with at least 95% confidence.
+    let below = |k: usize| -> f64 {
+        let mut c = 1.0f64;
+        let mut total = 0.0;
+        for i in 0..k {
+            if i > 0 {
+                c = c * (n - i + 1) as f64 / i as f64;
+            }
+            total += c;
+        }
+        total / 2f64.powi(n as i32)
+    };
+    let mut k = 1;
+    while k < n && below(k + 1) <= 0.05 {
+        k += 1;
+    }
+    if r[k - 1] > WIN {
+        Verdict::Win
+    } else if r[n - k] < WIN {
+        Verdict::Loss
+    } else {
+        Verdict::Tie
+    }
+}
+
+/// What a sweep of verdicts, ascending by size, says about the threshold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Crossing {
+    /// Offloading loses below this size and wins from it on: a threshold to refine between
+    /// the size below and this one.
+    At(usize),
+    /// Offloading loses at the largest size: never offload.
+    Never,
+    /// Offloading wins from `to` on (or nowhere, `None`) and does not lose from `from` on:
+    /// between them the paths tie within noise, so where the threshold lies there cannot be
+    /// decided from these measurements; adaptation settles it on the live traffic.
+    Undecided {
+        /// The smallest size from which offloading never clearly loses.
+        from: usize,
+        /// The smallest size from which it always clearly wins.
+        to: Option<usize>,
+    },
+}
+
+/// The crossing of a sweep: decided when the sizes that clearly win at every larger size
+/// reach down to the smallest size or to a clear loss, or when the largest size clearly
+/// loses; otherwise undecided over the tie between.
+pub fn crossing_of(points: &[(usize, Verdict)]) -> Crossing {
+    let Some(&(_, last)) = points.last() else {
+        return Crossing::Never;
+    };
+    if last == Verdict::Loss {
+        return Crossing::Never;
+    }
+    let from_where = |keep: &dyn Fn(Verdict) -> bool| {
+        let n = points.iter().rev().take_while(|p| keep(p.1)).count();
+        (n > 0).then(|| points[points.len() - n].0)
+    };
+    let open = from_where(&|v| v != Verdict::Loss).expect("the last point does not lose");
+    let clear = from_where(&|v| v == Verdict::Win);
+    // Every size from `open` up does not lose; the size below it (if any) loses. Decided
+    // when they also all win: the crossing is sharp.
+    match clear {
+        Some(c) if c == open => Crossing::At(c),
+        to => Crossing::Undecided { from: open, to },
+    }
 }
 
 /// Sizes of the coarse sweep.
@@ -295,6 +407,7 @@ pub fn tune(
         shifted: Vec::new(),
     };
     let mut found = [[NEVER; 2]; 2];
+    let mut undecided = Vec::new();
     for (di, &dir) in dirs.iter().enumerate() {
         for (ai, misalign) in [0usize, 8].into_iter().enumerate() {
             let name = dir.name();
@@ -307,7 +420,7 @@ pub fn tune(
                 }
             );
             let measure = |size: usize, bisected: bool| {
-                let [off, cpu, ratio] = paired(
+                let ([off, cpu, ratio], rounds) = paired_rounds(
                     rounds,
                     || lab.rate(&paths.offload, dir, &[size], 1, misalign, slice),
                     || lab.rate(&paths.cpu, dir, &[size], 1, misalign, slice),
@@ -321,6 +434,7 @@ pub fn tune(
                     ratio,
                     bisected,
                     remeasured: false,
+                    verdict: verdict(&rounds),
                 }
             };
             // The coarse sweep, in size order.
@@ -329,28 +443,44 @@ pub fn tune(
                 coarse.push(measure(s, false));
                 steps.tick(&label);
             }
-            // A loss with a win on each side (or at the largest size, after a win) is measured
-            // once more, and the second measurement stands: one disturbed slice must not push
-            // the turning point past every size below it.
-            let won = |p: &SweepPoint| p.ratio >= WIN;
-            let wins: Vec<bool> = coarse.iter().map(won).collect();
+            // A loss with no loss on each side (or at the largest size, after none) is
+            // measured once more, and the second measurement stands: one disturbed slice must
+            // not push the turning point past every size below it.
+            let wins: Vec<bool> = coarse.iter().map(|p| p.verdict != Verdict::Loss).collect();
             for i in lone_losses(&wins) {
                 coarse[i] = SweepPoint {
                     remeasured: true,
                     ..measure(coarse[i].size, false)
                 };
             }
-            let points: Vec<(usize, bool)> = coarse.iter().map(|p| (p.size, won(p))).collect();
+            let points: Vec<(usize, Verdict)> =
+                coarse.iter().map(|p| (p.size, p.verdict)).collect();
             m.sweep.extend(coarse);
             let mut measure = |size: usize, bisected: bool| {
                 let p = measure(size, bisected);
-                let w = won(&p);
+                let v = p.verdict;
                 m.sweep.push(p);
-                w
+                v
             };
-            let Some(mut hi) = turning_point(&points) else {
-                steps.done += effort.bisect;
-                continue;
+            let mut hi = match crossing_of(&points) {
+                Crossing::At(c) => c,
+                Crossing::Never => {
+                    steps.done += effort.bisect;
+                    continue;
+                }
+                Crossing::Undecided { from, to } => {
+                    // Offload only where it clearly wins; adaptation explores the tie.
+                    let t = to.unwrap_or(NEVER);
+                    found[di][ai] = t;
+                    undecided.push(profile::Undecided {
+                        direction: name.to_string(),
+                        aligned: misalign == 0,
+                        from,
+                        to: t,
+                    });
+                    steps.done += effort.bisect;
+                    continue;
+                }
             };
             let mut lo = sizes.iter().rev().find(|&&s| s < hi).copied().unwrap_or(hi);
             for _ in 0..effort.bisect {
@@ -358,7 +488,7 @@ pub fn tune(
                 if mid <= lo || mid >= hi {
                     break;
                 }
-                if measure(mid, true) {
+                if measure(mid, true) == Verdict::Win {
                     hi = mid;
                 } else {
                     lo = mid;
@@ -519,6 +649,7 @@ pub fn tune(
             cpu_writers,
             nt_threshold,
             shifted_min,
+            undecided,
         },
         bins: bin_out,
         startup,
@@ -529,6 +660,112 @@ pub fn tune(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn verdicts_bound_the_median_from_order_statistics() {
+        use Verdict::*;
+        assert_eq!(verdict(&[1.2, 1.1, 1.3, 1.05, 1.2]), Win);
+        assert_eq!(
+            verdict(&[1.2, 1.1, 1.3, 0.99, 1.2]),
+            Tie,
+            "one round of five disagrees"
+        );
+        assert_eq!(verdict(&[0.8, 0.9, 0.95, 0.9, 0.85]), Loss);
+        // Nine rounds: the second smallest and second largest bound the median.
+        assert_eq!(
+            verdict(&[0.99, 1.1, 1.2, 1.1, 1.2, 1.1, 1.2, 1.1, 1.2]),
+            Win
+        );
+        assert_eq!(
+            verdict(&[0.99, 0.98, 1.2, 1.1, 1.2, 1.1, 1.2, 1.1, 1.2]),
+            Tie
+        );
+        assert_eq!(verdict(&[]), Tie);
+    }
+
+    #[test]
+    fn crossings_are_decided_only_where_they_are_sharp() {
+        use Verdict::*;
+        let k = |v: &[Verdict]| -> Vec<(usize, Verdict)> {
+            v.iter()
+                .enumerate()
+                .map(|(i, &v)| (1 << (12 + 2 * i), v))
+                .collect()
+        };
+        assert_eq!(
+            crossing_of(&k(&[Loss, Loss, Win, Win])),
+            Crossing::At(1 << 16)
+        );
+        assert_eq!(crossing_of(&k(&[Win, Win])), Crossing::At(1 << 12));
+        assert_eq!(crossing_of(&k(&[Win, Loss])), Crossing::Never);
+        assert_eq!(crossing_of(&[]), Crossing::Never);
+        assert_eq!(
+            crossing_of(&k(&[Loss, Tie, Tie, Win])),
+            Crossing::Undecided {
+                from: 1 << 14,
+                to: Some(1 << 18)
+            }
+        );
+        assert_eq!(
+            crossing_of(&k(&[Loss, Tie, Win, Tie])),
+            Crossing::Undecided {
+                from: 1 << 14,
+                to: None
+            }
+        );
+    }
+
+    /// A synthetic lab: paired rounds of offload ÷ CPU at the quick sweep's sizes, each round
+    /// the true ratio at that size times noise of up to ±`noise`, from a seeded generator.
+    fn lab_sweep(truth: impl Fn(usize) -> f64, noise: f64, seed: u64) -> Vec<(usize, Verdict)> {
+        let mut x = seed | 1;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+        };
+        sweep_sizes(&Effort::QUICK)
+            .into_iter()
+            .map(|size| {
+                let rounds: Vec<f64> = (0..Effort::QUICK.rounds)
+                    .map(|_| truth(size) * (1.0 + noise * next()))
+                    .collect();
+                (size, verdict(&rounds))
+            })
+            .collect()
+    }
+
+    /// On a noisy synthetic lab the quick sweep's decision does not depend on the seed: a
+    /// crossing offloading clears by 15% is found at its size on every seed; where the paths
+    /// stay within 3% of each other from 256 KiB on, no seed puts a decided threshold
+    /// anywhere but where offloading clears (it says undecided instead, or never when the
+    /// largest size loses); a clear loss everywhere is never.
+    #[test]
+    fn the_quick_decision_on_a_noisy_lab_is_stable_across_seeds() {
+        let sharp = |s: usize| if s >= 64 << 10 { 1.15 } else { 0.85 };
+        let flat = |s: usize| {
+            if s >= 256 << 10 {
+                1.0 + (s as f64).log2() % 0.03
+            } else {
+                0.85
+            }
+        };
+        let losing = |_: usize| 0.85;
+        for seed in 1..500u64 {
+            assert_eq!(
+                crossing_of(&lab_sweep(sharp, 0.08, seed)),
+                Crossing::At(64 << 10),
+                "seed {seed}"
+            );
+            match crossing_of(&lab_sweep(flat, 0.08, seed)) {
+                Crossing::Undecided { from, .. } => assert!(from >= 256 << 10, "seed {seed}"),
+                Crossing::Never => {}
+                Crossing::At(c) => assert!(c >= 256 << 10, "seed {seed}: decided {c}"),
+            }
+            assert_eq!(crossing_of(&lab_sweep(losing, 0.08, seed)), Crossing::Never);
+        }
+    }
 
     #[test]
     fn only_lone_losses_are_measured_again() {

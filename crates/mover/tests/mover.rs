@@ -274,6 +274,7 @@ fn optimistic_profile(config: &Config) -> Profile {
             cpu_writers: 0,
             nt_threshold: 1024,
             shifted_min: 1024,
+            undecided: Vec::new(),
         },
         bins,
         startup: ["to_slow", "from_slow"]

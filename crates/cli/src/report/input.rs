@@ -387,6 +387,7 @@ pub(crate) mod tests {
                 cpu_writers: 0,
                 nt_threshold: NEVER,
                 shifted_min: 1024,
+                undecided: Vec::new(),
             },
             bins: Vec::new(),
             startup: Vec::new(),
