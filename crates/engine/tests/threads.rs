@@ -401,9 +401,13 @@ fn a_queued_batch_is_helped_before_the_worker_reaches_it() {
 /// prefix, and helped bytes never exceed what completed.
 #[test]
 fn helpers_and_the_worker_meet_in_the_middle_and_prefixes_stay_exact() {
+    // The worker pauses 50 µs after starting each batch, so the helper, spinning by then,
+    // claims descriptors from the tail whatever the scheduler does (without it, a busy
+    // machine let the worker finish all 30 batches before the helper first ran).
     let e = engine(|c| {
         c.faults = FaultPlan {
             partial_every: 3,
+            delay: std::time::Duration::from_micros(50),
             ..FaultPlan::default()
         }
     });

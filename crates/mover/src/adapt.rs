@@ -32,7 +32,7 @@
 //! **Bands go where the traffic is.** A threshold far above every request (a "never" from a
 //! tune that missed the crossing) has bands no request falls in, so no trial would ever test
 //! it. When a direction's bands time nothing for [`STARVED`] epochs, the direction is watched:
-//! requests from [`MIN_SAMPLED`] up reach [`Adapt::band`], which notes the largest passing
+//! requests from [`MIN_SAMPLED`] up reach the band check, which notes the largest passing
 //! below the bands, and the band below the threshold is brought down to that size's bin. Its
 //! trial then compares the CPU with offloading (engine or split, whose share is explored too)
 //! on the traffic itself, and a win moves the threshold straight to the band's floor; from
@@ -85,7 +85,7 @@ pub const SAMPLE_BAND_EVERY: u32 = 16;
 /// Sampled copies per thread between two looks at the clock.
 const TICKS: u32 = 8;
 /// Epochs in a row in which a direction's bands saw no timed request before the mover looks
-/// at the sizes that pass below them (see [`Adapt::band`]).
+/// at the sizes that pass below them (see the module documentation).
 pub const STARVED: u32 = 5;
 /// One in this many requests below an adapting direction's bands, while it is watched,
 /// reports its size.
