@@ -1,6 +1,6 @@
 //! A shuttle model of two-level locking and completion checking (EasyIO §4.3), as
-//! `src/store.rs` and `src/inflight.rs` implement it, explored under shuttle's randomized and
-//! PCT schedulers.
+//! `src/store/lock.rs` and `src/inflight.rs` implement it, explored under shuttle's
+//! randomized and PCT schedulers.
 //!
 //! Modelled, one file:
 //! - level 1: the inode lock (an RwLock over the mapping and the pending write);

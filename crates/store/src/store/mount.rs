@@ -1,0 +1,347 @@
+//! Formatting a region, mounting a store (the quick path after a clean unmount, recovery
+//! otherwise) and unmounting it cleanly with a free-space checkpoint.
+
+use super::*;
+
+/// What a mount rebuilt, before the store is assembled around it.
+struct Mounted {
+    sb: Superblock,
+    used_replica: bool,
+    alloc: Allocator,
+    table: Table,
+    free_inodes: FreeInodes,
+    orphans: Vec<u64>,
+    quick: bool,
+}
+
+impl Store {
+    /// Formats `region` as an empty store (root directory owned by `owner`) and mounts it.
+    /// Everything on the region is lost.
+    pub fn format(region: Region, mover: Arc<Mover>, owner: Owner) -> Result<Store, MountError> {
+        let pm = Pm::new(&region);
+        let uuid: [u8; 16] = rand::random();
+        let mut sb = Superblock::for_region(pm.len(), uuid);
+        sb.clean = true;
+        if sb.data_block + 8 > sb.total_blocks {
+            return Err(MountError::Corrupt {
+                path: region.path().display().to_string(),
+                problem: Corruption::Invalid("region too small for a store".into()),
+            });
+        }
+        // Invalidate first: a crash mid-format leaves no half-valid store behind.
+        pm.write(0, &[0u8; 128]);
+        pm.write(BLOCK, &[0u8; 128]);
+        pm.fence();
+        // The journal, records and inode table start zeroed: punched out of a file region (so
+        // a large store's table stays sparse and a whole-store pass skips it), else written.
+        let (from, to) = (sb.journal_block * BLOCK, sb.data_block * BLOCK);
+        if region.punch(from, to - from).is_err() {
+            let zero = vec![0u8; BLOCK as usize];
+            for b in sb.journal_block..sb.data_block {
+                pm.write(b * BLOCK, &zero);
+            }
+        }
+        // Root: a log page with its attributes, linked from slot 1.
+        let root_page = sb.data_block;
+        let t = now_ns();
+        let attr = Attr {
+            mode: S_IFDIR | 0o755,
+            uid: owner.uid,
+            gid: owner.gid,
+            nlink: 2,
+            size: 0,
+            atime: t,
+            mtime: t,
+            ctime: t,
+            parent: ROOT,
+        };
+        let e = Entry::Attr(attr).encode();
+        pm.write(root_page * BLOCK, &log_page_header(ROOT));
+        pm.write(root_page * BLOCK + LOG_ENTRIES_AT, &e);
+        let slot = sb.slot_offset(ROOT);
+        pm.store_u64(slot, root_page);
+        pm.store_u64(
+            slot + 8,
+            root_page * BLOCK + LOG_ENTRIES_AT + e.len() as u64,
+        );
+        pm.fence();
+        pm.write(BLOCK, &sb.encode());
+        pm.fence();
+        pm.write(0, &sb.encode());
+        pm.fence();
+        Store::mount(region, mover)
+    }
+
+    /// Mounts a formatted region: validates the superblock (falling back to its replica).
+    /// After a clean unmount it reads the free-space checkpoint and the inode table only, and
+    /// each inode's log on its first use. Otherwise it undoes an interrupted multi-inode
+    /// operation, rebuilds the DRAM indexes and free lists from every log, and frees inodes
+    /// that were unlinked while open. A damaged image is refused with the first problem found
+    /// (`switchyard fsck` lists them all); a damaged checkpoint only costs the full scan.
+    pub fn mount(region: Region, mover: Arc<Mover>) -> Result<Store, MountError> {
+        let pm = Pm::new(&region);
+        let path = region.path().display().to_string();
+        let corrupt = |problem| MountError::Corrupt {
+            path: path.clone(),
+            problem,
+        };
+        let (sb, used_replica) = superblock(pm.bytes(0, pm.len())).map_err(corrupt)?;
+        // A sparse store file's holes are free slots and free blocks: not read. A scan drops
+        // the pages it has read from the resident set as it goes (they stay in the page
+        // cache), so recovering a large store does not map all of it at once.
+        let release = || region.release_resident();
+        let present = Present::ranges(region.data_extents()).releasing(&release);
+        let mounted = match Self::clean_state(&pm, sb, used_replica, &present) {
+            Some(m) => m,
+            None => Self::scanned_state(&pm, &present).map_err(corrupt)?,
+        };
+        let Mounted {
+            mut sb,
+            used_replica,
+            alloc,
+            table,
+            free_inodes,
+            orphans,
+            quick,
+        } = mounted;
+        if used_replica {
+            pm.write(0, &sb.encode());
+            pm.fence();
+        }
+        // Every orderless write of the last mount is settled now (the scan cut the logs of
+        // those whose copies never completed), so the next generation starts.
+        sb.clean = false;
+        sb.checkpoint = 0;
+        sb.mount_count += 1;
+        let enc = sb.encode();
+        pm.write(0, &enc);
+        pm.fence();
+        pm.write(BLOCK, &enc);
+        pm.fence();
+        // This mount's engine numbers its batches afresh: start its records at zero.
+        pm.write(sb.completion_block * BLOCK, &[0u8; BLOCK as usize]);
+        pm.fence();
+        let channels = mover.engine().info().channels.min(RECORD_CHANNELS);
+        let records = (0..channels)
+            .map(|c| {
+                let line = pm.ptr(sb.completion_block * BLOCK + c as u64 * 64, 64);
+                // SAFETY: a 64-byte aligned line of the completion block, mapped while the
+                // store lives (the store waits for the engine before unmapping); the store
+                // writes it only through `clear_hole`, the engine through its records.
+                unsafe { DurableRecord::new(line) }
+            })
+            .collect();
+        let store = Store {
+            pm,
+            geo: sb,
+            sb: Mutex::new(sb),
+            mover,
+            records,
+            reserved: AtomicU64::new(
+                (sb.total_blocks - sb.data_block) * u64::from(DEFAULT_RESERVED_PERCENT) / 100,
+            ),
+            table,
+            free_inodes: Mutex::new(free_inodes),
+            alloc,
+            journal: Mutex::new(0),
+            rename: Mutex::new(()),
+            failed: Default::default(),
+            faults: Faults::default(),
+            quick,
+            region: Some(region),
+        };
+        for ino in orphans {
+            let mut g = store.table.entry(ino).0.write();
+            store.free_inode(&mut g).map_err(|_| {
+                corrupt(Corruption::Invalid(format!(
+                    "could not free orphan inode {ino}"
+                )))
+            })?;
+            drop(g);
+        }
+        Ok(store)
+    }
+
+    /// The state after a clean unmount, from its checkpoint and the inode table, or `None`
+    /// when the store was not unmounted cleanly or the checkpoint does not check out.
+    fn clean_state(
+        pm: &Pm,
+        sb: Superblock,
+        used_replica: bool,
+        present: &Present<'_>,
+    ) -> Option<Mounted> {
+        let journal = decode_journal(pm.bytes(sb.journal_block * BLOCK, BLOCK));
+        if !sb.clean || sb.checkpoint == 0 || !journal.is_empty() {
+            return None;
+        }
+        let page = |b: u64| pm.bytes(b * BLOCK, BLOCK);
+        let extents = read_checkpoint(&page, &sb).ok()?;
+        let head = |ino: u64| pm.load_u64(sb.slot_offset(ino));
+        if head(ROOT) == 0 {
+            return None;
+        }
+        let mut free = BlockMap::new(sb.total_blocks);
+        for (start, len) in extents {
+            free.set_range(start, len);
+        }
+        let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| !free.get(b));
+        // Slots in use: only the table pages the image holds can have any.
+        let per_page = BLOCK / crate::format::SLOT;
+        let in_use = (0..sb.inode_slots.div_ceil(per_page))
+            .filter(|&p| present.overlaps(sb.slot_offset(p * per_page), BLOCK))
+            .flat_map(|p| (p * per_page).max(ROOT)..((p + 1) * per_page).min(sb.inode_slots))
+            .filter(|&ino| head(ino) != 0);
+        Some(Mounted {
+            sb,
+            used_replica,
+            alloc,
+            // Every slot is read from media on first use (its log, if it has one).
+            table: Table::new(sb.inode_slots),
+            free_inodes: FreeInodes::new(ROOT + 1, sb.inode_slots, in_use),
+            orphans: Vec::new(),
+            quick: true,
+        })
+    }
+
+    /// The state rebuilt from every log, after undoing an interrupted transaction.
+    fn scanned_state(pm: &Pm, present: &Present<'_>) -> Result<Mounted, Corruption> {
+        let found: Scan = scan_present(pm.bytes(0, pm.len()), present)?;
+        if let Some(p) = found.problems.into_iter().next() {
+            return Err(p);
+        }
+        let sb = found.sb;
+        // Undo an interrupted transaction, then retire the journal.
+        if !found.undo.is_empty() {
+            for &(off, old) in found.undo.iter().rev() {
+                pm.store_u64(off, old);
+            }
+            pm.fence();
+            pm.store_u64(sb.journal_block * BLOCK, 0);
+            pm.fence();
+        }
+        // Logs whose last (orderless) write never completed end before it, durably, before the
+        // mount count moves on and makes every entry of this generation count.
+        if !found.cuts.is_empty() {
+            for &(off, tail) in &found.cuts {
+                pm.store_u64(off, tail);
+            }
+            pm.fence();
+        }
+        let used = found.used;
+        let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| used.get(b));
+        let free_inodes = FreeInodes::new(ROOT + 1, sb.inode_slots, found.inodes.keys().copied());
+        // The inodes the scan read are loaded; every other slot is free on media (read as
+        // such on first use).
+        let table = Table::new(sb.inode_slots);
+        for (ino, inode) in found.inodes {
+            let (slot, loaded) = table.entry(ino);
+            *slot.write() = Some(inode);
+            loaded.store(true, Ordering::Release);
+        }
+        Ok(Mounted {
+            sb,
+            used_replica: found.used_replica,
+            alloc,
+            table,
+            free_inodes,
+            orphans: found.orphans,
+            quick: false,
+        })
+    }
+
+    /// Whether this mount trusted a clean unmount's checkpoint instead of scanning every log.
+    pub fn mounted_quickly(&self) -> bool {
+        self.quick
+    }
+
+    /// Marks the superblock clean and unmaps the region.
+    pub fn unmount(self) -> Result<(), Errno> {
+        drop(self);
+        Ok(())
+    }
+
+    /// Unmounts cleanly (as [`Store::unmount`]) and hands the region back, still mapped, to
+    /// be mounted again.
+    pub fn into_region(mut self) -> Region {
+        if !self.failed.load(Ordering::Relaxed) {
+            self.mark_clean();
+        }
+        self.region
+            .take()
+            .expect("a mounted store holds its region")
+    }
+
+    /// Frees inodes unlinked while open (their handles end with the mount), writes the
+    /// free-space checkpoint, then marks the superblock clean with a pointer to it.
+    pub(super) fn mark_clean(&self) {
+        for (_, slot, loaded) in self.table.allocated() {
+            if loaded.load(Ordering::Acquire) {
+                let mut g = slot.write();
+                if let Some(i) = g.as_mut() {
+                    self.settle_inode(i);
+                }
+                if g.as_ref().is_some_and(|i| i.attr.nlink == 0) && self.free_inode(&mut g).is_err()
+                {
+                    return;
+                }
+            }
+        }
+        let checkpoint = self.write_checkpoint();
+        self.pm.fence();
+        let mut sb = self.sb.lock();
+        sb.clean = true;
+        sb.checkpoint = checkpoint;
+        let enc = sb.encode();
+        self.pm.write(0, &enc);
+        self.pm.fence();
+        self.pm.write(BLOCK, &enc);
+        self.pm.fence();
+    }
+
+    /// Writes the free extents into pages taken from the free space (and listed as free
+    /// themselves); returns the first page, or 0 if there is no room (the next mount scans).
+    fn write_checkpoint(&self) -> u64 {
+        let mut want = 1;
+        loop {
+            let Ok(got) = self.alloc.alloc(want as u64) else {
+                return 0;
+            };
+            let pages: Vec<u64> = got.iter().flat_map(|e| e.start..e.start + e.len).collect();
+            let mut listed: Vec<(u64, u64)> = self
+                .alloc
+                .free_extents()
+                .iter()
+                .map(|e| (e.start, e.len))
+                .chain(pages.iter().map(|&p| (p, 1)))
+                .collect();
+            listed.sort_unstable();
+            let mut merged: Vec<(u64, u64)> = Vec::with_capacity(listed.len());
+            for (s, l) in listed {
+                match merged.last_mut() {
+                    Some(last) if last.0 + last.1 == s => last.1 += l,
+                    _ => merged.push((s, l)),
+                }
+            }
+            let need = merged.len().div_ceil(CHECKPOINT_CAPACITY).max(1);
+            if need > pages.len() {
+                for e in got {
+                    self.alloc.free(e);
+                }
+                want = need + 1;
+                continue;
+            }
+            let mount_count = self.sb.lock().mount_count;
+            let chunks: Vec<&[(u64, u64)]> = if merged.is_empty() {
+                vec![&[]]
+            } else {
+                merged.chunks(CHECKPOINT_CAPACITY).collect()
+            };
+            for (i, chunk) in chunks.iter().enumerate() {
+                let next = pages.get(i + 1).filter(|_| i + 1 < chunks.len());
+                let b = encode_checkpoint_page(chunk, next.copied().unwrap_or(0), mount_count);
+                self.pm.write(pages[i] * BLOCK, &b);
+            }
+            return pages[0];
+        }
+    }
+}
