@@ -30,6 +30,51 @@ impl Inode {
     }
 }
 
+/// Whether `dir` may take a new entry `name` (of a directory if `is_dir`): it is a live
+/// directory, the name is free, and a directory's link count has room.
+fn check_new_name(dir: &Inode, name: &[u8], is_dir: bool) -> Result<(), Errno> {
+    let Content::Dir(d) = &dir.content else {
+        return Err(Errno::ENOTDIR);
+    };
+    if dir.attr.nlink == 0 {
+        return Err(Errno::ENOENT);
+    }
+    if d.contains_key(name) {
+        return Err(Errno::EEXIST);
+    }
+    if is_dir && dir.attr.nlink >= LINK_MAX {
+        return Err(Errno::EMLINK);
+    }
+    Ok(())
+}
+
+/// The attributes of an inode of `mode` made at `t` by `owner` in directory `parent`
+/// (attributes `pattr`). A set-group-ID directory gives its group to what is made in it,
+/// and its set-group-ID bit to directories made in it (BSD semantics, as Linux does).
+fn new_attr(pattr: &Attr, parent: u64, mode: u32, owner: Owner, what: Made<'_>, t: i64) -> Attr {
+    let is_dir = mode & S_IFMT == S_IFDIR;
+    let (gid, mode) = if pattr.mode & S_ISGID != 0 {
+        (pattr.gid, if is_dir { mode | S_ISGID } else { mode })
+    } else {
+        (owner.gid, mode)
+    };
+    Attr {
+        mode,
+        uid: owner.uid,
+        gid,
+        nlink: if is_dir { 2 } else { 1 },
+        size: 0,
+        atime: t,
+        mtime: t,
+        ctime: t,
+        parent: match what {
+            _ if is_dir => parent,
+            Made::Special { rdev } => rdev,
+            _ => 0,
+        },
+    }
+}
+
 impl Store {
     // ---- reading ------------------------------------------------------------------------
 
@@ -175,6 +220,9 @@ impl Store {
         self.make(parent, name, S_IFLNK | 0o777, owner, Made::Symlink(target))
     }
 
+    /// Makes an inode of `mode` named `name` in `parent`: checks the name is free, takes an
+    /// inode number and a first log page, writes what the inode holds (a symlink's target),
+    /// then appends both logs and commits them together ([`Store::publish_made`]).
     fn make(
         &self,
         parent: u64,
@@ -183,27 +231,12 @@ impl Store {
         owner: Owner,
         what: Made<'_>,
     ) -> Result<(u64, Attr), Errno> {
-        let link_target = match what {
-            Made::Symlink(t) => Some(t),
-            _ => None,
-        };
         self.check_writable()?;
         check_name(name)?;
         let mut pg = self.lock(parent)?;
         let dir = pg.as_mut().ok_or(Errno::ENOENT)?;
-        let Content::Dir(d) = &dir.content else {
-            return Err(Errno::ENOTDIR);
-        };
-        if dir.attr.nlink == 0 {
-            return Err(Errno::ENOENT);
-        }
-        if d.contains_key(name) {
-            return Err(Errno::EEXIST);
-        }
         let is_dir = mode & S_IFMT == S_IFDIR;
-        if is_dir && dir.attr.nlink >= LINK_MAX {
-            return Err(Errno::EMLINK);
-        }
+        check_new_name(dir, name, is_dir)?;
         let ino = self.free_inodes.lock().take().ok_or(Errno::ENOSPC)?;
         let give_back = |e| {
             self.free_inodes.lock().give(ino);
@@ -211,114 +244,120 @@ impl Store {
         };
         let page = self.alloc.alloc(1).map_err(give_back)?[0];
         let t = now_ns();
-        // A set-group-ID directory gives its group to what is made in it, and its
-        // set-group-ID bit to directories made in it (BSD semantics, as Linux does).
-        let (gid, mode) = if dir.attr.mode & S_ISGID != 0 {
-            (dir.attr.gid, if is_dir { mode | S_ISGID } else { mode })
-        } else {
-            (owner.gid, mode)
-        };
-        let attr = Attr {
-            mode,
-            uid: owner.uid,
-            gid,
-            nlink: if is_dir { 2 } else { 1 },
-            size: 0,
-            atime: t,
-            mtime: t,
-            ctime: t,
-            parent: match what {
-                _ if is_dir => parent,
-                Made::Special { rdev } => rdev,
-                _ => 0,
-            },
-        };
+        let attr = new_attr(&dir.attr, parent, mode, owner, what, t);
         let mut child = Inode::new(ino, attr);
         child.pages = vec![page.start];
         child.tail = page.start * BLOCK + LOG_ENTRIES_AT;
         self.pm.write(page.start * BLOCK, &log_page_header(ino));
         let mut child_entries = vec![Entry::Attr(attr)];
-        let mut data_extent = None;
-        if let Some(target) = link_target {
-            let n = (target.len() as u64).div_ceil(BLOCK);
-            let e = match self.alloc_data(n) {
+        let data = match what {
+            Made::Symlink(target) => match self.write_target(target, t, &mut child_entries) {
                 Ok(e) => e,
                 Err(err) => {
                     self.alloc.free(page);
                     return Err(give_back(err));
                 }
-            };
-            let mut pgoff = 0;
-            for x in &e {
-                let mut buf = vec![0u8; (x.len * BLOCK) as usize];
-                let from = (pgoff * BLOCK) as usize;
-                let take = buf.len().min(target.len() - from);
-                buf[..take].copy_from_slice(&target[from..from + take]);
-                self.pm.write(x.start * BLOCK, &buf);
-                child_entries.push(Entry::Write {
-                    pgoff,
-                    block: x.start,
-                    count: x.len,
-                    size: target.len() as u64,
-                    mtime: t,
-                    seq: None,
-                });
-                pgoff += x.len;
-            }
-            data_extent = Some(e);
-        }
-        let mut parent_entries = vec![Entry::DirAdd {
-            ino,
-            ftype: ftype(mode),
-            name: name.to_vec(),
-        }];
+            },
+            _ => Vec::new(),
+        };
         let mut pattr = dir.attr;
         pattr.mtime = t;
         pattr.ctime = t;
         if is_dir {
             pattr.nlink += 1;
         }
-        parent_entries.push(Entry::Attr(pattr));
+        let parent_entries = [
+            Entry::DirAdd {
+                ino,
+                ftype: ftype(attr.mode),
+                name: name.to_vec(),
+            },
+            Entry::Attr(pattr),
+        ];
+        let mut blocks = data;
+        blocks.push(page);
+        let attr = self
+            .publish_made(dir, child, &blocks, &child_entries, &parent_entries)
+            .map_err(give_back)?;
+        Ok((ino, attr))
+    }
+
+    /// Writes a symlink's `target` into new data blocks and adds the `Write` entries that map
+    /// them to `entries`; returns the blocks.
+    fn write_target(
+        &self,
+        target: &[u8],
+        t: i64,
+        entries: &mut Vec<Entry>,
+    ) -> Result<Vec<Extent>, Errno> {
+        let e = self.alloc_data((target.len() as u64).div_ceil(BLOCK))?;
+        let mut pgoff = 0;
+        for x in &e {
+            let mut buf = vec![0u8; (x.len * BLOCK) as usize];
+            let from = (pgoff * BLOCK) as usize;
+            let take = buf.len().min(target.len() - from);
+            buf[..take].copy_from_slice(&target[from..from + take]);
+            self.pm.write(x.start * BLOCK, &buf);
+            entries.push(Entry::Write {
+                pgoff,
+                block: x.start,
+                count: x.len,
+                size: target.len() as u64,
+                mtime: t,
+                seq: None,
+            });
+            pgoff += x.len;
+        }
+        Ok(e)
+    }
+
+    /// The commit of a make: appends `child_entries` to the new inode's log and
+    /// `parent_entries` to `dir`'s, then commits both tails, the new slot's head and its next
+    /// generation in one journal transaction (a handle to the slot's last inode never names
+    /// this one), and installs the inode. On failure nothing is visible and `blocks` (its log
+    /// page and data) are given back; the caller gives back the inode number.
+    fn publish_made(
+        &self,
+        dir: &mut Inode,
+        mut child: Inode,
+        blocks: &[Extent],
+        child_entries: &[Entry],
+        parent_entries: &[Entry],
+    ) -> Result<Attr, Errno> {
         let undo = |this: &Self| {
-            this.alloc.free(page);
-            for x in data_extent.iter().flatten() {
+            for x in blocks {
                 this.alloc.free(*x);
             }
         };
-        let ca = match self.append_log(&child, &child_entries) {
-            Ok(a) => a,
-            Err(e) => {
-                undo(self);
-                return Err(give_back(e));
-            }
-        };
-        let pa = match self.append_log(dir, &parent_entries) {
+        let ca = self
+            .append_log(&child, child_entries)
+            .inspect_err(|_| undo(self))?;
+        let pa = match self.append_log(dir, parent_entries) {
             Ok(a) => a,
             Err(e) => {
                 undo(self);
                 self.discard(ca);
-                return Err(give_back(e));
+                return Err(e);
             }
         };
-        let (cs, ps) = (self.slot_offset(ino), self.slot_offset(parent));
-        // The slot's next generation commits with the inode: a handle to the slot's last
-        // inode never names this one.
+        let (ino, head) = (child.ino, child.pages[0]);
+        let (cs, ps) = (self.slot_offset(ino), self.slot_offset(dir.ino));
         let generation = self.pm.load_u64(cs + SLOT_GENERATION_AT).wrapping_add(1);
         self.commit_words(&[
-            (cs, page.start),
+            (cs, head),
             (cs + 8, ca.tail),
             (cs + SLOT_GENERATION_AT, generation),
             (ps + 8, pa.tail),
         ]);
         let mut freed = Vec::new();
-        self.applied(&mut child, ca, &child_entries, &mut freed);
-        self.applied(dir, pa, &parent_entries, &mut freed);
+        self.applied(&mut child, ca, child_entries, &mut freed);
+        self.applied(dir, pa, parent_entries, &mut freed);
         let attr = child.attr;
         let (slot, loaded) = self.table.entry(ino);
         *slot.write() = Some(child);
         loaded.store(true, Ordering::Release);
         self.maybe_compact(dir);
-        Ok((ino, attr))
+        Ok(attr)
     }
 
     /// Removes the link `name` (not a directory) from `parent`; the inode goes when its last
