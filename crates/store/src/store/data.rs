@@ -133,25 +133,39 @@ impl Store {
             .checked_add(data.len() as u64)
             .filter(|&e| e <= MAX_FILE_SIZE)
             .ok_or(Errno::EFBIG)?;
-        let first = off / BLOCK;
-        let last = (end - 1) / BLOCK;
-        let extents = self.alloc_data(last - first + 1)?;
+        let extents = self.alloc_data((end - 1) / BLOCK - off / BLOCK + 1)?;
+        let (entries, parts) = self.fill_blocks(inode, off, data, order, &extents);
+        self.publish_write(inode, extents, &entries, parts)?;
+        Ok(data.len())
+    }
+
+    /// Fills `extents`, new blocks for the file's pages from `off / BLOCK` on, with `data` at
+    /// `off`: whole pages straight from `data` ([`Store::copy_run`]), edge pages assembled
+    /// from the old page (or zeros) and the new bytes. Returns the log entries that map the
+    /// blocks and the copies still in flight (asynchronous orders).
+    fn fill_blocks(
+        &self,
+        inode: &Inode,
+        off: u64,
+        data: &[u8],
+        order: Order,
+        extents: &[Extent],
+    ) -> (Vec<Entry>, Vec<Part>) {
         let Content::File(pages) = &inode.content else {
-            unreachable!("checked above");
+            unreachable!("the caller checked it is a file");
         };
+        let end = off + data.len() as u64;
         let old_size = inode.attr.size;
         // The commit's first fence drains these copies with the log entries.
         let hints = Hints {
             defer_fence: true,
             ..Hints::write()
         };
-        // Fill the new blocks: whole pages straight from `data`, edge pages assembled from
-        // the old page (or zeros) and the new bytes.
-        let mut pg = first;
+        let mut pg = off / BLOCK;
         let mut entries = Vec::with_capacity(extents.len() + 1);
         let mut parts = Vec::new();
         let mtime = now_ns();
-        for e in &extents {
+        for e in extents {
             let mut k = 0;
             let mut seq = None;
             while k < e.len {
@@ -168,48 +182,14 @@ impl Store {
                     }
                     let src = &data[(page_start - off) as usize..][..(run * BLOCK) as usize];
                     let dst = self.pm.ptr(block * BLOCK, run * BLOCK);
-                    if order == Order::Sync {
-                        // SAFETY: (1) `dst` is a run of blocks just allocated to us, referenced
-                        // by nothing durable yet; (2) `src` is a slice of `data`.
-                        unsafe { self.mover.copy_raw(dst, src.as_ptr(), src.len(), hints) };
-                    } else {
-                        let records: &[DurableRecord] = match order {
-                            Order::Orderless => &self.records,
-                            _ => &[],
-                        };
-                        // SAFETY: as above; the copy is waited for here, or settled before the
-                        // blocks are freed (level 2) and before the caller's buffer is released
-                        // (the asynchronous API keeps it until then).
-                        let t = unsafe {
-                            self.mover
-                                .submit_recorded(dst, src.as_ptr(), src.len(), hints, records)
-                        };
-                        match t.recorded() {
-                            Some((channel, position)) => {
-                                // The injected bug leaves the entry without its copy's name.
-                                if !self.faults.unrecorded_orderless.load(Ordering::Relaxed) {
-                                    seq = Some(Seq {
-                                        generation: self.geo.mount_count,
-                                        channel: channel as u32,
-                                        position,
-                                    });
-                                }
-                                parts.push(Part {
-                                    recorded: (channel, position),
-                                    copy: t.detach(),
-                                    expected_ns: switchyard_rt::expected_finish(
-                                        &self.mover,
-                                        Direction::ToSlow,
-                                        src.len(),
-                                    ),
-                                });
-                            }
-                            // Unrecorded: the entry may only commit once the copy is done.
-                            None => {
-                                t.wait();
-                            }
-                        }
+                    // SAFETY: `dst` is a run of blocks just allocated to this write, referenced
+                    // by nothing durable yet, `src.len()` bytes long; `src` outlives the copy
+                    // (the asynchronous API keeps the caller's buffer until it settles).
+                    let (s, part) = unsafe { self.copy_run(dst, src, order, hints) };
+                    if s.is_some() {
+                        seq = s;
                     }
+                    parts.extend(part);
                     k += run;
                     continue;
                 }
@@ -222,7 +202,8 @@ impl Store {
                 page[(lo - page_start) as usize..(hi - page_start) as usize]
                     .copy_from_slice(&data[(lo - off) as usize..(hi - off) as usize]);
                 let dst = self.pm.ptr(block * BLOCK, BLOCK);
-                // SAFETY: as above; `page` is a local buffer.
+                // SAFETY: `dst` is a block just allocated to this write, referenced by nothing
+                // durable yet; `page` is a local buffer.
                 unsafe { self.mover.copy_raw(dst, page.as_ptr(), page.len(), hints) };
                 k += 1;
             }
@@ -236,7 +217,71 @@ impl Store {
             });
             pg += e.len;
         }
-        let a = match self.append_log(inode, &entries) {
+        (entries, parts)
+    }
+
+    /// Copies one run of whole pages from `src` to `dst` on `order`'s path: synchronously,
+    /// or submitted to the engine, recorded in a durable completion record for an orderless
+    /// write. Returns the sequence the run's log entry names (an orderless copy's record) and
+    /// the copy still in flight, if any; an unrecorded asynchronous copy is waited for, as its
+    /// entry may only commit once it is done.
+    ///
+    /// # Safety
+    ///
+    /// `dst` is valid for writes of `src.len()` bytes that nothing else reads or writes until
+    /// the copy is done, and `src` stays valid until then: settled before the blocks are freed
+    /// (level 2) and before the caller's buffer is released.
+    unsafe fn copy_run(
+        &self,
+        dst: *mut u8,
+        src: &[u8],
+        order: Order,
+        hints: Hints,
+    ) -> (Option<Seq>, Option<Part>) {
+        if order == Order::Sync {
+            // SAFETY: forwarded from this function's contract.
+            unsafe { self.mover.copy_raw(dst, src.as_ptr(), src.len(), hints) };
+            return (None, None);
+        }
+        let records: &[DurableRecord] = match order {
+            Order::Orderless => &self.records,
+            _ => &[],
+        };
+        // SAFETY: forwarded from this function's contract.
+        let t = unsafe {
+            self.mover
+                .submit_recorded(dst, src.as_ptr(), src.len(), hints, records)
+        };
+        let Some((channel, position)) = t.recorded() else {
+            t.wait();
+            return (None, None);
+        };
+        // The injected bug leaves the entry without its copy's name.
+        let seq = (!self.faults.unrecorded_orderless.load(Ordering::Relaxed)).then_some(Seq {
+            generation: self.geo.mount_count,
+            channel: channel as u32,
+            position,
+        });
+        let part = Part {
+            recorded: (channel, position),
+            copy: t.detach(),
+            expected_ns: switchyard_rt::expected_finish(&self.mover, Direction::ToSlow, src.len()),
+        };
+        (seq, Some(part))
+    }
+
+    /// Publishes a filled write: appends `entries` to the log and commits them (the tail
+    /// store), retires the blocks they replace, and leaves copies in flight as the inode's
+    /// pending write (settled by whoever locks it next). If the log cannot take the entries,
+    /// nothing is visible: the copies are waited for and `extents` given back.
+    fn publish_write(
+        &self,
+        inode: &mut Inode,
+        extents: Vec<Extent>,
+        entries: &[Entry],
+        parts: Vec<Part>,
+    ) -> Result<(), Errno> {
+        let a = match self.append_log(inode, entries) {
             Ok(a) => a,
             Err(err) => {
                 for mut p in parts {
@@ -249,7 +294,7 @@ impl Store {
             }
         };
         let mut freed = Vec::new();
-        self.commit_one(inode, a, &entries, &mut freed);
+        self.commit_one(inode, a, entries, &mut freed);
         self.retire(inode, freed);
         if parts.is_empty() {
             self.maybe_compact(inode);
@@ -257,7 +302,7 @@ impl Store {
             let seqs = parts.iter().map(|p| p.recorded).collect();
             inode.pending = Some(Arc::new(PendingWrite::new(parts, seqs)));
         }
-        Ok(data.len())
+        Ok(())
     }
 
     /// Changes attributes; a size change truncates (freeing whole pages past the end and
