@@ -18,6 +18,7 @@
 //! mount options, request sizes, worker count and page-cache policy: the FUSE floor that
 //! `switchyard bench mount` compares the store's mount with.
 
+#![warn(missing_docs)]
 mod passthrough;
 mod store_fs;
 

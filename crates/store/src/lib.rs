@@ -12,6 +12,7 @@
 //! - [`recovery::scan`] and [`fsck`]: reading an image back and checking every invariant;
 //! - [`crash`]: the crash-state harness.
 
+#![warn(missing_docs)]
 pub mod aio;
 pub mod alloc;
 pub mod crash;
