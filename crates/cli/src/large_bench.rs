@@ -133,19 +133,15 @@ fn timed(args: &[&str]) -> anyhow::Result<(f64, u64, String)> {
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting switchyard {}", args.join(" ")))?;
+    // Both pipes are drained at once, so a child that fills one cannot stall on it.
+    let mut stderr = child.stderr.take().expect("piped");
+    let err = std::thread::spawn(move || {
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut err).map(|_| err)
+    });
     let mut out = String::new();
-    let mut err = String::new();
-    use std::io::Read;
-    child
-        .stdout
-        .take()
-        .expect("piped")
-        .read_to_string(&mut out)?;
-    child
-        .stderr
-        .take()
-        .expect("piped")
-        .read_to_string(&mut err)?;
+    std::io::Read::read_to_string(&mut child.stdout.take().expect("piped"), &mut out)?;
+    let err = err.join().expect("stderr reader")?;
     let pid = child.id() as libc::pid_t;
     let mut status = 0;
     // SAFETY: rusage is plain data the call fills.

@@ -92,8 +92,8 @@ pub struct Mover {
     pub(crate) persist: Persist,
     pub(crate) nt_threshold: AtomicUsize,
     pub(crate) shifted_min: AtomicUsize,
-    /// The profile in effect, if any, and how many were swapped in since the start.
-    pub(crate) profile: std::sync::Mutex<(Option<Arc<profile::Profile>>, u64)>,
+    /// The profile in effect, if any (the `profiles_swapped` counter counts swaps).
+    pub(crate) profile: std::sync::Mutex<Option<Arc<profile::Profile>>>,
     pub(crate) engine: Arc<dyn Engine>,
     /// C: engine requests in flight.
     pub(crate) inflight: CachePadded<AtomicUsize>,
@@ -161,7 +161,7 @@ impl Mover {
             persist,
             nt_threshold: AtomicUsize::new(persist.nt_threshold),
             shifted_min: AtomicUsize::new(persist.shifted_min),
-            profile: std::sync::Mutex::new((config.applied_profile.clone(), 0)),
+            profile: std::sync::Mutex::new(config.applied_profile.clone()),
             engine,
             inflight: CachePadded::new(AtomicUsize::new(0)),
             rr: CachePadded::new(AtomicUsize::new(0)),
@@ -211,9 +211,9 @@ impl Mover {
         }
     }
 
-    /// The profile in effect (`None`: the configuration's or built-in thresholds), and how
-    /// many profiles [`Mover::swap_profile`] put in effect since the mover started.
-    pub fn profile(&self) -> (Option<Arc<profile::Profile>>, u64) {
+    /// The profile in effect (`None`: the configuration's or built-in thresholds); the
+    /// `profiles_swapped` counter says how many [`Mover::swap_profile`] put in effect.
+    pub fn profile(&self) -> Option<Arc<profile::Profile>> {
         self.profile
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -259,8 +259,7 @@ impl Mover {
             .store(c.media.nt_threshold, Ordering::Relaxed);
         self.shifted_min
             .store(c.media.shifted_min, Ordering::Relaxed);
-        let mut p = self.profile.lock().unwrap_or_else(|e| e.into_inner());
-        *p = (Some(profile), p.1 + 1);
+        *self.profile.lock().unwrap_or_else(|e| e.into_inner()) = Some(profile);
         self.counters.add(counters::Counter::profiles_swapped, 1);
     }
 
