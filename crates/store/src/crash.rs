@@ -82,6 +82,11 @@ pub enum Op {
     WriteAsync(&'static str, u64, usize, u8),
     /// Append `len` bytes of `byte` through the asynchronous API.
     AppendAsync(&'static str, usize, u8),
+    /// Write `len` bytes of `byte` at `off` in two phases, filled as a remote client would:
+    /// stored into the reserved blocks unflushed (one-sided puts), then committed.
+    WritePrepared(&'static str, u64, usize, u8),
+    /// Prepare and fill a write of `len` bytes of `byte` at `off`, then drop it uncommitted.
+    WriteAbandoned(&'static str, u64, usize, u8),
 }
 
 /// Every operation kind over the harness's namespace (`/a`, `/b`, `/d/`, `/d/x`, `/e/`).
@@ -114,6 +119,8 @@ pub fn all_ops() -> Vec<Op> {
         Op::RemoveXattr("/a", "user.k"),
         Op::Fallocate("/a", 2000, 9000, Falloc::PunchHole),
         Op::Fallocate("/b", 0, 20000, Falloc::Allocate { keep_size: false }),
+        Op::WritePrepared("/a", 2000, 7000, 0xA4),
+        Op::WriteAbandoned("/a", 0, 9000, 0xA5),
         Op::Remount,
     ]
 }
@@ -134,7 +141,7 @@ pub fn async_ops() -> Vec<Op> {
     ]
 }
 
-fn apply(fs: Fs, op: &Op, mover: &Arc<Mover>) -> Fs {
+fn apply(fs: Fs, op: &Op, mover: &Arc<Mover>, opts: &Options) -> Fs {
     let rw = OpenFlags {
         write: true,
         ..OpenFlags::READ
@@ -213,6 +220,23 @@ fn apply(fs: Fs, op: &Op, mover: &Arc<Mover>) -> Fs {
         Op::Fallocate(p, off, len, mode) => fs
             .ino(p)
             .and_then(|ino| fs.store().fallocate(ino, off, len, mode)),
+        Op::WritePrepared(p, off, len, byte) => fs.ino(p).and_then(|ino| {
+            let store = fs.store();
+            let mut w = store.prepare_write(ino, off, len as u64)?;
+            // The injected bug: the commit takes the puts for the store's own flushed fill.
+            w.filled = opts.inject_unflushed_fill;
+            for t in w.targets() {
+                // A one-sided put: the bytes land in the reserved blocks, unflushed.
+                store
+                    .pm
+                    .write_unflushed(t.region_offset, &vec![byte; t.len as usize]);
+            }
+            store.commit_write(w).map(|_| ())
+        }),
+        Op::WriteAbandoned(p, off, len, byte) => fs.ino(p).and_then(|ino| {
+            let mut w = fs.store().prepare_write(ino, off, len as u64)?;
+            w.fill(&vec![byte; len])
+        }),
         Op::RemoveXattr(p, name) => fs
             .ino(p)
             .and_then(|ino| fs.store().removexattr(ino, name.as_bytes())),
@@ -358,6 +382,9 @@ pub struct Options {
     /// Inject orderless writes whose entries do not name their copy (recovery then cannot
     /// tell an unfinished one; [`run_async`] must report violations).
     pub inject_unrecorded_orderless: bool,
+    /// Inject a commit that does not flush a two-phase write's blocks filled by another
+    /// party ([`run`] must report violations).
+    pub inject_unflushed_fill: bool,
 }
 
 impl Default for Options {
@@ -371,6 +398,7 @@ impl Default for Options {
             inject_missing_flush: false,
             max_violations: 10,
             inject_unrecorded_orderless: false,
+            inject_unflushed_fill: false,
         }
     }
 }
@@ -481,7 +509,7 @@ pub fn run_workload(
     let mut states = vec![state(&fs).expect("state")];
     let mut bounds = Vec::new();
     for op in ops {
-        fs = apply(fs, op, mover);
+        fs = apply(fs, op, mover, opts);
         bounds.push(recorder.events().len());
         states.push(state(&fs).expect("state"));
     }

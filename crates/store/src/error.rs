@@ -52,6 +52,8 @@ impl Errno {
     pub const E2BIG: Errno = Errno(libc::E2BIG);
     /// Operation not supported (an extended attribute namespace or a mode the store lacks).
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
+    /// The file a handle named is gone.
+    pub const ESTALE: Errno = Errno(libc::ESTALE);
 
     /// The symbolic name, e.g. `"ENOENT"`.
     pub fn name(self) -> &'static str {

@@ -35,5 +35,5 @@ pub use error::{Corruption, Errno, MountError};
 pub use fallocate::Falloc;
 pub use format::Attr;
 pub use fs::{Fd, Fs, OpenFlags, Whence};
-pub use store::{DirEntry, Owner, SetAttr, StatFs, Store, MAX_FILE_SIZE};
+pub use store::{DirEntry, Owner, PreparedWrite, SetAttr, StatFs, Store, Target, MAX_FILE_SIZE};
 pub use xattr::XattrMode;

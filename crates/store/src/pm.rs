@@ -74,6 +74,12 @@ impl Pm {
         };
     }
 
+    /// Flushes `[off, off + len)` (no fence): makes stores another party made durable at the
+    /// next fence.
+    pub(crate) fn flush(&self, off: u64, len: u64) {
+        self.persist.flush(self.ptr(off, len), len as usize);
+    }
+
     /// Stores the 8-byte word at `off` atomically and flushes it (no fence).
     pub(crate) fn store_u64(&self, off: u64, v: u64) {
         assert!(off.is_multiple_of(8));

@@ -31,6 +31,28 @@ fn a_missing_flush_is_caught() {
     eprintln!("caught: {}", report.violations[0]);
 }
 
+/// Proof that two-phase writes are crash-tested: with the commit skipping the flush of blocks
+/// another party filled, the harness must find images whose file shows unwritten data.
+#[test]
+fn an_unflushed_two_phase_fill_is_caught() {
+    let opts = Options {
+        inject_unflushed_fill: true,
+        max_violations: 1,
+        ..Options::default()
+    };
+    let report = run(&opts, |_| {});
+    assert!(
+        !report.violations.is_empty(),
+        "the unflushed fill went unnoticed over {} images",
+        report.images
+    );
+    assert!(
+        report.violations[0].contains("WritePrepared"),
+        "{}",
+        report.violations[0]
+    );
+}
+
 /// Asynchronous writes: crash images between the metadata commit and the end of the engine's
 /// copy recover to the state before or after the write.
 #[test]

@@ -1,7 +1,8 @@
 //! The store: the `Store` type, its accessors and its parts, one module per responsibility:
 //! [`mount`] (format, mount, recovery's assembly, clean unmount), [`lock`] (inode locks and
 //! settling asynchronous writes), [`log`] (appending, applying and compacting logs),
-//! [`commit`] (the commit points, alone), [`data`] (reads and copy-on-write writes),
+//! [`commit`] (the commit points, alone), [`data`] (reads, truncate), [`write`] (the
+//! two-phase copy-on-write write),
 //! [`namespace`] (lookups, make, link, unlink), [`rename`] and [`lifetime`] (open handles,
 //! holds, freeing inodes).
 //!
@@ -24,10 +25,12 @@ mod log;
 mod mount;
 mod namespace;
 mod rename;
+mod write;
 
 pub(crate) use data::for_each_run;
 use lock::named;
 pub(crate) use log::Appended;
+pub use write::{PreparedWrite, Target};
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
