@@ -10,6 +10,7 @@
 //! (`pmem_memcpy_persist`, writes only — PMDK has no read path), and Switchyard's `cpu`,
 //! `engine` and `scheduled` policies over one shared engine.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
@@ -22,13 +23,20 @@ use switchyard_mover::lab::DramBuffer;
 use switchyard_mover::{Config, Direction, Hints, Mover, Policy};
 
 use crate::measure::{median, Setup};
-use crate::{cpu_time, pmdk::Pmdk, size, Common};
+use crate::{cpu_time, pmdk::Pmdk, size, MoverArgs};
 
 /// `bench copy` options.
 #[derive(Args)]
 pub struct CopyArgs {
     #[command(flatten)]
-    common: Common,
+    mover: MoverArgs,
+    /// Scratch region file the benchmark overwrites (created if missing); the counters of
+    /// the scheduled path are saved next to it (`switchyard stat --region`).
+    #[arg(long, default_value = "switchyard.region")]
+    region: PathBuf,
+    /// Use the region file even though other users may read or write it.
+    #[arg(long)]
+    allow_exposed_store: bool,
     /// Finish within 60 s: 6 sizes from 4K to 4M, 25 rounds of short slices per path.
     #[arg(long)]
     quick: bool,
@@ -268,7 +276,10 @@ fn percentile(sorted: &[u32], q: f64) -> f64 {
 
 /// Runs the benchmark.
 pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
-    let cfg = a.common.load_config()?;
+    let cfg = a.mover.load_config()?;
+    if a.allow_exposed_store {
+        crate::allow_exposed();
+    }
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -310,7 +321,7 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
         }
     };
     let persist = cfg.persist();
-    let region = Region::create(&a.common.region, region_size, persist)?;
+    let region = Region::create(&a.region, region_size, persist)?;
     let region_len = region.len().min(region_size as usize);
     let shift = usize::from(a.shift);
     // Page-aligned, so the span starts `shift` bytes past a page boundary.
@@ -369,7 +380,7 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
         .progress_chars("=> "),
     );
     if !a.json {
-        eprintln!("engine: {engine_name}; media: {media_name}; region {} ({}); DRAM side shifted {shift} B; {} rounds × ≥{} ms (8 ns per byte of request) per path and point", a.common.region.display(), size::show(region_len as u64), rounds, slice.as_millis());
+        eprintln!("engine: {engine_name}; media: {media_name}; region {} ({}); DRAM side shifted {shift} B; {} rounds × ≥{} ms (8 ns per byte of request) per path and point", a.region.display(), size::show(region_len as u64), rounds, slice.as_millis());
     }
     let mut records = Vec::new();
     for &(dir, sz, threads) in &points {
@@ -431,7 +442,7 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
         print_table(&records);
         summary.print();
     }
-    crate::stat::save(&a.common, "bench copy", &b.movers[2])?;
+    crate::stat::save(&crate::stats_path(&a.region), "bench copy", &b.movers[2])?;
     Ok(())
 }
 

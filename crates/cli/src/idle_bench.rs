@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use switchyard_mover::{Config, Hints, Mover, Policy};
 
-use crate::{cpu_time, Common};
+use crate::{cpu_time, MoverArgs};
 
 /// `bench idle` options.
 #[derive(Args)]
 pub struct IdleArgs {
     #[command(flatten)]
-    common: Common,
+    mover: MoverArgs,
     /// Length of the idle measurement, seconds.
     #[arg(long, default_value_t = 5.0)]
     seconds: f64,
@@ -22,7 +22,7 @@ pub struct IdleArgs {
 
 /// Runs the measurement.
 pub fn run(a: &IdleArgs) -> anyhow::Result<()> {
-    let mut cfg: Config = a.common.load_config()?;
+    let mut cfg: Config = a.mover.load_config()?;
     cfg.mover.policy = Policy::Engine;
     let m = Mover::start(&cfg)?;
     let src = vec![3u8; 1 << 20];

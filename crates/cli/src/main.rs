@@ -110,12 +110,9 @@ enum Bench {
     Idle(idle_bench::IdleArgs),
 }
 
-/// Options shared by commands that open a region and start the mover.
+/// The mover's options, for every command that moves data.
 #[derive(Args, Clone)]
-pub struct Common {
-    /// Region file (created if missing). The embedded default lives in the working directory.
-    #[arg(long, default_value = "switchyard.region")]
-    pub region: PathBuf,
+pub struct MoverArgs {
     /// Configuration file (TOML; every knob is documented in `switchyard-mover`'s config).
     #[arg(long)]
     pub config: Option<PathBuf>,
@@ -126,40 +123,37 @@ pub struct Common {
     /// Ignore any engine profile: the configuration's (or built-in) thresholds.
     #[arg(long, conflicts_with = "profile")]
     pub no_profile: bool,
-    /// Open a store or region file even though other users may read or write it (refused by
-    /// default: they could read every file stored in it, whatever its mode). Say so only for
-    /// a file shared on purpose; the command warns each time.
-    #[arg(long)]
-    pub allow_exposed_store: bool,
 }
 
-impl Common {
-    /// The configuration: the file if given, else the defaults. Every command that opens a
-    /// region loads it first, so this is also where `--allow-exposed-store` takes effect.
+impl MoverArgs {
+    /// The configuration: the file if given, else the defaults, with the engine profile.
     pub fn load_config(&self) -> anyhow::Result<Config> {
-        if self.allow_exposed_store {
-            static WARNED: std::sync::Once = std::sync::Once::new();
-            WARNED.call_once(|| {
-                eprintln!(
-                    "warning: --allow-exposed-store: store and region files that other users \
-                     can read or write are opened anyway"
-                )
-            });
-            switchyard_media::private::allow_exposed(true);
-        }
         config_with_profile(
             self.config.as_deref(),
             self.profile.as_deref(),
             self.no_profile,
         )
     }
+}
 
-    /// Where the counters of the last run are kept.
-    pub fn stats_path(&self) -> PathBuf {
-        let mut p = self.region.clone().into_os_string();
-        p.push(".stats.json");
-        PathBuf::from(p)
-    }
+/// Lets this process open store and region files that other users can read or write
+/// (`--allow-exposed-store`), warning once.
+pub fn allow_exposed() {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        eprintln!(
+            "warning: --allow-exposed-store: store and region files that other users can read \
+             or write are opened anyway"
+        )
+    });
+    switchyard_media::private::allow_exposed(true);
+}
+
+/// Where the counters of the last run on the store or region file `path` are kept.
+pub fn stats_path(path: &Path) -> PathBuf {
+    let mut p = path.to_owned().into_os_string();
+    p.push(".stats.json");
+    PathBuf::from(p)
 }
 
 /// The configuration file (or the defaults) with an engine profile applied: `profile` if

@@ -13,6 +13,9 @@ use switchyard_mover::Config;
 use crate::store_cmd::{self, MkfsArgs, StoreArgs};
 use crate::{size, tune_cmd};
 
+/// How often a mount saves its mover's counters for `switchyard stat`.
+const STATS_EVERY: Duration = Duration::from_secs(5);
+
 /// `mount` options.
 #[derive(Args)]
 pub struct MountArgs {
@@ -194,7 +197,7 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
         a.dir.display()
     );
     // Removed (if the tune still runs, from under it) when the mount ends.
-    let _scratch = tune.map(|t| start_background_tune(t, mover));
+    let _scratch = tune.map(|t| start_background_tune(t, mover.clone()));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || loop {
         let mut sig = 0;
@@ -204,7 +207,21 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
             break;
         }
     });
+    let stats = a.at.stats_path();
+    let mut saved = std::time::Instant::now();
+    let mut warned = false;
+    let mut save = |command: &str| {
+        if let Err(e) = crate::stat::save(&stats, command, &mover) {
+            if !std::mem::replace(&mut warned, true) {
+                eprintln!("counters not saved for `switchyard stat`: {e:#}");
+            }
+        }
+    };
     loop {
+        if saved.elapsed() >= STATS_EVERY {
+            save("mount");
+            saved = std::time::Instant::now();
+        }
         if let Ok(sig) = rx.recv_timeout(Duration::from_millis(100)) {
             eprintln!("signal {sig}: unmounting");
             // As umount(8) does: a busy mount (files open under it, a working directory in
@@ -218,6 +235,7 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
             }
         }
         if m.finished() {
+            save("mount");
             m.join().context("the mount ended")?;
             break;
         }
@@ -238,7 +256,7 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
             force: false,
         })?;
     }
-    let common = &a.at.common;
+    let common = &a.at.mover;
     let profile = common
         .profile
         .clone()

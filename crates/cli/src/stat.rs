@@ -1,7 +1,9 @@
 //! `switchyard stat`: detected primitives, configuration in effect, last run's counters.
 //!
-//! Commands that run the mover save its counters next to the region
-//! (`<region>.stats.json`); `stat` shows them with the split ratio and bandwidth estimates.
+//! Commands that run the mover on a store save its counters next to it
+//! (`<store>.stats.json`: `cp` when done, a mount every few seconds and when it ends), `bench
+//! copy` next to its scratch region; `stat` shows them with the split ratio and bandwidth
+//! estimates.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -10,13 +12,16 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use switchyard_mover::{Direction, Mover, Stats};
 
-use crate::Common;
+use std::path::{Path, PathBuf};
 
 /// `stat` options.
 #[derive(Args)]
 pub struct StatArgs {
     #[command(flatten)]
     at: crate::store_cmd::StoreArgs,
+    /// Show the counters `bench copy` saved for this scratch region instead of the store's.
+    #[arg(long)]
+    region: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
@@ -36,8 +41,8 @@ struct Saved {
     estimates_1m: Vec<(String, f64, f64, f64)>,
 }
 
-/// Saves `mover`'s counters for `stat`.
-pub fn save(common: &Common, command: &str, mover: &Mover) -> anyhow::Result<()> {
+/// Saves `mover`'s counters for `stat` in `path`.
+pub fn save(path: &Path, command: &str, mover: &Mover) -> anyhow::Result<()> {
     let s = mover.stats();
     let split_total = s.split_cpu_bytes + s.split_engine_bytes;
     let bw = mover.bandwidth();
@@ -67,9 +72,8 @@ pub fn save(common: &Common, command: &str, mover: &Mover) -> anyhow::Result<()>
             })
             .collect(),
     };
-    let path = common.stats_path();
     switchyard_media::private::write_private(
-        &path,
+        path,
         serde_json::to_string_pretty(&saved)?.as_bytes(),
     )
     .with_context(|| format!("write {}", path.display()))?;
@@ -78,10 +82,13 @@ pub fn save(common: &Common, command: &str, mover: &Mover) -> anyhow::Result<()>
 
 /// Runs `stat`.
 pub fn run(a: &StatArgs) -> anyhow::Result<()> {
-    let cfg = a.at.common.load_config()?;
+    let cfg = a.at.mover.load_config()?;
     cfg.validate()?;
     let p = cfg.persist();
-    let path = a.at.common.stats_path();
+    let path = match &a.region {
+        Some(r) => crate::stats_path(r),
+        None => a.at.stats_path(),
+    };
     let saved: Option<Saved> = match std::fs::read_to_string(&path) {
         Ok(t) => Some(
             serde_json::from_str(&t)
@@ -135,7 +142,8 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
     }
     match saved {
         None => println!(
-            "no counters yet ({} does not exist): run `switchyard bench copy` first",
+            "no counters yet ({} does not exist): they are saved by `cp`, a mount, and \
+             `bench copy` (see --region)",
             path.display()
         ),
         Some(s) => {

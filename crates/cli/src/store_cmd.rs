@@ -10,22 +10,27 @@ use switchyard_media::{Region, MIN_REGION};
 use switchyard_mover::{Config, Mover};
 use switchyard_store::{fsck, Fs, OpenFlags, Owner, Store};
 
-use crate::{size, Common};
+use crate::{size, MoverArgs};
 
-/// Where the store lives.
+/// Where the store lives: all that the commands that only read or check it take.
 #[derive(Args, Clone)]
-pub struct StoreArgs {
-    #[command(flatten)]
-    pub common: Common,
-    /// Store file. The embedded default lives in the working directory (apart from the
-    /// benchmark's scratch region, which `bench copy` overwrites).
+pub struct StorePath {
+    /// Store file. The embedded default lives in the working directory.
     #[arg(long, default_value = "switchyard.store")]
     pub store: PathBuf,
+    /// Open the store file even though other users may read or write it (refused by
+    /// default: they could read every file stored in it, whatever its mode). Say so only for
+    /// a file shared on purpose; the command warns each time.
+    #[arg(long)]
+    pub allow_exposed_store: bool,
 }
 
-impl StoreArgs {
-    /// Maps the existing store file with `cfg`'s persistence primitives.
-    fn region(&self, cfg: &Config) -> anyhow::Result<Region> {
+impl StorePath {
+    /// Maps the existing store file with `persist`'s primitives.
+    fn region(&self, persist: switchyard_media::Persist) -> anyhow::Result<Region> {
+        if self.allow_exposed_store {
+            crate::allow_exposed();
+        }
         if !self.store.exists() {
             bail!(
                 "no store at {}; create one with `switchyard mkfs --store {}`",
@@ -33,9 +38,47 @@ impl StoreArgs {
                 self.store.display()
             );
         }
-        Ok(Region::open(&self.store, MIN_REGION, cfg.persist())?)
+        Ok(Region::open(&self.store, MIN_REGION, persist)?)
     }
 
+    /// Opens the store with `cfg`'s mover: recovery runs if it was not unmounted cleanly.
+    fn open_with(&self, cfg: &Config) -> anyhow::Result<Store> {
+        Ok(Store::mount(
+            self.region(cfg.persist())?,
+            Arc::new(Mover::start(cfg)?),
+        )?)
+    }
+
+    /// Mounts the store in this process with the default mover (for commands that move
+    /// little data: listing, repair).
+    pub fn mount(&self) -> anyhow::Result<Fs> {
+        Ok(Fs::new(self.open_with(&Config::default())?))
+    }
+
+    /// Where the counters of the last run on this store are kept (`switchyard stat`).
+    pub fn stats_path(&self) -> PathBuf {
+        crate::stats_path(&self.store)
+    }
+}
+
+/// A store and the mover that moves its data.
+#[derive(Args, Clone)]
+pub struct StoreArgs {
+    #[command(flatten)]
+    pub path: StorePath,
+    #[command(flatten)]
+    pub mover: MoverArgs,
+}
+
+impl std::ops::Deref for StoreArgs {
+    type Target = StorePath;
+
+    fn deref(&self) -> &StorePath {
+        &self.path
+    }
+}
+
+impl StoreArgs {
     /// Mounts the store (in this process).
     pub fn mount(&self) -> anyhow::Result<Fs> {
         Ok(Fs::new(self.open()?))
@@ -43,11 +86,7 @@ impl StoreArgs {
 
     /// Opens the store: recovery runs if it was not unmounted cleanly.
     pub fn open(&self) -> anyhow::Result<Store> {
-        let cfg = self.common.load_config()?;
-        Ok(Store::mount(
-            self.region(&cfg)?,
-            Arc::new(Mover::start(&cfg)?),
-        )?)
+        self.path.open_with(&self.mover.load_config()?)
     }
 }
 
@@ -72,7 +111,10 @@ pub fn mkfs(a: &MkfsArgs) -> anyhow::Result<()> {
             a.at.store.display()
         );
     }
-    let cfg = a.at.common.load_config()?;
+    let cfg = a.at.mover.load_config()?;
+    if a.at.allow_exposed_store {
+        crate::allow_exposed();
+    }
     let region = Region::create(&a.at.store, a.size, cfg.persist())?;
     let store = Store::format(region, Arc::new(Mover::start(&cfg)?), Owner::current())?;
     let s = store.statfs();
@@ -105,7 +147,7 @@ fn holds_store(path: &Path) -> anyhow::Result<bool> {
 #[derive(Args)]
 pub struct FsckArgs {
     #[command(flatten)]
-    at: StoreArgs,
+    at: StorePath,
     /// Also perform the repairs a mount's recovery makes (undo an interrupted operation, free
     /// unlinked inodes). Refused when the store has real damage: that needs a person.
     #[arg(long)]
@@ -114,7 +156,7 @@ pub struct FsckArgs {
 
 /// Checks every invariant; exits non-zero on damage.
 pub fn fsck(a: &FsckArgs) -> anyhow::Result<()> {
-    let region = a.at.region(&a.at.common.load_config()?)?;
+    let region = a.at.region(switchyard_media::Persist::detect())?;
     let t0 = std::time::Instant::now();
     let release = || region.release_resident();
     let present =
@@ -168,7 +210,7 @@ pub fn fsck(a: &FsckArgs) -> anyhow::Result<()> {
 #[derive(Args)]
 pub struct LsArgs {
     #[command(flatten)]
-    at: StoreArgs,
+    at: StorePath,
     /// Directory (or file) inside the store.
     #[arg(default_value = "/")]
     path: String,
@@ -308,7 +350,7 @@ pub fn cp(a: &CpArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
     drop(writer);
     drop(reader);
-    crate::stat::save(&a.at.common, "cp", mounted.store().mover())?;
+    crate::stat::save(&a.at.stats_path(), "cp", mounted.store().mover())?;
     mounted.unmount()?;
     println!("copied {} from {} to {}", size::show(total), a.from, a.to);
     Ok(())
@@ -383,7 +425,7 @@ pub fn crashtest(a: &CrashArgs) -> anyhow::Result<()> {
 }
 
 /// One line of store usage for `stat`, or why there is none.
-pub fn usage(at: &StoreArgs) -> String {
+pub fn usage(at: &StorePath) -> String {
     match at.mount() {
         Ok(fs) => {
             let s = fs.statfs();

@@ -76,11 +76,36 @@ fn quick_copy_bench_runs_on_a_small_region_and_stat_shows_its_counters() {
     assert_eq!(setup["quick"], true);
     assert!(d.path().join("switchyard.region").exists());
     sy(d.path())
-        .arg("stat")
+        .args(["stat", "--region", "switchyard.region"])
         .assert()
         .success()
         .stdout(contains("cpu_requests"))
         .stdout(contains("flush"));
+}
+
+#[test]
+fn commands_offer_only_the_options_they_use() {
+    let d = tempfile::tempdir().unwrap();
+    let help = |cmd: &str| {
+        let out = sy(d.path()).args([cmd, "--help"]).output().unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    for cmd in ["fsck", "ls", "cp", "mkfs", "mount", "up", "stat"] {
+        let h = help(cmd);
+        assert!(h.contains("--store"), "{cmd}: {h}");
+        // The mover's scratch region belongs to `bench copy` (and `stat --region`) alone.
+        assert_eq!(h.contains("--region"), cmd == "stat", "{cmd}: {h}");
+    }
+    for cmd in ["fsck", "ls"] {
+        let h = help(cmd);
+        assert!(
+            !h.contains("--config") && !h.contains("--profile"),
+            "{cmd}: {h}"
+        );
+    }
+    for cmd in ["cp", "mkfs", "mount", "up", "stat"] {
+        assert!(help(cmd).contains("--profile"), "{cmd}");
+    }
 }
 
 #[test]

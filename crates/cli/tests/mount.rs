@@ -377,6 +377,20 @@ fn up_formats_once_mounts_at_once_and_swaps_in_the_full_tune() {
         said.find("mounted switchyard.store") < said.find("the full tune finished"),
         "the mount comes first: {said}"
     );
+    // The mount left its counters for `stat`, the swap among them.
+    let out = Command::new(bin())
+        .arg("stat")
+        .current_dir(work.path())
+        .output()
+        .unwrap();
+    let stat = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stat}");
+    let swapped = stat
+        .lines()
+        .find(|l| l.trim_start().starts_with("profiles_swapped"))
+        .unwrap_or_else(|| panic!("no swap counter: {stat}"));
+    assert!(stat.contains("`switchyard mount`"), "{stat}");
+    assert_eq!(swapped.split_whitespace().last(), Some("1"), "{stat}");
     let c = up();
     assert_eq!(
         std::fs::read(work.path().join("mnt/hello")).unwrap(),
@@ -410,6 +424,7 @@ fn up_formats_once_mounts_at_once_and_swaps_in_the_full_tune() {
             ("mnt".to_string(), 0o700),
             ("switchyard.profile.toml".into(), 0o600),
             ("switchyard.store".into(), 0o600),
+            ("switchyard.store.stats.json".into(), 0o600),
         ]
     );
 }
