@@ -52,6 +52,7 @@ counters! {
     fallback_queue_full: "Bulk requests sent to the CPU because the channel queue was full or suspended.",
     fallback_latency: "Latency-critical requests kept off a busy channel.",
     fallback_queue_depth: "Asynchronous reads copied by the CPU because every channel had 2 or more batches queued (EasyIO's read admission, Listing 2).",
+    no_engine_share: "Bulk synchronous requests the CPU copied whole because the split estimates gave the engine less than a page.",
     reclaimed: "Split engine shares the CPU took back because the engine had not started them.",
     partial_completions: "Engine completions that were partial (the mover finished the rest).",
     engine_errors: "Engine completions with an error (the mover redid the rest on the CPU).",

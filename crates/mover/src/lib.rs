@@ -35,7 +35,7 @@ use switchyard_media::Persist;
 pub use bandwidth::Bandwidth;
 pub use config::{Config, ConfigError, Policy};
 pub use counters::Stats;
-pub use decide::{Decision, Path};
+pub use decide::{Decision, Path, Reason};
 pub use hints::{Direction, Hints};
 pub use transfer::{Detached, Report, Transfer};
 
@@ -187,6 +187,15 @@ impl Mover {
     /// The live bandwidth estimates.
     pub fn bandwidth(&self) -> &Bandwidth {
         &self.bandwidth
+    }
+
+    /// When an engine copy of `len` bytes in `direction` submitted now should be done, in
+    /// [`switchyard_engine::clock`] nanoseconds, from the live estimates: start-up plus
+    /// transfer. What an executor sleeps until before it checks the copy.
+    pub fn expected_finish(&self, direction: Direction, len: usize) -> u64 {
+        let e = self.bandwidth.of(direction);
+        switchyard_engine::clock::now_ns()
+            + (e.startup_ns.get() + len as f64 / e.engine[bandwidth::bin(len)].get()) as u64
     }
 
     /// The engine thresholds in effect: the configured (or tuned) ones, as online adaptation

@@ -11,7 +11,7 @@ use crate::adapt::Arm;
 use crate::bandwidth::{bin, sample_cpu_copy, Bandwidth, MIN_SAMPLED};
 use crate::config::Policy;
 use crate::counters::Counter;
-use crate::decide::{Decision, Path};
+use crate::decide::{Decision, Path, Reason, SyncDecision};
 use crate::hints::{Direction, Hints};
 use crate::{plan, Mover};
 
@@ -89,32 +89,23 @@ impl Mover {
         len: usize,
         hints: Hints,
     ) -> Report {
-        if len < self.adapt.cpu_below(hints.direction) {
-            // The common small request: one line of scheduler state, the CPU path.
-            self.counters.add(Counter::below_threshold, 1);
+        let SyncDecision {
+            decision,
+            trial,
+            bulk,
+            early,
+        } = self.decide_sync(dst, src, len, &hints);
+        if early {
+            if decision.reason == Reason::BusyCores {
+                // SAFETY: forwarded from this function's contract.
+                return unsafe { self.copy_with_cores_busy(dst, src, len, &hints) };
+            }
+            // The common small request: the CPU path, nothing to time.
             self.counters.add(Counter::cpu_requests, 1);
             // SAFETY: forwarded from this function's contract.
             unsafe { self.cpu_copy(dst, src, len, &hints) };
             return Report::started(Path::Cpu, len);
         }
-        if self.policy == Policy::Auto
-            && self.cores_shared
-            && self.adapt.callers() > self.spare_cores
-        {
-            // SAFETY: forwarded from this function's contract.
-            return unsafe { self.copy_with_cores_busy(dst, src, len, &hints) };
-        }
-        let trial = self.trial(dst, src, len, &hints, true);
-        // Bulk callers are counted while they copy, so others see how busy the cores are; a
-        // request its trial sends to the CPU on account of its size is not one.
-        let bulk = self.cores_shared
-            && self.policy == Policy::Auto
-            && !trial.cpu(len)
-            && len >= self.adapt.min_threshold(hints.direction);
-        if bulk {
-            self.active_bulk.fetch_add(1, Ordering::Relaxed);
-        }
-        let decision = self.decide_after(dst, src, len, &hints, true, trial);
         // Requests in a band around their threshold are timed end to end for the band's A/B
         // trial: every one that went the unusual way, one in a few of the rest.
         let band = trial.band;
@@ -215,7 +206,6 @@ impl Mover {
         len: usize,
         hints: &Hints,
     ) -> Report {
-        self.counters.add(Counter::fallback_busy_cores, 1);
         self.counters.add(Counter::cpu_requests, 1);
         // SAFETY: forwarded from this function's contract.
         unsafe { self.cpu_copy_timed(dst, src, len, hints, false) };
@@ -260,22 +250,7 @@ impl Mover {
         hints: Hints,
         records: &[DurableRecord],
     ) -> Transfer<'_> {
-        let mut decision = self.decide(dst, src, len, &hints, false);
-        if let Path::Engine { channel } = decision.path {
-            if hints.direction == Direction::FromSlow && self.policy == Policy::Auto {
-                match self.admit_read(channel) {
-                    Some(c) => decision.path = Path::Engine { channel: c },
-                    None => {
-                        self.release(&decision);
-                        self.counters.add(Counter::fallback_queue_depth, 1);
-                        decision = Decision {
-                            path: Path::Cpu,
-                            head: decision.head,
-                        };
-                    }
-                }
-            }
-        }
+        let decision = self.decide(dst, src, len, &hints, false);
         let mut report = Report::started(decision.path, decision.head);
         // SAFETY: head < len, inside the caller's ranges.
         unsafe { self.cpu_copy(dst, src, decision.head, &hints) };
@@ -308,15 +283,6 @@ impl Mover {
             inflight,
             report,
         }
-    }
-
-    /// EasyIO's read admission: the first channel from `preferred` on with fewer than 2
-    /// batches queued.
-    fn admit_read(&self, preferred: usize) -> Option<usize> {
-        let n = self.engine_channels;
-        (0..n)
-            .map(|k| (preferred + k) % n)
-            .find(|&c| self.engine.queue_depth(c) < 2 && !self.engine.is_suspended(c))
     }
 
     /// The CPU path: the media kernels, under the slow-memory writer cap.
@@ -457,8 +423,7 @@ impl Mover {
                     std::thread::yield_now();
                 }
                 Err(_) => {
-                    self.release(&decision);
-                    self.counters.add(Counter::fallback_queue_full, 1);
+                    self.refused(&decision);
                     return None;
                 }
             }

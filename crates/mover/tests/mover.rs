@@ -8,7 +8,7 @@ use switchyard_mover::config::{Locality, Thresholds};
 use switchyard_mover::profile::{
     Bin, EngineId, Machine, Measured, Profile, Startup, Tuned, NEVER, PROFILE_VERSION,
 };
-use switchyard_mover::{Config, Direction, Hints, Mover, Path, Policy};
+use switchyard_mover::{Config, Direction, Hints, Mover, Path, Policy, Reason};
 
 fn mover(policy: Policy, faults: FaultPlan, tweak: impl FnOnce(&mut Config)) -> Mover {
     let mut cfg = Config::default();
@@ -184,6 +184,55 @@ fn decisions_follow_the_rules() {
         ),
         (1, 1, 1)
     );
+}
+
+#[test]
+fn every_decision_names_its_reason_and_counts_it() {
+    let m = mover(
+        Policy::Auto,
+        FaultPlan {
+            delay: std::time::Duration::from_millis(30),
+            ..FaultPlan::default()
+        },
+        |c| c.mover.concurrency_limit = 64,
+    );
+    let (buf, base) = aligned(8 << 20);
+    let p = buf[base..].as_ptr();
+    let at = |o: usize| p.wrapping_add(o);
+    let w = Hints::write();
+    let r = Hints::read();
+    let small = m.decide(at(0), at(4 << 20), 4096, &w, true);
+    assert_eq!(
+        (small.path, small.reason),
+        (Path::Cpu, Reason::BelowThreshold)
+    );
+    let odd = m.decide(at(3), at((4 << 20) + 5), 1 << 20, &w, true);
+    assert_eq!((odd.path, odd.reason), (Path::Cpu, Reason::MisalignedWrite));
+    let bulk = m.decide(at(0), at(4 << 20), 1 << 20, &r, true);
+    assert_eq!(bulk.reason, Reason::Offload, "{bulk:?}");
+    m.release(&bulk);
+    // Asynchronous reads queue on the slow engine until admission turns one away.
+    let n = 256 << 10;
+    let src = vec![7u8; n];
+    let mut dsts: Vec<Vec<u8>> = (0..16).map(|_| vec![0u8; n]).collect();
+    let mut held = Vec::new();
+    let mut turned_away = 0;
+    for d in dsts.iter_mut() {
+        // SAFETY: both buffers outlive the transfer, waited for below.
+        let t = unsafe { m.submit(d.as_mut_ptr(), src.as_ptr(), n, r) };
+        if t.probe().is_none() {
+            turned_away += 1;
+        }
+        held.push(t);
+    }
+    for t in held {
+        t.wait();
+    }
+    assert!(dsts.iter().all(|d| d == &src));
+    let st = m.stats();
+    assert!(turned_away > 0, "no read was turned away");
+    assert_eq!(st.fallback_queue_depth, turned_away);
+    assert_eq!((st.below_threshold, st.misaligned_writes), (1, 1));
 }
 
 #[test]

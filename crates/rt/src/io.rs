@@ -4,9 +4,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-use switchyard_engine::{clock, Probe};
-use switchyard_mover::bandwidth::bin;
-use switchyard_mover::{Direction, Hints, Mover, Report, Transfer};
+use switchyard_engine::Probe;
+use switchyard_mover::{Hints, Mover, Report, Transfer};
 
 use crate::executor;
 
@@ -31,7 +30,7 @@ pub unsafe fn copy<'m>(
     let transfer = unsafe { mover.submit(dst, src, len, hints) };
     // Not computed for copies the CPU already finished.
     let expected_ns = if transfer.probe().is_some() {
-        expected_finish(mover, hints.direction, len)
+        mover.expected_finish(hints.direction, len)
     } else {
         0
     };
@@ -67,13 +66,6 @@ impl Future for Copy<'_> {
         wake_when_finished(probe, expected_ns, cx.waker());
         Poll::Pending
     }
-}
-
-/// When an engine copy of `len` bytes submitted now should be done, in [`clock`] nanoseconds,
-/// from the mover's live estimates: start-up plus transfer.
-pub fn expected_finish(mover: &Mover, direction: Direction, len: usize) -> u64 {
-    let e = mover.bandwidth().of(direction);
-    clock::now_ns() + (e.startup_ns.get() + len as f64 / e.engine[bin(len)].get()) as u64
 }
 
 /// Arranges for `waker` to be woken once the batch behind `probe` has finished: by the

@@ -37,4 +37,4 @@ mod executor;
 mod io;
 
 pub use executor::{spawn, Executor, JoinHandle};
-pub use io::{copy, expected_finish, wake_when_finished, Copy};
+pub use io::{copy, wake_when_finished, Copy};

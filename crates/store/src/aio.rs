@@ -370,8 +370,7 @@ impl<'s> ReadFuture<'s> {
                 // waits for the copy before giving the buffer back or dropping it.
                 let t = unsafe { store.mover().submit(buf.add(done), src, len, hints) };
                 if t.probe().is_some() {
-                    let expected =
-                        switchyard_rt::expected_finish(store.mover(), hints.direction, len);
+                    let expected = store.mover().expected_finish(hints.direction, len);
                     parts.push((t.detach(), expected));
                 }
             }

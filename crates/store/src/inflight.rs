@@ -26,7 +26,7 @@ use switchyard_mover::Detached;
 pub(crate) struct Part {
     pub(crate) recorded: (usize, u64),
     pub(crate) copy: Detached,
-    /// When the copy should finish ([`switchyard_rt::expected_finish`]).
+    /// When the copy should finish ([`switchyard_mover::Mover::expected_finish`]).
     pub(crate) expected_ns: u64,
 }
 

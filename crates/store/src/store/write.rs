@@ -349,7 +349,7 @@ impl Store {
         let part = Part {
             recorded: (channel, position),
             copy: t.detach(),
-            expected_ns: switchyard_rt::expected_finish(&self.mover, Direction::ToSlow, src.len()),
+            expected_ns: self.mover.expected_finish(Direction::ToSlow, src.len()),
         };
         (seq, Some(part))
     }
