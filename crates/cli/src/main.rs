@@ -1,32 +1,16 @@
 //! `switchyard`: the command-line front end.
 
-mod aio_bench;
-mod apps_bench;
-mod copy_bench;
-mod cpu_time;
-mod decide_bench;
-mod fio;
-mod fs_bench;
-mod idle_bench;
-mod large_bench;
-mod measure;
-mod meta_bench;
-mod mix_bench;
-mod mount_bench;
 mod mount_cmd;
-mod pmdk;
-mod report;
-mod size;
 mod stat;
 mod store_cmd;
-mod tune_cmd;
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
-use switchyard_mover::Config;
+use clap::{Parser, Subcommand};
+use switchyard_bench::{
+    aio, apps, copy, decide, fs, idle, large, meta, mix, mount as mount_bench, report, tune,
+};
 
 /// Switchyard: a userspace storage stack for slow memory that moves data with the cheapest
 /// engine available (CPU, DMA engine or helper threads), chosen per request.
@@ -63,7 +47,7 @@ enum Command {
     Umount(mount_cmd::UmountArgs),
     /// Profile this machine's copy paths (CPU, engine, split; both directions; aligned and
     /// unaligned; 1..N threads) and write the engine profile every later command loads.
-    Tune(tune_cmd::TuneArgs),
+    Tune(tune::TuneArgs),
     /// Crash-state testing: crash images at every fence, recovered and checked against an
     /// oracle.
     Crashtest(store_cmd::CrashArgs),
@@ -77,104 +61,37 @@ enum Command {
 enum Bench {
     /// Latency of the store's asynchronous writes: orderless (metadata committed while the
     /// engine copies) against ordered (committed after the copy), every copy on the engine.
-    Aio(aio_bench::AioArgs),
+    Aio(aio::AioArgs),
     /// Applications on the store, synchronous against asynchronous on the same core (and
     /// asynchronous with an executor that does not help the engine): grep, snappy
     /// decompression, SHA-256, BFS and a fileserver; then FxMark's DWAL and DRBL
     /// throughput-latency curves.
-    Apps(apps_bench::AppsArgs),
+    Apps(apps::AppsArgs),
     /// Copy throughput, latency and CPU cost of glibc memcpy, PMDK, and Switchyard's cpu-only,
     /// engine-only and scheduled paths, over sizes, threads and both directions.
-    Copy(copy_bench::CopyArgs),
+    Copy(copy::CopyArgs),
     /// The file store's reads, writes and appends, 1..N threads, against fio's libpmem engine
     /// (the hardware ceiling) and psync on tmpfs, in one run; and mount times.
-    Fs(fs_bench::FsArgs),
+    Fs(fs::FsArgs),
     /// The same fio jobs on the store's FUSE mount, on a passthrough FUSE file system (FUSE's
     /// own cost) and on tmpfs, in one run.
     Mount(mount_bench::MountBenchArgs),
     /// Metadata operations per second (create, stat, open/close, rename, readdir, unlink),
     /// 1..N threads in private and shared directories: the store in process, through its
     /// mount, and tmpfs through system calls, in one run.
-    Meta(meta_bench::MetaBenchArgs),
+    Meta(meta::MetaBenchArgs),
     /// What mkfs, fsck, stat and a mount (clean and after a crash) cost on a 1 TiB sparse
     /// store file, empty and with a million files, each in its own process (time and peak
     /// memory), against the same files in a store just large enough for them.
-    Large(large_bench::LargeBenchArgs),
+    Large(large::LargeBenchArgs),
     /// Request-size mixes (Fastmove's bulk and mixed, and Table 1's TPC-C, fileserver and
     /// graph-walk mixes), reads and writes, 1..N threads, through cpu-only, engine-only,
     /// default and tuned scheduling; with --grid, the best static setting for comparison.
-    Mix(mix_bench::MixArgs),
+    Mix(mix::MixArgs),
     /// Cost of one scheduling decision (median over batches).
-    Decide(decide_bench::DecideArgs),
+    Decide(decide::DecideArgs),
     /// CPU used by an idle engine after a burst of work.
-    Idle(idle_bench::IdleArgs),
-}
-
-/// The mover's options, for every command that moves data.
-#[derive(Args, Clone)]
-pub struct MoverArgs {
-    /// Configuration file (TOML; every knob is documented in `switchyard-mover`'s config).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Engine profile from `switchyard tune` [default: ./switchyard.profile.toml, if it
-    /// exists]. A profile measured on another machine or engine is refused.
-    #[arg(long)]
-    pub profile: Option<PathBuf>,
-    /// Ignore any engine profile: the configuration's (or built-in) thresholds.
-    #[arg(long, conflicts_with = "profile")]
-    pub no_profile: bool,
-}
-
-impl MoverArgs {
-    /// The configuration: the file if given, else the defaults, with the engine profile.
-    pub fn load_config(&self) -> anyhow::Result<Config> {
-        config_with_profile(
-            self.config.as_deref(),
-            self.profile.as_deref(),
-            self.no_profile,
-        )
-    }
-}
-
-/// Lets this process open store and region files that other users can read or write
-/// (`--allow-exposed-store`), warning once.
-pub fn allow_exposed() {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| {
-        eprintln!(
-            "warning: --allow-exposed-store: store and region files that other users can read \
-             or write are opened anyway"
-        )
-    });
-    switchyard_media::private::allow_exposed(true);
-}
-
-/// Where the counters of the last run on the store or region file `path` are kept.
-pub fn stats_path(path: &Path) -> PathBuf {
-    let mut p = path.to_owned().into_os_string();
-    p.push(".stats.json");
-    PathBuf::from(p)
-}
-
-/// The configuration file (or the defaults) with an engine profile applied: `profile` if
-/// given, else ./switchyard.profile.toml if it exists and the configuration names none; none
-/// with `no_profile`.
-pub fn config_with_profile(
-    config: Option<&Path>,
-    profile: Option<&Path>,
-    no_profile: bool,
-) -> anyhow::Result<Config> {
-    let cfg = match config {
-        Some(p) => Config::load(p)?,
-        None => Config::default(),
-    };
-    let default = PathBuf::from(tune_cmd::DEFAULT_PROFILE);
-    Ok(match profile {
-        _ if no_profile => cfg,
-        Some(p) => cfg.with_profile(p)?,
-        None if cfg.applied_profile.is_none() && default.exists() => cfg.with_profile(&default)?,
-        None => cfg,
-    })
+    Idle(idle::IdleArgs),
 }
 
 fn main() -> ExitCode {
@@ -183,22 +100,22 @@ fn main() -> ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let r = match cli.command {
-        Command::Bench(Bench::Aio(a)) => aio_bench::run(&a),
-        Command::Bench(Bench::Apps(a)) => apps_bench::run(&a),
-        Command::Bench(Bench::Copy(a)) => copy_bench::run(&a),
-        Command::Bench(Bench::Fs(a)) => fs_bench::run(&a),
+        Command::Bench(Bench::Aio(a)) => aio::run(&a),
+        Command::Bench(Bench::Apps(a)) => apps::run(&a),
+        Command::Bench(Bench::Copy(a)) => copy::run(&a),
+        Command::Bench(Bench::Fs(a)) => fs::run(&a),
         Command::Bench(Bench::Mount(a)) => mount_bench::run(&a),
-        Command::Bench(Bench::Meta(a)) => meta_bench::run(&a),
-        Command::Bench(Bench::Large(a)) => large_bench::run(&a),
-        Command::Bench(Bench::Mix(a)) => mix_bench::run(&a),
-        Command::Bench(Bench::Decide(a)) => decide_bench::run(&a),
-        Command::Bench(Bench::Idle(a)) => idle_bench::run(&a),
+        Command::Bench(Bench::Meta(a)) => meta::run(&a),
+        Command::Bench(Bench::Large(a)) => large::run(&a),
+        Command::Bench(Bench::Mix(a)) => mix::run(&a),
+        Command::Bench(Bench::Decide(a)) => decide::run(&a),
+        Command::Bench(Bench::Idle(a)) => idle::run(&a),
         Command::Stat(a) => stat::run(&a),
         Command::Mkfs(a) => store_cmd::mkfs(&a),
         Command::Fsck(a) => store_cmd::fsck(&a),
         Command::Ls(a) => store_cmd::ls(&a),
         Command::Cp(a) => store_cmd::cp(&a),
-        Command::Tune(a) => tune_cmd::run(&a),
+        Command::Tune(a) => tune::run(&a),
         Command::Crashtest(a) => store_cmd::crashtest(&a),
         Command::Report(a) => report::run(&a),
         Command::Up(a) => mount_cmd::up(&a),

@@ -11,7 +11,8 @@ use clap::Args;
 use switchyard_mover::Config;
 
 use crate::store_cmd::{self, MkfsArgs, StoreArgs};
-use crate::{size, tune_cmd};
+use switchyard_bench::tune;
+use switchyard_options::size;
 
 /// How often a mount saves its mover's counters for `switchyard stat`.
 const STATS_EVERY: Duration = Duration::from_secs(5);
@@ -134,12 +135,12 @@ fn start_background_tune(
     std::thread::spawn(move || {
         lower_priority();
         let t0 = std::time::Instant::now();
-        let tuned = tune_cmd::tune_on(&config, &path, &out, false, &mut |_, _, _| {});
+        let tuned = tune::tune_on(&config, &path, &out, false, &mut |_, _, _| {});
         // The scratch region is done with (the mount's end would remove it too).
         let _ = std::fs::remove_file(&path);
         match tuned {
             Ok((p, _, _)) => {
-                let said = tune_cmd::describe(&p);
+                let said = tune::describe(&p);
                 mover.swap_profile(std::sync::Arc::new(p), &config);
                 println!(
                     "engine profile: the full tune finished in {:.1} s and is in effect in this \
@@ -211,7 +212,7 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
     let mut saved = std::time::Instant::now();
     let mut warned = false;
     let mut save = |command: &str| {
-        if let Err(e) = crate::stat::save(&stats, command, &mover) {
+        if let Err(e) = switchyard_options::counters::save(&stats, command, &mover) {
             if !std::mem::replace(&mut warned, true) {
                 eprintln!("counters not saved for `switchyard stat`: {e:#}");
             }
@@ -260,7 +261,7 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
     let profile = common
         .profile
         .clone()
-        .unwrap_or_else(|| PathBuf::from(tune_cmd::DEFAULT_PROFILE));
+        .unwrap_or_else(|| PathBuf::from(switchyard_options::DEFAULT_PROFILE));
     let mut background = None;
     if common.no_profile {
         println!("engine profile: ignored (--no-profile); the mover uses its built-in thresholds");
@@ -271,7 +272,7 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
         println!(
             "engine profile: {}, {}",
             profile.display(),
-            tune_cmd::describe(p)
+            tune::describe(p)
         );
     } else {
         let cfg = match &common.config {
@@ -292,7 +293,7 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
         );
         background = Some(BackgroundTune {
             config: cfg,
-            scratch: tune_cmd::scratch_in(dir)?,
+            scratch: tune::scratch_in(dir)?,
             out: profile.clone(),
         });
     }

@@ -5,14 +5,11 @@
 //! copy` next to its scratch region; `stat` shows them with the split ratio and bandwidth
 //! estimates.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use serde::{Deserialize, Serialize};
-use switchyard_mover::{Direction, Mover, Stats};
-
-use std::path::{Path, PathBuf};
+use switchyard_options::counters::Saved;
 
 /// `stat` options.
 #[derive(Args)]
@@ -27,66 +24,13 @@ pub struct StatArgs {
     json: bool,
 }
 
-#[derive(Serialize, Deserialize)]
-struct Saved {
-    command: String,
-    unix_time: u64,
-    engine: String,
-    flush: String,
-    simd: String,
-    counters: Stats,
-    /// Engine share of split requests' bytes.
-    split_ratio: Option<f64>,
-    /// (direction, B_C GiB/s, B_D GiB/s, engine start-up µs) for the 1 MiB bin.
-    estimates_1m: Vec<(String, f64, f64, f64)>,
-}
-
-/// Saves `mover`'s counters for `stat` in `path`.
-pub fn save(path: &Path, command: &str, mover: &Mover) -> anyhow::Result<()> {
-    let s = mover.stats();
-    let split_total = s.split_cpu_bytes + s.split_engine_bytes;
-    let bw = mover.bandwidth();
-    let b = switchyard_mover::bandwidth::bin(1 << 20);
-    let gib = (1u64 << 30) as f64 / 1e9;
-    let saved = Saved {
-        command: command.into(),
-        unix_time: SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0),
-        engine: mover.engine().info().name.into(),
-        flush: mover.persist().flush.name().into(),
-        simd: mover.persist().simd.name().into(),
-        split_ratio: (split_total > 0).then(|| s.split_engine_bytes as f64 / split_total as f64),
-        counters: s,
-        estimates_1m: Direction::ALL
-            .iter()
-            .map(|d| {
-                let e = bw.of(*d);
-                (
-                    d.name().to_string(),
-                    e.cpu[b].get() / gib,
-                    e.engine[b].get() / gib,
-                    e.startup_ns.get() / 1e3,
-                )
-            })
-            .collect(),
-    };
-    switchyard_media::private::write_private(
-        path,
-        serde_json::to_string_pretty(&saved)?.as_bytes(),
-    )
-    .with_context(|| format!("write {}", path.display()))?;
-    Ok(())
-}
-
 /// Runs `stat`.
 pub fn run(a: &StatArgs) -> anyhow::Result<()> {
     let cfg = a.at.mover.load_config()?;
     cfg.validate()?;
     let p = cfg.persist();
     let path = match &a.region {
-        Some(r) => crate::stats_path(r),
+        Some(r) => switchyard_options::counters::path(r),
         None => a.at.stats_path(),
     };
     let saved: Option<Saved> = match std::fs::read_to_string(&path) {
@@ -126,7 +70,7 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
         Some(prof) => println!(
             "engine profile: {}, {}",
             cfg.mover.profile,
-            crate::tune_cmd::describe(prof)
+            switchyard_bench::tune::describe(prof)
         ),
         None => println!(
             "engine profile: none (built-in thresholds; `switchyard tune` measures this machine)"

@@ -10,7 +10,7 @@ use switchyard_media::{Region, MIN_REGION};
 use switchyard_mover::{Config, Mover};
 use switchyard_store::{fsck, Fs, OpenFlags, Owner, Store};
 
-use crate::{size, MoverArgs};
+use switchyard_options::{size, MoverArgs};
 
 /// Where the store lives: all that the commands that only read or check it take.
 #[derive(Args, Clone)]
@@ -29,7 +29,7 @@ impl StorePath {
     /// Maps the existing store file with `persist`'s primitives.
     fn region(&self, persist: switchyard_media::Persist) -> anyhow::Result<Region> {
         if self.allow_exposed_store {
-            crate::allow_exposed();
+            switchyard_options::allow_exposed();
         }
         if !self.store.exists() {
             bail!(
@@ -57,7 +57,7 @@ impl StorePath {
 
     /// Where the counters of the last run on this store are kept (`switchyard stat`).
     pub fn stats_path(&self) -> PathBuf {
-        crate::stats_path(&self.store)
+        switchyard_options::counters::path(&self.store)
     }
 }
 
@@ -113,7 +113,7 @@ pub fn mkfs(a: &MkfsArgs) -> anyhow::Result<()> {
     }
     let cfg = a.at.mover.load_config()?;
     if a.at.allow_exposed_store {
-        crate::allow_exposed();
+        switchyard_options::allow_exposed();
     }
     let region = Region::create(&a.at.store, a.size, cfg.persist())?;
     let store = Store::format(region, Arc::new(Mover::start(&cfg)?), Owner::current())?;
@@ -350,7 +350,7 @@ pub fn cp(a: &CpArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
     drop(writer);
     drop(reader);
-    crate::stat::save(&a.at.stats_path(), "cp", mounted.store().mover())?;
+    switchyard_options::counters::save(&a.at.stats_path(), "cp", mounted.store().mover())?;
     mounted.unmount()?;
     println!("copied {} from {} to {}", size::show(total), a.from, a.to);
     Ok(())

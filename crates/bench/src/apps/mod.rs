@@ -37,7 +37,7 @@ use switchyard_store::{Fs, Owner, Store};
 use self::fxmark::{FxMark, Workload};
 use self::harness::{App, Mode, Run};
 use crate::measure::{emit, scratch_dir, Setup};
-use crate::size;
+use switchyard_options::size;
 
 /// The applications.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -261,7 +261,7 @@ impl AppStore {
 }
 
 fn load_config(a: &AppsArgs) -> anyhow::Result<Config> {
-    crate::config_with_profile(a.config.as_deref(), a.profile.as_deref(), a.no_profile)
+    switchyard_options::config_with_profile(a.config.as_deref(), a.profile.as_deref(), a.no_profile)
 }
 
 /// Runs the benchmark.

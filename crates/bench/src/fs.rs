@@ -31,7 +31,7 @@ use switchyard_store::{Fd, Fs, OpenFlags, Owner, Store};
 
 use crate::fio;
 use crate::measure::{emit, median, scratch_dir, Measured, Rounds};
-use crate::size;
+use switchyard_options::size;
 
 /// `bench fs` options.
 #[derive(Args)]

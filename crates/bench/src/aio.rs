@@ -22,7 +22,7 @@ use switchyard_rt::Executor;
 use switchyard_store::{Fs, OpenFlags, Owner, Store, WriteOrder};
 
 use crate::measure::{emit, scratch_dir, Setup};
-use crate::size;
+use switchyard_options::size;
 
 /// `bench aio` options.
 #[derive(Args)]

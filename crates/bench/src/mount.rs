@@ -34,7 +34,7 @@ use switchyard_store::{Owner, Store};
 
 use crate::fio;
 use crate::measure::{emit, scratch_dir, Measured, Rounds};
-use crate::size;
+use switchyard_options::size;
 
 /// `bench mount` options.
 #[derive(Args)]

@@ -23,7 +23,8 @@ use switchyard_mover::lab::DramBuffer;
 use switchyard_mover::{Config, Direction, Hints, Mover, Policy};
 
 use crate::measure::{median, Setup};
-use crate::{cpu_time, pmdk::Pmdk, size, MoverArgs};
+use crate::{cpu_time, pmdk::Pmdk};
+use switchyard_options::{size, MoverArgs};
 
 /// `bench copy` options.
 #[derive(Args)]
@@ -278,7 +279,7 @@ fn percentile(sorted: &[u32], q: f64) -> f64 {
 pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
     let cfg = a.mover.load_config()?;
     if a.allow_exposed_store {
-        crate::allow_exposed();
+        switchyard_options::allow_exposed();
     }
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -442,7 +443,11 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
         print_table(&records);
         summary.print();
     }
-    crate::stat::save(&crate::stats_path(&a.region), "bench copy", &b.movers[2])?;
+    switchyard_options::counters::save(
+        &switchyard_options::counters::path(&a.region),
+        "bench copy",
+        &b.movers[2],
+    )?;
     Ok(())
 }
 

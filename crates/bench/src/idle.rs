@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use switchyard_mover::{Config, Hints, Mover, Policy};
 
-use crate::{cpu_time, MoverArgs};
+use crate::cpu_time;
+use switchyard_options::MoverArgs;
 
 /// `bench idle` options.
 #[derive(Args)]

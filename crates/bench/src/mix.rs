@@ -45,7 +45,7 @@ use switchyard_mover::profile::NEVER;
 use switchyard_mover::{Config, Direction, Mover, Policy};
 
 use crate::measure::{emit, median, scratch_dir, Measured, Rounds, Setup};
-use crate::{cpu_time, tune_cmd};
+use crate::{cpu_time, tune};
 
 /// `bench mix` options.
 #[derive(Args)]
@@ -277,13 +277,13 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
     let profile_path = a
         .profile
         .clone()
-        .unwrap_or_else(|| PathBuf::from(tune_cmd::DEFAULT_PROFILE));
+        .unwrap_or_else(|| PathBuf::from(tune::DEFAULT_PROFILE));
     if !profile_path.exists() {
         eprintln!(
             "no engine profile at {}: tuning first (`switchyard tune --quick`)",
             profile_path.display()
         );
-        tune_cmd::tune_to(&base, &dir, &profile_path, true)?;
+        tune::tune_to(&base, &dir, &profile_path, true)?;
     }
     let tuned_cfg = base.clone().with_profile(&profile_path)?;
     let profile = tuned_cfg
@@ -460,7 +460,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
             (s.threshold_raised, s.threshold_lowered, s.split_nudges)
         },
         thresholds_in_effect: policies.movers[3].thresholds(),
-        profile: tune_cmd::describe(&profile),
+        profile: tune::describe(&profile),
         setup: Setup::now(&base, &region, a.quick),
     };
     emit(a.json, &records, &summary, print_table)
@@ -628,7 +628,7 @@ fn print_table(records: &[Record], s: &Summary) {
     println!(
         "adaptation over the run: thresholds raised {up}, lowered {down}, split estimates moved in \
          {nudges} epochs; in effect at the end: writes {}, reads {}",
-        tune_cmd::threshold(t.to_slow.local_aligned),
-        tune_cmd::threshold(t.from_slow.local_aligned)
+        tune::threshold(t.to_slow.local_aligned),
+        tune::threshold(t.from_slow.local_aligned)
     );
 }

@@ -526,7 +526,7 @@ fn print_table(records: &[Record], s: &Summary) {
         println!(
             "{:>8} files ({} stored): mount after a clean unmount {:.3} s, after a crash {:.3} s",
             p.files,
-            crate::size::show(p.stored_bytes),
+            switchyard_options::size::show(p.stored_bytes),
             p.clean_mount_s,
             p.recovery_s
         );

@@ -29,7 +29,7 @@ use switchyard_mover::{Config, Mover};
 use switchyard_store::{Fs, Store};
 
 use crate::measure::emit;
-use crate::meta_bench::{crash_image, populate};
+use crate::meta::{crash_image, populate};
 
 /// `bench large` options.
 #[derive(Args)]
@@ -39,7 +39,7 @@ pub struct LargeBenchArgs {
     #[arg(long)]
     dir: Option<PathBuf>,
     /// Capacity of the large store (K, M, G and T suffixes).
-    #[arg(long, default_value = "1T", value_parser = crate::size::parse)]
+    #[arg(long, default_value = "1T", value_parser = switchyard_options::size::parse)]
     capacity: u64,
     /// Files in the populated stores (default 1,000,000; 100,000 with --quick).
     #[arg(long)]
@@ -182,7 +182,7 @@ pub fn run(a: &LargeBenchArgs) -> anyhow::Result<()> {
     for (name, capacity) in [("baseline", baseline), ("large", a.capacity)] {
         eprintln!(
             "{name} store: {} with {files} files",
-            crate::size::show(capacity)
+            switchyard_options::size::show(capacity)
         );
         let path = work.path().join(format!("{name}.store"));
         let crashed = work.path().join(format!("{name}.crashed"));
@@ -282,13 +282,13 @@ fn print_table(records: &[Record], s: &Summary) {
         "{} files (empty, 1,000 per directory) in {}; baseline {}, large {}; each command its own process (time includes its start; RSS is its peak)",
         s.files,
         s.dir,
-        crate::size::show(cap("baseline")),
-        crate::size::show(cap("large"))
+        switchyard_options::size::show(cap("baseline")),
+        switchyard_options::size::show(cap("large"))
     );
     for ((n, t), (_, b)) in s.populate_s.iter().zip(&s.stored_bytes) {
         println!(
             "{n}: files made in process in {t:.1} s, {} of the store used",
-            crate::size::show(*b)
+            switchyard_options::size::show(*b)
         );
     }
 }

@@ -10,7 +10,7 @@ use std::time::Instant;
 use clap::Args;
 use switchyard_mover::{Hints, Mover};
 
-use crate::MoverArgs;
+use switchyard_options::MoverArgs;
 
 /// `bench decide` options.
 #[derive(Args)]
@@ -80,7 +80,7 @@ pub fn run(a: &DecideArgs) -> anyhow::Result<()> {
     for (len, h, ns) in &per_kind {
         println!(
             "  {:>9} {:<9} → {:<40} {:>6.1} ns",
-            crate::size::show(*len as u64),
+            switchyard_options::size::show(*len as u64),
             h.direction.name(),
             sample(*len, h),
             ns

@@ -12,7 +12,7 @@ use switchyard_mover::tune::{self, Effort, Measurements};
 use switchyard_mover::Config;
 
 use crate::measure::Media;
-use crate::size;
+use switchyard_options::size;
 
 /// Where the profile lives unless told otherwise: the working directory, next to the store.
 pub const DEFAULT_PROFILE: &str = "switchyard.profile.toml";

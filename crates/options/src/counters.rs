@@ -1,0 +1,76 @@
+//! The counters file: commands that run the mover save its counters next to the store or
+//! region they ran on (`<file>.stats.json`), and `switchyard stat` shows the last run's.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+use switchyard_mover::{Direction, Mover, Stats};
+
+/// Where the counters of the last run on the store or region file `file` are kept.
+pub fn path(file: &Path) -> PathBuf {
+    let mut p = file.to_owned().into_os_string();
+    p.push(".stats.json");
+    PathBuf::from(p)
+}
+
+/// The counters of one run as saved: what `switchyard stat` shows.
+#[derive(Serialize, Deserialize)]
+pub struct Saved {
+    /// The command that ran (`mount`, `cp`, `bench copy`).
+    pub command: String,
+    /// When it saved them, in seconds since the epoch.
+    pub unix_time: u64,
+    /// The engine's name.
+    pub engine: String,
+    /// The flush instruction in use.
+    pub flush: String,
+    /// The SIMD kernels in use.
+    pub simd: String,
+    /// The mover's counters.
+    pub counters: Stats,
+    /// Engine share of split requests' bytes.
+    pub split_ratio: Option<f64>,
+    /// (direction, B_C GiB/s, B_D GiB/s, engine start-up µs) for the 1 MiB bin.
+    pub estimates_1m: Vec<(String, f64, f64, f64)>,
+}
+
+/// Saves `mover`'s counters for `stat` in `path` (owner-only, as every file Switchyard makes).
+pub fn save(path: &Path, command: &str, mover: &Mover) -> anyhow::Result<()> {
+    let s = mover.stats();
+    let split_total = s.split_cpu_bytes + s.split_engine_bytes;
+    let bw = mover.bandwidth();
+    let b = switchyard_mover::bandwidth::bin(1 << 20);
+    let gib = (1u64 << 30) as f64 / 1e9;
+    let saved = Saved {
+        command: command.into(),
+        unix_time: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        engine: mover.engine().info().name.into(),
+        flush: mover.persist().flush.name().into(),
+        simd: mover.persist().simd.name().into(),
+        split_ratio: (split_total > 0).then(|| s.split_engine_bytes as f64 / split_total as f64),
+        counters: s,
+        estimates_1m: Direction::ALL
+            .iter()
+            .map(|d| {
+                let e = bw.of(*d);
+                (
+                    d.name().to_string(),
+                    e.cpu[b].get() / gib,
+                    e.engine[b].get() / gib,
+                    e.startup_ns.get() / 1e3,
+                )
+            })
+            .collect(),
+    };
+    switchyard_media::private::write_private(
+        path,
+        serde_json::to_string_pretty(&saved)?.as_bytes(),
+    )
+    .with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
