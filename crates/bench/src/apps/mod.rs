@@ -2,7 +2,7 @@
 //! over files in the store twice per round — synchronously (blocking calls, one thread on the
 //! application core) and asynchronously (tasks on a `switchyard_rt` executor on the same
 //! core) — with the engine's worker on the other core. The application code is the same in
-//! both modes ([`harness`]); only how it reaches the store differs.
+//! both modes (`harness`); only how it reaches the store differs.
 //!
 //! Applications: grep-like regex scan, snappy decompression into new files, SHA-256 of files,
 //! BFS over graphs read from files, and Filebench's fileserver flow. Per application and mode:
