@@ -13,11 +13,11 @@
 //!
 //! **Shifted copies.** A temporal copy whose source and destination differ in address mod 32
 //! (a read into a user buffer at an arbitrary offset, say) does not go to `memcpy` once it is
-//! [`Persist::shifted_min`] bytes or longer: glibc copies from 2 KiB up with `rep movsb`, and
-//! on the AMD EPYC (Zen 4) we measured, `rep movsb` between shifted buffers runs at 3.4–11 GB/s
-//! where a loop of unaligned loads and aligned stores runs at 12–15 GB/s (1.1–4×; 8 B shifts
-//! are the worst). Buffers in the same phase, or 32 bytes apart, keep `memcpy`, which is 5–10%
-//! faster than the loop there. `switchyard bench copy --shift 8` measures both in one run.
+//! [`Persist::shifted_min`] bytes or longer: glibc copies from 2 KiB up with `rep movsb`, which
+//! between shifted buffers runs well behind a loop of unaligned loads and aligned stores on
+//! the machines measured (8 B shifts are the worst). Buffers in the same phase, or 32 bytes
+//! apart, keep `memcpy`, which is faster than the loop there. `switchyard bench copy --shift 8`
+//! measures both in one run; `docs/scheduler.md` ("Copy kernels") has the figures.
 
 use crate::persist::{Persist, CACHE_LINE};
 use crate::trace;

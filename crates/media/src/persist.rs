@@ -109,8 +109,7 @@ pub struct Persist {
 pub const DEFAULT_NT_THRESHOLD: usize = 1024;
 
 /// Default [`Persist::shifted_min`]: from 1 KiB up the loop beat glibc's `memcpy` between
-/// shifted buffers at every shift we measured (1.1× at 1 KiB, up to 4× from 2 KiB, where glibc
-/// switches to `rep movsb`).
+/// shifted buffers at every shift measured (figures in `docs/scheduler.md`, "Copy kernels").
 pub const DEFAULT_SHIFTED_MIN: usize = 1024;
 
 impl Persist {

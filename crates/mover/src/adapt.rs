@@ -24,9 +24,9 @@
 //! a helper thread spinning on the caller's sibling core, other callers, a slower memory
 //! phase — cancels. (A model fed with per-path bandwidth estimates compared live samples taken
 //! under such conditions with a profile measured without them, and moved the thresholds on
-//! the difference: on a 2-core VM the CPU copies that ran while the engine's worker spun after
-//! a split measured 15–25% slower than profiled, and the read threshold moved a bin, which cost
-//! a 128 KiB read mix 15–27% against the profile held fixed.) Without a profile the configured
+//! the difference, and moved the read threshold a bin to the cost of a 128 KiB read mix
+//! against the profile held fixed; `docs/scheduler.md` tells it with its figures.) Without a
+//! profile the configured
 //! thresholds are the user's choice and stay; the split estimates still adapt.
 //!
 //! **Bands go where the traffic is.** A threshold far above every request (a "never" from a

@@ -14,9 +14,9 @@ use crate::hints::Direction;
 pub const MIN_SAMPLED: usize = 16 << 10;
 /// CPU copies at least this large (bulk) are sampled one in [`SAMPLE_BULK_EVERY`] per thread; smaller
 /// ones (down to [`MIN_SAMPLED`]) one in [`SAMPLE_EVERY`], so that two clock reads and a store
-/// to a shared line do not tax every request (measured: up to 5% at 16 KiB with two threads
-/// sampling every request; at one in 16 still about 1% against the CPU-only policy in
-/// `bench mix`). That still gives hundreds of samples per adaptation epoch.
+/// to a shared line do not tax every request (sampling every request cost two threads
+/// measurably at 16 KiB; `docs/scheduler.md` has the figures). That still gives hundreds of
+/// samples per adaptation epoch.
 pub const BULK_SAMPLED: usize = 256 << 10;
 /// Sampling period of CPU copies between [`MIN_SAMPLED`] and [`BULK_SAMPLED`].
 pub const SAMPLE_EVERY: u32 = 64;

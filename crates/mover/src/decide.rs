@@ -140,8 +140,7 @@ impl Mover {
     ///
     /// Order of checks (each cheap; the common small request returns after the first two, and
     /// a synchronous one below every threshold in effect never gets here: [`Mover::copy_raw`]
-    /// sends it to the CPU after reading one cache line, which measured 3.5% of throughput
-    /// at 16–28 KiB reads against policy `cpu` when it went through all of this):
+    /// sends it to the CPU after reading one cache line, see [`Mover::decide_sync`]):
     /// 1. policy `cpu` → CPU; policy `engine` → engine on the next channel;
     /// 2. below the threshold for (direction, locality, alignment) → CPU, and at or above it
     ///    on to the checks below; while thresholds adapt, one in [`crate::adapt::EXPLORE`]
@@ -166,9 +165,8 @@ impl Mover {
     ///    batches queued, or to the CPU when there is none (EasyIO's admission);
     /// 8. synchronous copies to or from slow memory at or above `split_min_bytes` → split in
     ///    proportion to the bandwidths in effect (§5.3; see [`crate::adapt`]). Fastmove splits
-    ///    reads only; measured here with a spare core, splitting durable writes too gains
-    ///    1.01–1.09× cpu-only on `bench mix`'s write mixes (two cores write 1.5× one core's
-    ///    bandwidth). Otherwise → engine.
+    ///    reads only; with a spare core, splitting durable writes pays too (two cores write
+    ///    more than one; `docs/scheduler.md` has the figures). Otherwise → engine.
     ///
     /// After the decision, only the engine can still send a request to the CPU, by refusing
     /// its batch ([`Reason::QueueFull`]).
@@ -193,8 +191,8 @@ impl Mover {
 
     /// The decision for a synchronous copy, with the two checks that let most requests skip
     /// the rest: a request below every threshold of its direction goes to the CPU after
-    /// reading one line of scheduler state (through all of [`Mover::decide`], 16–28 KiB reads
-    /// measured 3.5% slower than policy `cpu`); and while the last epoch saw callers on every
+    /// reading one line of scheduler state (through all of [`Mover::decide`], small reads ran
+    /// measurably behind policy `cpu`); and while the last epoch saw callers on every
     /// core a helper-thread engine does not use, every request goes to the CPU untimed and
     /// unexplored. A bulk request is counted in `active_bulk` before the rest of the decision
     /// (so that it sees itself), until its execution ends.

@@ -50,8 +50,10 @@
 //!   8 Punch     8 pgoff u64, count u64: pages pgoff..pgoff+count become holes (24 bytes, v4)
 //!
 //! completion records block: 64 lines of 64 B, line c = engine channel c's durable completion
-//!   record (switchyard_engine::durable): 0 seq u64, 8 holes [u64; 6]. Written by the engine's
-//!   worker, not the store; zeroed by every mount once recovery has used them.
+//!   record (switchyard_engine::durable): 0 seq u64 = position + 1 of the latest finished batch
+//!   that named it, 8 holes [u64; 6] = position + 1 of finished batches whose data is
+//!   incomplete. Written by the engine's worker, not the store; zeroed by every mount once
+//!   recovery has used them.
 //! ```
 //!
 //! Orderless writes: a WriteSeq entry is committed while its data is still being copied by
