@@ -140,7 +140,7 @@ impl Mover {
     ///
     /// Order of checks (each cheap; the common small request returns after the first two, and
     /// a synchronous one below every threshold in effect never gets here: [`Mover::copy_raw`]
-    /// sends it to the CPU after reading one cache line, see [`Mover::decide_sync`]):
+    /// sends it to the CPU after reading one cache line, as `decide_sync` does):
     /// 1. policy `cpu` → CPU; policy `engine` → engine on the next channel;
     /// 2. below the threshold for (direction, locality, alignment) → CPU, and at or above it
     ///    on to the checks below; while thresholds adapt, one in [`crate::adapt::EXPLORE`]
