@@ -335,6 +335,14 @@ impl Mover {
         {
             return self.cpu(Reason::BusyCores);
         }
+        self.claim_engine(len - head, head, hints, sync)
+    }
+
+    /// The last checks of a request bound for the engine (`body` bytes after a CPU-copied
+    /// `head`): an in-flight slot under M, the channel (a latency-critical request avoids a
+    /// busy one; an asynchronous read needs one with room), and engine or split.
+    #[inline]
+    fn claim_engine(&self, body: usize, head: usize, hints: &Hints, sync: bool) -> Decision {
         if self.inflight.fetch_add(1, Ordering::AcqRel)
             >= self.concurrency_limit.load(Ordering::Relaxed)
             && sync
@@ -361,7 +369,6 @@ impl Mover {
             head,
             reason: Reason::Offload,
         };
-        let body = len - head;
         if sync
             && self.split
             && hints.direction != Direction::Dram

@@ -145,40 +145,9 @@ impl Mover {
                     }
                 }
             }
-            Path::Split { engine_bytes, .. } => {
-                self.counters.add(Counter::split_requests, 1);
-                self.counters
-                    .add(Counter::split_engine_bytes, engine_bytes as u64);
-                // SAFETY: engine part [0, engine_bytes) and CPU part [engine_bytes, body) are
-                // disjoint pieces of the caller's ranges; we wait for the engine part below.
-                let started =
-                    unsafe { self.start_engine(d, s, engine_bytes, hints, decision, &[]) };
-                let cpu_from = if started.is_some() { engine_bytes } else { 0 };
-                let t = Instant::now();
-                // SAFETY: disjoint from the engine part, inside the caller's ranges.
-                unsafe { self.cpu_copy(d.add(cpu_from), s.add(cpu_from), body - cpu_from, &hints) };
-                self.sample_cpu(
-                    &self.split_bandwidth,
-                    hints.direction,
-                    body - engine_bytes,
-                    t,
-                );
-                report.cpu_bytes += body - cpu_from;
-                self.counters
-                    .add(Counter::split_cpu_bytes, (body - engine_bytes) as u64);
-                if let Some(f) = started {
-                    if f.ticket.try_cancel() {
-                        // The engine had not started its share: do it here rather than wait.
-                        self.counters.add(Counter::reclaimed, 1);
-                        self.release(&f.decision);
-                        // SAFETY: the cancelled batch will never touch the buffers (completion
-                        // rule 2), so the engine part is ours again.
-                        unsafe { self.cpu_copy(d, s, engine_bytes, &hints) };
-                        report.cpu_bytes += engine_bytes;
-                    } else {
-                        self.finish(f, &mut report);
-                    }
-                }
+            Path::Split { .. } => {
+                // SAFETY: forwarded from this function's contract.
+                unsafe { self.copy_split(d, s, body, decision, &hints, &mut report) }
             }
         }
         if let (Some(b), Some(t)) = (band, began) {
@@ -189,6 +158,58 @@ impl Mover {
             self.active_bulk.fetch_sub(1, Ordering::Relaxed);
         }
         report
+    }
+
+    /// Carries out a split decision: the engine copies its share of the `body` first while
+    /// the CPU copies the rest; an engine share not yet started when the CPU is done is taken
+    /// back and copied here rather than waited for.
+    ///
+    /// # Safety
+    /// As [`Mover::copy_raw`] for `body` bytes at `d` and `s`.
+    unsafe fn copy_split(
+        &self,
+        d: *mut u8,
+        s: *const u8,
+        body: usize,
+        decision: Decision,
+        hints: &Hints,
+        report: &mut Report,
+    ) {
+        let Path::Split { engine_bytes, .. } = decision.path else {
+            unreachable!("only split decisions are carried out as splits");
+        };
+        self.counters.add(Counter::split_requests, 1);
+        self.counters
+            .add(Counter::split_engine_bytes, engine_bytes as u64);
+        // SAFETY: engine part [0, engine_bytes) and CPU part [engine_bytes, body) are
+        // disjoint pieces of the caller's ranges; we wait for the engine part below.
+        let started = unsafe { self.start_engine(d, s, engine_bytes, *hints, decision, &[]) };
+        let cpu_from = if started.is_some() { engine_bytes } else { 0 };
+        let t = Instant::now();
+        // SAFETY: disjoint from the engine part, inside the caller's ranges.
+        unsafe { self.cpu_copy(d.add(cpu_from), s.add(cpu_from), body - cpu_from, hints) };
+        self.sample_cpu(
+            &self.split_bandwidth,
+            hints.direction,
+            body - engine_bytes,
+            t,
+        );
+        report.cpu_bytes += body - cpu_from;
+        self.counters
+            .add(Counter::split_cpu_bytes, (body - engine_bytes) as u64);
+        if let Some(f) = started {
+            if f.ticket.try_cancel() {
+                // The engine had not started its share: do it here rather than wait.
+                self.counters.add(Counter::reclaimed, 1);
+                self.release(&f.decision);
+                // SAFETY: the cancelled batch will never touch the buffers (completion
+                // rule 2), so the engine part is ours again.
+                unsafe { self.cpu_copy(d, s, engine_bytes, hints) };
+                report.cpu_bytes += engine_bytes;
+            } else {
+                self.finish(f, report);
+            }
+        }
     }
 
     /// The last epoch saw callers on every core a helper-thread engine does not use, so the
