@@ -400,7 +400,7 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
     let mount = switchyard_fuse::mount(
         format("mount.region")?,
         &mnt,
-        switchyard_fuse::default_workers(),
+        &cfg.fuse,
         switchyard_fuse::Access::Owner,
     )
     .with_context(|| format!("mounting on {}", mnt.display()))?;

@@ -128,7 +128,11 @@ pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
     let secs = a.seconds.unwrap_or(if a.quick { 1.0 } else { 2.0 });
     let file_size = a.file_size.unwrap_or(256 << 20);
     let jobs = a.jobs.unwrap_or(1);
-    let workers = a.workers.unwrap_or_else(switchyard_fuse::default_workers);
+    let fuse_cfg = switchyard_fuse::FuseConfig {
+        workers: a.workers.unwrap_or(0),
+        ..Default::default()
+    };
+    let workers = fuse_cfg.effective_workers();
     if jobs == 0 || workers == 0 || secs <= 0.0 {
         bail!("--jobs, --workers and --seconds must be positive");
     }
@@ -171,9 +175,9 @@ pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
     let region = Region::create(&region_path, region_len, cfg.persist())?;
     let store = Store::format(region, mover, Owner::current())?;
     let store_mount =
-        switchyard_fuse::mount(store, &mnt_store, workers, switchyard_fuse::Access::Owner)
+        switchyard_fuse::mount(store, &mnt_store, &fuse_cfg, switchyard_fuse::Access::Owner)
             .with_context(|| format!("mounting the store on {}", mnt_store.display()))?;
-    let pass_mount = switchyard_fuse::mount_passthrough(backing, &mnt_pass, workers)
+    let pass_mount = switchyard_fuse::mount_passthrough(backing, &mnt_pass, &fuse_cfg)
         .with_context(|| format!("mounting the passthrough on {}", mnt_pass.display()))?;
     let dirs = [mnt_store.as_path(), mnt_pass.as_path(), tmpfs.as_path()];
 

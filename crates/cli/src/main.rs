@@ -1,5 +1,6 @@
 //! `switchyard`: the command-line front end.
 
+mod config_cmd;
 mod mount_cmd;
 mod stat;
 mod store_cmd;
@@ -26,6 +27,9 @@ enum Command {
     /// Measure the data-movement paths.
     #[command(subcommand)]
     Bench(Bench),
+    /// Print the configuration in effect as commented TOML: every key, what it does, and
+    /// whether its value is the default, the configuration file's or the engine profile's.
+    Config(config_cmd::ConfigArgs),
     /// Show the detected media primitives, the configuration in effect and the counters of the
     /// last run.
     Stat(stat::StatArgs),
@@ -111,6 +115,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Decide(a)) => decide::run(&a),
         Command::Bench(Bench::Idle(a)) => idle::run(&a),
         Command::Stat(a) => stat::run(&a),
+        Command::Config(a) => config_cmd::run(&a),
         Command::Mkfs(a) => store_cmd::mkfs(&a),
         Command::Fsck(a) => store_cmd::fsck(&a),
         Command::Ls(a) => store_cmd::ls(&a),

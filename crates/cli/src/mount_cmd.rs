@@ -24,7 +24,8 @@ pub struct MountArgs {
     at: StoreArgs,
     /// Empty directory to mount the store on.
     dir: PathBuf,
-    /// Request worker threads (default: the number of cores, at least 2).
+    /// Request worker threads [default: the configuration's `fuse.workers`; 0 there is
+    /// one per core, at least 2].
     #[arg(long)]
     workers: Option<usize>,
     /// Let every user of this machine use the mount (FUSE's `allow_other`), each with the
@@ -36,10 +37,9 @@ pub struct MountArgs {
     /// Share of the store, in percent, that only root and the user who mounted may fill
     /// with data (as ext4's reserved blocks), so other users of an --allow-other mount
     /// cannot make the owner's writes fail. `df` shows it as the gap between free and
-    /// available space.
-    #[arg(long, default_value_t = switchyard_store::reserve::DEFAULT_RESERVED_PERCENT,
-          value_parser = clap::value_parser!(u32).range(0..=50))]
-    reserved_percent: u32,
+    /// available space. [default: the configuration's `store.reserved_percent`, 5]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=50))]
+    reserved_percent: Option<u32>,
 }
 
 /// `up` options.
@@ -53,7 +53,8 @@ pub struct UpArgs {
     /// Size of the store file when it is created (K/M/G; sparse until written).
     #[arg(long, default_value = "1G", value_parser = size::parse)]
     size: u64,
-    /// Request worker threads (default: the number of cores, at least 2).
+    /// Request worker threads [default: the configuration's `fuse.workers`; 0 there is
+    /// one per core, at least 2].
     #[arg(long)]
     workers: Option<usize>,
     /// Let every user of this machine use the mount (FUSE's `allow_other`), each with the
@@ -65,10 +66,9 @@ pub struct UpArgs {
     /// Share of the store, in percent, that only root and the user who mounted may fill
     /// with data (as ext4's reserved blocks), so other users of an --allow-other mount
     /// cannot make the owner's writes fail. `df` shows it as the gap between free and
-    /// available space.
-    #[arg(long, default_value_t = switchyard_store::reserve::DEFAULT_RESERVED_PERCENT,
-          value_parser = clap::value_parser!(u32).range(0..=50))]
-    reserved_percent: u32,
+    /// available space. [default: the configuration's `store.reserved_percent`, 5]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=50))]
+    reserved_percent: Option<u32>,
 }
 
 /// `umount` options.
@@ -169,14 +169,19 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
         switchyard_fuse::Access::Owner
     };
     let set = block_stop_signals();
+    let cfg = a.at.mover.load_config()?;
     let store = a.at.open()?;
     store
-        .set_reserved_percent(a.reserved_percent)
+        .set_reserved_percent(a.reserved_percent.unwrap_or(cfg.store.reserved_percent))
         .context("--reserved-percent")?;
     let quick = store.mounted_quickly();
     let mover = store.shared_mover();
-    let workers = a.workers.unwrap_or_else(switchyard_fuse::default_workers);
-    let m = switchyard_fuse::mount(store, &a.dir, workers, access)
+    let fuse_cfg = switchyard_fuse::FuseConfig {
+        workers: a.workers.unwrap_or(cfg.fuse.workers),
+        ..cfg.fuse
+    };
+    let workers = fuse_cfg.effective_workers();
+    let m = switchyard_fuse::mount(store, &a.dir, &fuse_cfg, access)
         .with_context(|| format!("mounting on {}", a.dir.display()))?;
     println!(
         "mounted {} on {} ({} request workers; {}).",

@@ -109,6 +109,47 @@ fn commands_offer_only_the_options_they_use() {
 }
 
 #[test]
+fn config_prints_every_key_documented_with_its_source_and_loads_back() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("c.toml"),
+        "[mover]\nsplit = false\n[fuse]\nworkers = 3\n",
+    )
+    .unwrap();
+    let out = sy(d.path())
+        .args(["config", "--config", "c.toml", "--no-profile"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    for want in [
+        "split = false  # configuration file",
+        "workers = 3  # configuration file",
+        "queue_depth = 64  # default",
+        "[runtime]",
+        "[store]",
+        "reserved_percent = 5  # default",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    // What it prints is a configuration file with the same values.
+    std::fs::write(d.path().join("again.toml"), &text).unwrap();
+    let again = sy(d.path())
+        .args(["config", "--config", "again.toml", "--no-profile"])
+        .output()
+        .unwrap();
+    let again = String::from_utf8(again.stdout).unwrap();
+    assert!(
+        again.contains("split = false  # configuration file"),
+        "{again}"
+    );
+    assert!(
+        again.contains("queue_depth = 64  # configuration file"),
+        "{again}"
+    );
+}
+
+#[test]
 fn stat_without_a_run_says_so() {
     let d = tempfile::tempdir().unwrap();
     sy(d.path())
@@ -378,6 +419,20 @@ fn tune_finds_the_thresholds_writes_a_profile_and_commands_load_only_their_own()
         .success()
         .stdout(contains("switchyard.profile.toml"));
 
+    // `config` names the profile's values as the profile's, the file's as the file's.
+    std::fs::write(d.path().join("c.toml"), "[engine]\nqueue_depth = 32\n").unwrap();
+    let out = sy(d.path())
+        .args(["config", "--config", "c.toml"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("queue_depth = 32  # configuration file"),
+        "{text}"
+    );
+    assert!(text.contains("# engine profile"), "{text}");
+    assert!(text.contains("pin = true  # default"), "{text}");
     // One measured elsewhere is refused, with both machines named.
     let text = std::fs::read_to_string(&profile).unwrap();
     let cpu_line = text.lines().find(|l| l.starts_with("cpu = ")).unwrap();

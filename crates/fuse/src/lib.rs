@@ -32,26 +32,33 @@ pub use passthrough::Passthrough;
 
 pub use store_fs::StoreFs;
 
-/// How long the kernel may cache attributes and names: this mount is the only way to change
-/// the files it serves, so the kernel's view can only go stale through its own requests.
-const TTL: Duration = Duration::from_secs(1);
-/// Largest read or write request the kernel sends.
-pub const MAX_IO: u32 = 1 << 20;
+pub use switchyard_mover::config::FuseConfig;
+
+/// What the file systems tell the kernel, from `[fuse]`.
+#[derive(Debug, Clone, Copy)]
+struct Replies {
+    /// How long the kernel may cache attributes and names: a mount is the only way to
+    /// change the files it serves, so the kernel's view can only go stale through its own
+    /// requests.
+    ttl: Duration,
+    /// Largest read or write request the kernel sends.
+    max_io: u32,
+}
+
+impl Replies {
+    fn of(c: &FuseConfig) -> Replies {
+        Replies {
+            ttl: Duration::from_millis(c.attr_ttl_ms),
+            max_io: c.max_io,
+        }
+    }
+}
 
 /// A file system mounted in the background (request workers on their own threads). The
 /// file system is shut down cleanly when the mount ends: by [`Mount::unmount`], by dropping
 /// this, or from outside (`fusermount3 -u`, after which [`Mount::finished`] turns true).
 pub struct Mount {
     session: fuser::BackgroundSession,
-}
-
-/// Request workers a mount gets unless told otherwise: one per core, and at least two, so
-/// one slow request does not hold up the rest.
-pub fn default_workers() -> usize {
-    std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2)
-        .max(2)
 }
 
 /// Who may use a mount.
@@ -66,21 +73,36 @@ pub enum Access {
     AllUsers,
 }
 
-/// Mounts `store` at `dir` with `workers` request threads (each with its own `/dev/fuse`
-/// descriptor), kernel permission checks, this store's name in the mount table, and access
-/// for `access`.
-pub fn mount(store: Store, dir: &Path, workers: usize, access: Access) -> std::io::Result<Mount> {
-    spawn(StoreFs::new(store), "switchyard", dir, workers, access)
+/// Mounts `store` at `dir` with `config`'s request threads (each with its own `/dev/fuse`
+/// descriptor), request size and cache lifetime, kernel permission checks, this store's name
+/// in the mount table, and access for `access`.
+pub fn mount(
+    store: Store,
+    dir: &Path,
+    config: &FuseConfig,
+    access: Access,
+) -> std::io::Result<Mount> {
+    spawn(
+        StoreFs::new(store, config),
+        "switchyard",
+        dir,
+        config.effective_workers(),
+        access,
+    )
 }
 
 /// Mounts the directory `backing` at `dir` as a passthrough file system, with the same
 /// options, request sizes, workers and page-cache policy as [`mount`].
-pub fn mount_passthrough(backing: PathBuf, dir: &Path, workers: usize) -> std::io::Result<Mount> {
+pub fn mount_passthrough(
+    backing: PathBuf,
+    dir: &Path,
+    config: &FuseConfig,
+) -> std::io::Result<Mount> {
     spawn(
-        Passthrough::new(backing)?,
+        Passthrough::new(backing, config)?,
         "passthrough",
         dir,
-        workers,
+        config.effective_workers(),
         Access::Owner,
     )
 }
@@ -128,9 +150,9 @@ impl Mount {
 
 /// What both file systems ask of the kernel at `init`: large requests (a 1 MiB write is one
 /// request) and nanosecond timestamps.
-fn configure(config: &mut KernelConfig) {
-    let _ = config.set_max_write(MAX_IO);
-    let _ = config.set_max_readahead(MAX_IO);
+fn configure(config: &mut KernelConfig, replies: Replies) {
+    let _ = config.set_max_write(replies.max_io);
+    let _ = config.set_max_readahead(replies.max_io);
     let _ = config.set_time_granularity(Duration::from_nanos(1));
 }
 

@@ -14,7 +14,7 @@ use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, Per
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use fuser::{
     FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
@@ -23,13 +23,15 @@ use fuser::{
 };
 use parking_lot::RwLock;
 
-use crate::{configure, masked, open_flags, time, with_read_buffer, TTL};
+use crate::{configure, masked, open_flags, time, with_read_buffer, FuseConfig, Replies};
 
 /// A directory as `opendir` found it: each entry's inode number, type and name.
 type Listing = Vec<(u64, FileType, std::ffi::OsString)>;
 
 /// A backing directory served over FUSE.
 pub struct Passthrough {
+    /// What the kernel is told (`[fuse]`).
+    replies: Replies,
     root: PathBuf,
     root_ino: u64,
     /// Backing path of every inode the kernel has been told about.
@@ -57,10 +59,11 @@ fn file_type(m: &std::fs::Metadata) -> FileType {
 
 impl Passthrough {
     /// Serves the directory `root`.
-    pub fn new(root: PathBuf) -> std::io::Result<Passthrough> {
+    pub fn new(root: PathBuf, config: &FuseConfig) -> std::io::Result<Passthrough> {
         let root_ino = std::fs::metadata(&root)?.ino();
         let paths = RwLock::new(HashMap::from([(1, root.clone())]));
         Ok(Passthrough {
+            replies: Replies::of(config),
             root,
             root_ino,
             paths,
@@ -148,9 +151,9 @@ impl Passthrough {
     }
 }
 
-fn reply_entry(reply: ReplyEntry, r: Result<FileAttr, fuser::Errno>) {
+fn reply_entry(reply: ReplyEntry, ttl: Duration, r: Result<FileAttr, fuser::Errno>) {
     match r {
-        Ok(a) => reply.entry(&TTL, &a, Generation(0)),
+        Ok(a) => reply.entry(&ttl, &a, Generation(0)),
         Err(e) => reply.error(e),
     }
 }
@@ -171,7 +174,7 @@ fn system_time(t: TimeOrNow) -> SystemTime {
 
 impl Filesystem for Passthrough {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        configure(config);
+        configure(config, self.replies);
         Ok(())
     }
 
@@ -179,7 +182,7 @@ impl Filesystem for Passthrough {
         let r = self
             .child(parent, name)
             .and_then(|p| self.remember(p).map_err(io_errno));
-        reply_entry(reply, r);
+        reply_entry(reply, self.replies.ttl, r);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -190,7 +193,7 @@ impl Filesystem for Passthrough {
                 .and_then(|p| std::fs::symlink_metadata(p).map_err(io_errno)),
         };
         match m {
-            Ok(m) => reply.attr(&TTL, &self.attr(&m)),
+            Ok(m) => reply.attr(&self.replies.ttl, &self.attr(&m)),
             Err(e) => reply.error(e),
         }
     }
@@ -237,7 +240,7 @@ impl Filesystem for Passthrough {
             apply().map_err(io_errno)
         });
         match r {
-            Ok(m) => reply.attr(&TTL, &self.attr(&m)),
+            Ok(m) => reply.attr(&self.replies.ttl, &self.attr(&m)),
             Err(e) => reply.error(e),
         }
     }
@@ -258,7 +261,7 @@ impl Filesystem for Passthrough {
                 .and_then(|()| self.remember(p))
                 .map_err(io_errno)
         });
-        reply_entry(reply, r);
+        reply_entry(reply, self.replies.ttl, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -498,7 +501,7 @@ impl Filesystem for Passthrough {
         });
         match r {
             Ok((a, f)) => reply.created(
-                &TTL,
+                &self.replies.ttl,
                 &a,
                 Generation(0),
                 self.keep(f),

@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 use switchyard_store::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFSOCK};
 use switchyard_store::{Attr, DirEntry, Errno, Falloc, Owner, SetAttr, Store, XattrMode};
 
-use crate::{configure, masked, open_flags, time, with_read_buffer, TTL};
+use crate::{configure, masked, open_flags, time, with_read_buffer, FuseConfig, Replies};
 
 /// Bit of a file handle that marks an `O_APPEND` open: its writes go to the end, atomically.
 const FH_APPEND: u64 = 1 << 63;
@@ -32,6 +32,8 @@ struct Listing {
 /// The store, served over FUSE.
 pub struct StoreFs {
     store: Store,
+    /// What the kernel is told (`[fuse]`).
+    replies: Replies,
     /// The user who mounted: with root, the only one whose writes may use the store's
     /// reserved share.
     owner_uid: u32,
@@ -102,10 +104,11 @@ fn handle(flags: i32) -> FileHandle {
 }
 
 impl StoreFs {
-    /// Serves `store`.
-    pub fn new(store: Store) -> StoreFs {
+    /// Serves `store`, telling the kernel what `config` says.
+    pub fn new(store: Store, config: &FuseConfig) -> StoreFs {
         StoreFs {
             store,
+            replies: Replies::of(config),
             owner_uid: Owner::current().uid,
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
@@ -131,7 +134,7 @@ impl StoreFs {
     /// `forget` always finds the holds it releases).
     fn entry(&self, reply: ReplyEntry, r: Result<(u64, Attr), Errno>, held: bool) {
         match r.and_then(|(ino, a)| self.counted(ino, held).map(|g| (ino, a, g))) {
-            Ok((ino, a, g)) => reply.entry(&TTL, &self.file_attr(ino, &a), g),
+            Ok((ino, a, g)) => reply.entry(&self.replies.ttl, &self.file_attr(ino, &a), g),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -166,7 +169,7 @@ fn empty(reply: ReplyEmpty, r: Result<(), Errno>) {
 impl Filesystem for StoreFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Large requests: a 1 MiB write is one request, one commit.
-        configure(config);
+        configure(config, self.replies);
         Ok(())
     }
 
@@ -185,7 +188,7 @@ impl Filesystem for StoreFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.store.getattr(ino.0) {
-            Ok(a) => reply.attr(&TTL, &self.file_attr(ino.0, &a)),
+            Ok(a) => reply.attr(&self.replies.ttl, &self.file_attr(ino.0, &a)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -223,7 +226,7 @@ impl Filesystem for StoreFs {
             mtime: at(mtime),
         };
         match self.store.setattr(ino.0, s) {
-            Ok(a) => reply.attr(&TTL, &self.file_attr(ino.0, &a)),
+            Ok(a) => reply.attr(&self.replies.ttl, &self.file_attr(ino.0, &a)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -582,7 +585,7 @@ impl Filesystem for StoreFs {
             .and_then(|(ino, a)| self.counted(ino, false).map(|g| (ino, a, g)));
         match made {
             Ok((ino, a, g)) => reply.created(
-                &TTL,
+                &self.replies.ttl,
                 &self.file_attr(ino, &a),
                 g,
                 handle(flags),

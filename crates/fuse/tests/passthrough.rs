@@ -12,7 +12,15 @@ fn passthrough_forwards_files_and_directories() {
     std::fs::create_dir(&backing).unwrap();
     std::fs::create_dir(&mnt).unwrap();
     std::fs::write(backing.join("before"), b"was here").unwrap();
-    let m = switchyard_fuse::mount_passthrough(backing.clone(), &mnt, 2).unwrap();
+    let m = switchyard_fuse::mount_passthrough(
+        backing.clone(),
+        &mnt,
+        &switchyard_fuse::FuseConfig {
+            workers: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
 
     // What was in the backing directory is visible.
     assert_eq!(std::fs::read(mnt.join("before")).unwrap(), b"was here");

@@ -26,10 +26,9 @@ pub mod tune;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
-use switchyard_engine::{Engine, ThreadsConfig, ThreadsEngine};
+use switchyard_engine::{Engine, ThreadsEngine};
 use switchyard_media::Persist;
 
 pub use bandwidth::Bandwidth;
@@ -56,17 +55,9 @@ pub enum MoveError {
 pub fn start_engine(config: &Config) -> Result<Arc<dyn Engine>, ConfigError> {
     config.validate()?;
     let e = &config.engine;
-    let engine = ThreadsEngine::start(ThreadsConfig {
-        channels: e.effective_channels(),
-        queue_depth: e.queue_depth,
-        spin: Duration::from_micros(e.spin_us),
-        linger: Duration::from_micros(e.linger_us),
-        pin: e.pin,
-        descriptor_bytes: e.descriptor_bytes,
-        persist: config.persist(),
-        faults: Default::default(),
-    })
-    .map_err(|err| ConfigError::Invalid(format!("engine: cannot start worker threads: {err}")))?;
+    let engine = ThreadsEngine::start(e.threads_config(config.persist())).map_err(|err| {
+        ConfigError::Invalid(format!("engine: cannot start worker threads: {err}"))
+    })?;
     Ok(Arc::new(engine))
 }
 

@@ -12,19 +12,12 @@ use std::time::Duration;
 
 use switchyard_engine::{clock, Probe};
 use switchyard_media::Persist;
+use switchyard_mover::config::RuntimeConfig;
 
 type Task = Pin<Box<dyn Future<Output = ()>>>;
 
 /// The id `block_on`'s own future wakes with.
 const MAIN: usize = usize::MAX;
-/// Longest park while copies are outstanding (a safety net for an expectation that was too
-/// optimistic; the expected completion time usually ends the park first).
-const MAX_PARK: Duration = Duration::from_millis(1);
-/// How long past a copy's expected completion the executor spins before it parks.
-const SPIN_NS: u64 = 100_000;
-/// How long before a copy's expected completion a sleeping executor wakes to spin (a thread
-/// woken from a timed sleep runs a few microseconds late).
-const WAKE_EARLY_NS: u64 = 20_000;
 /// The executor thread's timer slack: how late the kernel may end its timed sleeps.
 const TIMER_SLACK_NS: libc::c_ulong = 1_000;
 
@@ -79,6 +72,19 @@ struct Shared {
     helping: Cell<bool>,
     /// The copy kernels it helps with.
     persist: Persist,
+    /// When it wakes, spins and parks with copies outstanding (`[runtime]`).
+    timing: Timing,
+}
+
+/// `[runtime]` in the units the loop uses.
+struct Timing {
+    /// How long past a copy's expected completion the executor spins before it parks, ns.
+    spin_ns: u64,
+    /// How long before a copy's expected completion a sleeping executor wakes to spin, ns.
+    wake_early_ns: u64,
+    /// Longest park while copies are outstanding (the expected completion time usually ends
+    /// the park first).
+    max_park: Duration,
 }
 
 thread_local!(static CURRENT: RefCell<Option<Rc<Shared>>> = const { RefCell::new(None) });
@@ -175,9 +181,16 @@ impl Default for Executor {
 }
 
 impl Executor {
-    /// An executor for the calling thread. Shortens the thread's timer slack to 1 µs, so that
-    /// its sleeps until a copy's expected completion end on time.
+    /// An executor for the calling thread with the default `[runtime]` settings
+    /// ([`Executor::with_config`]).
     pub fn new() -> Executor {
+        Executor::with_config(&RuntimeConfig::default())
+    }
+
+    /// An executor for the calling thread that wakes, spins and parks as `config` says.
+    /// Shortens the thread's timer slack to 1 µs, so that its sleeps until a copy's expected
+    /// completion end on time.
+    pub fn with_config(config: &RuntimeConfig) -> Executor {
         // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only the calling thread;
         // a failure leaves the default slack, which only makes sleeps less precise.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, TIMER_SLACK_NS) };
@@ -194,6 +207,11 @@ impl Executor {
                 spawned: RefCell::new(Vec::new()),
                 helping: Cell::new(true),
                 persist: Persist::detect(),
+                timing: Timing {
+                    spin_ns: config.spin_us * 1000,
+                    wake_early_ns: config.wake_early_us * 1000,
+                    max_park: Duration::from_micros(config.max_park_us),
+                },
             }),
         }
     }
@@ -329,12 +347,12 @@ impl Shared {
     /// ([`Shared::help`]), or look again at once while a helpable copy is outstanding (its last
     /// descriptors are being copied). Else park until
     /// woken if no copy is outstanding; otherwise sleep until
-    /// [`WAKE_EARLY_NS`] before the earliest copy's expected completion (the engine's worker
+    /// `wake_early_us` before the earliest copy's expected completion (the engine's worker
     /// wakes us sooner if a copy finishes first), then spin on the completions until one
-    /// finishes or [`SPIN_NS`] past the expected time; a copy later than that is waited for
-    /// parked, the engine waking us, [`MAX_PARK`] at most.
+    /// finishes or `spin_us` past the expected time; a copy later than that is waited for
+    /// parked, the engine waking us, `max_park_us` at most (`[runtime]`).
     ///
-    /// The timed sleep is accurate because [`Executor::new`] shortens the thread's timer slack
+    /// The timed sleep is accurate because [`Executor::with_config`] shortens the thread's timer slack
     /// (Linux's default 50 µs would oversleep a whole 256 KiB copy).
     fn idle(&self) {
         if self.helping.get() {
@@ -356,12 +374,13 @@ impl Shared {
         };
         let finished = || self.io.borrow().iter().any(|o| o.probe.is_finished());
         let now = clock::now_ns();
-        if next > now + WAKE_EARLY_NS {
+        let t = &self.timing;
+        if next > now + t.wake_early_ns {
             // Back in the loop either way: woken, timed out, or a copy had already finished.
-            self.park_engine_woken(Duration::from_nanos(next - WAKE_EARLY_NS - now));
+            self.park_engine_woken(Duration::from_nanos(next - t.wake_early_ns - now));
             return;
         }
-        let until = next.max(clock::now_ns()) + SPIN_NS;
+        let until = next.max(clock::now_ns()) + t.spin_ns;
         loop {
             for _ in 0..64 {
                 if finished() {
@@ -375,7 +394,7 @@ impl Shared {
                 break;
             }
         }
-        self.park_engine_woken(MAX_PARK);
+        self.park_engine_woken(t.max_park);
     }
 
     /// Copies one descriptor from the tail of the outstanding engine copy expected to finish

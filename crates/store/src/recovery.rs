@@ -190,11 +190,32 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
 /// (elsewhere it reads as zeros: free slots).
 pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corruption> {
     let (sb, used_replica) = superblock(image)?;
-    let mut read_bytes = 4 * BLOCK;
     let mut problems = Vec::new();
+    let undo = journal_undo(image, &sb, &mut problems);
+    let mut used = BlockMap::new(sb.total_blocks);
+    let logs = scan_logs(image, &sb, &undo, present, &mut used, &mut problems);
+    claim_data_blocks(&logs.inodes, &sb, &mut used, &mut problems);
+    let mut orphans = Vec::new();
+    check_namespace(&logs.inodes, &mut problems, &mut orphans);
+    Ok(Scan {
+        sb,
+        used_replica,
+        undo,
+        inodes: logs.inodes,
+        used,
+        orphans,
+        cuts: logs.cuts,
+        problems,
+        read_bytes: logs.read_bytes,
+    })
+}
+
+/// The undo journal's (offset, old value) words, if it holds an interrupted operation; none
+/// (with a problem noted) if it names a word outside the inode table.
+fn journal_undo(image: &[u8], sb: &Superblock, problems: &mut Vec<Corruption>) -> Vec<(u64, u64)> {
     let jb = sb.journal_block * BLOCK;
     let table = (sb.inode_table_block * BLOCK, sb.data_block * BLOCK);
-    let mut undo = decode_journal(&image[jb as usize..(jb + BLOCK) as usize]);
+    let undo = decode_journal(&image[jb as usize..(jb + BLOCK) as usize]);
     if undo
         .iter()
         .any(|&(off, _)| off < table.0 || off + 8 > table.1 || off % 8 != 0)
@@ -202,8 +223,32 @@ pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corrupt
         problems.push(Corruption::Invalid(
             "journal names a word outside the inode table".into(),
         ));
-        undo.clear();
+        return Vec::new();
     }
+    undo
+}
+
+/// What reading every inode's log gave.
+struct Logs {
+    inodes: BTreeMap<u64, Inode>,
+    /// (slot tail word, where recovery cuts the log) for logs whose last write is discarded.
+    cuts: Vec<(u64, u64)>,
+    /// Bytes read, the superblocks, journal and completion records included.
+    read_bytes: u64,
+}
+
+/// Reads the log of every allocated slot, with the journal's old words in force, claiming
+/// each log page in `used`; table pages `present` says the image does not hold are free
+/// slots (unless the journal restores words in them). Mapped pages are released every
+/// [`RELEASE_EVERY`] bytes read.
+fn scan_logs(
+    image: &[u8],
+    sb: &Superblock,
+    undo: &[(u64, u64)],
+    present: &Present<'_>,
+    used: &mut BlockMap,
+    problems: &mut Vec<Corruption>,
+) -> Logs {
     let word = |off: u64| -> u64 {
         undo.iter()
             .rev()
@@ -212,25 +257,22 @@ pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corrupt
             .or_else(|| le64(image, off))
             .unwrap_or(0)
     };
-    let mut used = BlockMap::new(sb.total_blocks);
-    let mut inodes = BTreeMap::new();
-    let mut cuts = Vec::new();
-    let records = records_in(image, &sb);
-    let settled = |s: &Seq| settled(&sb, &records, s);
+    let records = records_in(image, sb);
+    let settled = |s: &Seq| settled(sb, &records, s);
     let slots_per_page = BLOCK / crate::format::SLOT;
-    let mut page_held = false;
-    let mut released_at = 0u64;
+    let mut logs = Logs {
+        inodes: BTreeMap::new(),
+        cuts: Vec::new(),
+        read_bytes: 4 * BLOCK,
+    };
+    let (mut page_held, mut released_at) = (false, 0u64);
     for ino in ROOT..sb.inode_slots {
         let slot = sb.slot_offset(ino);
         if ino == ROOT || ino.is_multiple_of(slots_per_page) {
-            // A table page the image does not hold (a hole of a sparse file) is all free
-            // slots, unless the journal is about to restore words in it.
             let page = slot - slot % BLOCK;
             let in_journal = undo.iter().any(|&(o, _)| o / BLOCK == page / BLOCK);
             page_held = in_journal || present.overlaps(page, BLOCK);
-            if page_held {
-                read_bytes += BLOCK;
-            }
+            logs.read_bytes += if page_held { BLOCK } else { 0 };
         }
         if !page_held {
             continue;
@@ -245,8 +287,9 @@ pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corrupt
             continue;
         }
         let page = |b: u64| &image[(b * BLOCK) as usize..((b + 1) * BLOCK) as usize];
+        let read_bytes = &mut logs.read_bytes;
         let mut claim = |b: u64| {
-            read_bytes += BLOCK;
+            *read_bytes += BLOCK;
             if used.set(b) {
                 Err(Corruption::Invalid(format!(
                     "log page {b} is used twice (again by inode {ino})"
@@ -255,56 +298,54 @@ pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corrupt
                 Ok(())
             }
         };
-        let read = read_log(&page, &sb, ino, head, tail, &mut claim, &settled);
+        let read = read_log(&page, sb, ino, head, tail, &mut claim, &settled);
         if let Some(release) = present
             .release
-            .filter(|_| read_bytes - released_at >= RELEASE_EVERY)
+            .filter(|_| logs.read_bytes - released_at >= RELEASE_EVERY)
         {
             // What the scan keeps of the logs read so far is owned, not borrowed.
             release();
-            released_at = read_bytes;
+            released_at = logs.read_bytes;
         }
         match read {
+            Ok(inode) if inode.tail != tail => {
+                logs.cuts.push((slot + 8, inode.tail));
+                logs.inodes.insert(ino, inode);
+            }
             Ok(inode) => {
-                if inode.tail != tail {
-                    cuts.push((slot + 8, inode.tail));
-                }
-                inodes.insert(ino, inode);
+                logs.inodes.insert(ino, inode);
             }
             Err(e) => problems.push(Corruption::Invalid(format!("inode {ino}: {e}"))),
         }
     }
-    // Data blocks: each mapped once, inside the data zone, not a log page.
+    logs
+}
+
+/// Claims every data block the inodes map: each once, inside the data zone, not a log page.
+fn claim_data_blocks(
+    inodes: &BTreeMap<u64, Inode>,
+    sb: &Superblock,
+    used: &mut BlockMap,
+    problems: &mut Vec<Corruption>,
+) {
     for inode in inodes.values() {
-        if let Content::File(pages) = &inode.content {
-            for &b in pages.values() {
-                if !sb.is_data(b) {
-                    problems.push(Corruption::Invalid(format!(
-                        "inode {} maps block {b} outside the data zone",
-                        inode.ino
-                    )));
-                } else if used.set(b) {
-                    problems.push(Corruption::Invalid(format!(
-                        "block {b} of inode {} is used twice",
-                        inode.ino
-                    )));
-                }
+        let Content::File(pages) = &inode.content else {
+            continue;
+        };
+        for &b in pages.values() {
+            if !sb.is_data(b) {
+                problems.push(Corruption::Invalid(format!(
+                    "inode {} maps block {b} outside the data zone",
+                    inode.ino
+                )));
+            } else if used.set(b) {
+                problems.push(Corruption::Invalid(format!(
+                    "block {b} of inode {} is used twice",
+                    inode.ino
+                )));
             }
         }
     }
-    let mut orphans = Vec::new();
-    check_namespace(&inodes, &mut problems, &mut orphans);
-    Ok(Scan {
-        sb,
-        used_replica,
-        undo,
-        inodes,
-        used,
-        orphans,
-        cuts,
-        problems,
-        read_bytes,
-    })
 }
 
 /// The durable completion records of an image (zeros where the image is too short).
@@ -391,6 +432,56 @@ pub(crate) fn read_checkpoint<'a>(
     Ok(extents)
 }
 
+/// Applies one log entry to the inode the log builds: the first must be its attributes,
+/// every later one must fit its type and name only valid blocks.
+fn apply_entry(
+    inode: &mut Option<Inode>,
+    ino: u64,
+    sb: &Superblock,
+    entry: Entry,
+    freed: &mut Vec<u64>,
+) -> Result<(), Corruption> {
+    match inode {
+        None => match entry {
+            Entry::Attr(a) => *inode = Some(Inode::new(ino, a)),
+            _ => {
+                return Err(Corruption::Invalid(
+                    "log does not start with attributes".into(),
+                ))
+            }
+        },
+        Some(i) => {
+            if !i.accepts(&entry) {
+                return Err(Corruption::Invalid(
+                    "entry does not fit the inode's type".into(),
+                ));
+            }
+            check_entry(sb, &entry)?;
+            i.apply(&entry, freed);
+        }
+    }
+    Ok(())
+}
+
+/// Checks that a log built an inode of a known type, and a special file without data.
+fn check_kind(inode: &Inode) -> Result<(), Corruption> {
+    let kind = inode.attr.kind();
+    if !matches!(kind, S_IFREG | S_IFDIR | S_IFLNK) && !is_special(kind) {
+        return Err(Corruption::Invalid(format!(
+            "unknown file type {:o}",
+            inode.attr.mode & S_IFMT
+        )));
+    }
+    if is_special(kind)
+        && (inode.attr.size != 0 || matches!(&inode.content, Content::File(p) if !p.is_empty()))
+    {
+        return Err(Corruption::Invalid(format!(
+            "special file (type {kind:o}) with data"
+        )));
+    }
+    Ok(())
+}
+
 fn read_log<'a>(
     page: &dyn Fn(u64) -> &'a [u8],
     sb: &Superblock,
@@ -443,25 +534,7 @@ fn read_log<'a>(
             }
             off += len as u64;
             log_bytes += len as u64;
-            match &mut inode {
-                None => match entry {
-                    Entry::Attr(a) => inode = Some(Inode::new(ino, a)),
-                    _ => {
-                        return Err(Corruption::Invalid(
-                            "log does not start with attributes".into(),
-                        ))
-                    }
-                },
-                Some(i) => {
-                    if !i.accepts(&entry) {
-                        return Err(Corruption::Invalid(
-                            "entry does not fit the inode's type".into(),
-                        ));
-                    }
-                    check_entry(sb, &entry)?;
-                    i.apply(&entry, &mut freed);
-                }
-            }
+            apply_entry(&mut inode, ino, sb, entry, &mut freed)?;
         }
         if last {
             if off != tail_off {
@@ -475,20 +548,7 @@ fn read_log<'a>(
         block = next;
     }
     let mut inode = inode.ok_or_else(|| Corruption::Invalid("empty log".into()))?;
-    let kind = inode.attr.kind();
-    if !matches!(kind, S_IFREG | S_IFDIR | S_IFLNK) && !is_special(kind) {
-        return Err(Corruption::Invalid(format!(
-            "unknown file type {:o}",
-            inode.attr.mode & S_IFMT
-        )));
-    }
-    if is_special(kind)
-        && (inode.attr.size != 0 || matches!(&inode.content, Content::File(p) if !p.is_empty()))
-    {
-        return Err(Corruption::Invalid(format!(
-            "special file (type {kind:o}) with data"
-        )));
-    }
+    check_kind(&inode)?;
     inode.pages = pages;
     inode.tail = cut.unwrap_or(tail);
     inode.log_bytes = log_bytes;
@@ -560,6 +620,18 @@ fn check_namespace(
         problems.push(Corruption::Invalid("root is not a directory".into()));
         return;
     }
+    let links = count_links(inodes, problems);
+    check_link_counts(inodes, &links, problems, orphans);
+    check_reachable(inodes, orphans, problems);
+}
+
+/// The links each inode's directory entries give it (a directory's ".." counted on its
+/// parent), noting entries that name a missing inode or the wrong type, and directories whose
+/// parent pointer disagrees.
+fn count_links(
+    inodes: &BTreeMap<u64, Inode>,
+    problems: &mut Vec<Corruption>,
+) -> BTreeMap<u64, u32> {
     let mut links: BTreeMap<u64, u32> = BTreeMap::new();
     for d in inodes.values() {
         let Content::Dir(entries) = &d.content else {
@@ -593,6 +665,17 @@ fn check_namespace(
             }
         }
     }
+    links
+}
+
+/// Every inode's link count against the links counted; an inode without links nothing names
+/// is an orphan (unlinked while open or held), not a problem.
+fn check_link_counts(
+    inodes: &BTreeMap<u64, Inode>,
+    links: &BTreeMap<u64, u32>,
+    problems: &mut Vec<Corruption>,
+    orphans: &mut Vec<u64>,
+) {
     for i in inodes.values() {
         let named = links.get(&i.ino).copied().unwrap_or(0);
         if i.attr.nlink == 0 && named == 0 && i.ino != ROOT {
@@ -615,6 +698,10 @@ fn check_namespace(
             )));
         }
     }
+}
+
+/// Every inode but the orphans is reachable from the root.
+fn check_reachable(inodes: &BTreeMap<u64, Inode>, orphans: &[u64], problems: &mut Vec<Corruption>) {
     // Reachability: walk down from the root.
     let mut seen = std::collections::BTreeSet::from([ROOT]);
     let mut stack = vec![ROOT];

@@ -17,8 +17,11 @@ use crate::alloc::Extent;
 use crate::error::Errno;
 use crate::store::Store;
 
-/// The reserved share a mount starts with, in percent of the data zone (ext4's default).
-pub const DEFAULT_RESERVED_PERCENT: u32 = 5;
+/// The reserved share a mount starts with, in percent of the data zone: the configuration's
+/// default `store.reserved_percent` (ext4's 5%).
+pub fn default_reserved_percent() -> u32 {
+    switchyard_mover::config::StoreConfig::default().reserved_percent
+}
 
 thread_local!(static UNPRIVILEGED: Cell<bool> = const { Cell::new(false) });
 

@@ -56,7 +56,7 @@ use crate::pm::Pm;
 use crate::recovery::{
     load_inode, read_checkpoint, scan_present, superblock, BlockMap, Present, Scan,
 };
-use crate::reserve::DEFAULT_RESERVED_PERCENT;
+use crate::reserve::default_reserved_percent;
 use crate::table::{FreeInodes, Slot, Table};
 
 /// Largest file size (so every byte offset fits an `i64`, as `off_t` needs).

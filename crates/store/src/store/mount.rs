@@ -104,23 +104,7 @@ impl Store {
             orphans,
             quick,
         } = mounted;
-        if used_replica {
-            pm.write(0, &sb.encode());
-            pm.fence();
-        }
-        // Every orderless write of the last mount is settled now (the scan cut the logs of
-        // those whose copies never completed), so the next generation starts.
-        sb.clean = false;
-        sb.checkpoint = 0;
-        sb.mount_count += 1;
-        let enc = sb.encode();
-        pm.write(0, &enc);
-        pm.fence();
-        pm.write(BLOCK, &enc);
-        pm.fence();
-        // This mount's engine numbers its batches afresh: start its records at zero.
-        pm.write(sb.completion_block * BLOCK, &[0u8; BLOCK as usize]);
-        pm.fence();
+        start_generation(&pm, &mut sb, used_replica);
         let channels = mover.engine().info().channels.min(RECORD_CHANNELS);
         let records = (0..channels)
             .map(|c| {
@@ -138,7 +122,7 @@ impl Store {
             mover,
             records,
             reserved: AtomicU64::new(
-                (sb.total_blocks - sb.data_block) * u64::from(DEFAULT_RESERVED_PERCENT) / 100,
+                (sb.total_blocks - sb.data_block) * u64::from(default_reserved_percent()) / 100,
             ),
             table,
             free_inodes: Mutex::new(free_inodes),
@@ -344,4 +328,26 @@ impl Store {
             return pages[0];
         }
     }
+}
+
+/// Starts a mount's generation on media: repairs the primary superblock from the replica if
+/// that is what was read, marks the store in use with the next mount count (every orderless
+/// write of the last mount is settled now: the scan cut the logs of those whose copies never
+/// completed) in both copies, and zeroes the completion records (this mount's engine numbers
+/// its batches afresh).
+fn start_generation(pm: &Pm, sb: &mut Superblock, used_replica: bool) {
+    if used_replica {
+        pm.write(0, &sb.encode());
+        pm.fence();
+    }
+    sb.clean = false;
+    sb.checkpoint = 0;
+    sb.mount_count += 1;
+    let enc = sb.encode();
+    pm.write(0, &enc);
+    pm.fence();
+    pm.write(BLOCK, &enc);
+    pm.fence();
+    pm.write(sb.completion_block * BLOCK, &[0u8; BLOCK as usize]);
+    pm.fence();
 }

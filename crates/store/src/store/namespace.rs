@@ -30,6 +30,28 @@ impl Inode {
     }
 }
 
+/// Checks a name unlink(2) or rmdir(2) may remove: "." is EINVAL, ".." ENOTEMPTY (as Linux
+/// answers rmdir), then the usual name rules.
+fn check_removed_name(name: &[u8]) -> Result<(), Errno> {
+    match name {
+        b"." => Err(Errno::EINVAL),
+        b".." => Err(Errno::ENOTEMPTY),
+        _ => check_name(name),
+    }
+}
+
+/// Checks that the inode `c` may go the way asked: rmdir takes only (empty) directories,
+/// unlink anything else.
+fn check_removable(c: &Meta, dir_wanted: bool) -> Result<(), Errno> {
+    let is_dir = c.attr.kind() == S_IFDIR;
+    match (dir_wanted, is_dir) {
+        (true, false) => Err(Errno::ENOTDIR),
+        (false, true) => Err(Errno::EISDIR),
+        (_, true) if !c.is_empty_dir => Err(Errno::ENOTEMPTY),
+        _ => Ok(()),
+    }
+}
+
 /// Whether `dir` may take a new entry `name` (of a directory if `is_dir`): it is a live
 /// directory, the name is free, and a directory's link count has room.
 fn check_new_name(dir: &Inode, name: &[u8], is_dir: bool) -> Result<(), Errno> {
@@ -373,27 +395,14 @@ impl Store {
 
     pub(super) fn remove(&self, parent: u64, name: &[u8], dir_wanted: bool) -> Result<(), Errno> {
         self.check_writable()?;
-        if name == b"." {
-            return Err(Errno::EINVAL);
-        }
-        if name == b".." {
-            return Err(Errno::ENOTEMPTY);
-        }
-        check_name(name)?;
+        check_removed_name(name)?;
         let (child, mut locks) = self.lock_entry(parent, name)?;
         if child == parent {
             return Err(Errno::EINVAL);
         }
         let c = locks[&child].as_ref().expect("locked live").clone_meta();
         let is_dir = c.attr.kind() == S_IFDIR;
-        match (dir_wanted, is_dir) {
-            (true, false) => return Err(Errno::ENOTDIR),
-            (false, true) => return Err(Errno::EISDIR),
-            _ => {}
-        }
-        if is_dir && !c.is_empty_dir {
-            return Err(Errno::ENOTEMPTY);
-        }
+        check_removable(&c, dir_wanted)?;
         let t = now_ns();
         let p = locks
             .get(&parent)

@@ -81,69 +81,15 @@ impl Store {
         src: u64,
         dst: Option<u64>,
     ) -> Result<(), Errno> {
-        let get = |locks: &BTreeMap<u64, Guard<'_>>, i: u64| {
-            locks[&i].as_ref().expect("locked live").clone_meta()
-        };
-        let s = get(locks, src);
-        let src_dir = s.attr.kind() == S_IFDIR;
-        let t = now_ns();
-        // New attribute values per inode, applied in order to a working copy.
-        let mut attrs: BTreeMap<u64, Attr> = BTreeMap::new();
-        let attr_of = |attrs: &mut BTreeMap<u64, Attr>,
-                       locks: &BTreeMap<u64, Guard<'_>>,
-                       i: u64|
-         -> Attr { *attrs.entry(i).or_insert_with(|| get(locks, i).attr) };
+        let src_mode = locks[&src].as_ref().expect("locked live").attr.mode;
+        let (attrs, free_dst) = self.renamed_attrs(locks, parent, new_parent, src, dst)?;
         let mut changes: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
-        let mut free_dst = false;
-        if let Some(d) = dst {
-            let dm = get(locks, d);
-            let dst_dir = dm.attr.kind() == S_IFDIR;
-            match (src_dir, dst_dir) {
-                (false, true) => return Err(Errno::EISDIR),
-                (true, false) => return Err(Errno::ENOTDIR),
-                (true, true) if !dm.is_empty_dir => return Err(Errno::ENOTEMPTY),
-                _ => {}
-            }
-            let mut da = attr_of(&mut attrs, locks, d);
-            da.nlink = if dst_dir { 0 } else { da.nlink - 1 };
-            da.ctime = t;
-            if dst_dir {
-                let mut np = attr_of(&mut attrs, locks, new_parent);
-                np.nlink -= 1;
-                attrs.insert(new_parent, np);
-            }
-            free_dst = da.nlink == 0 && dm.open == 0 && !self.held(d);
-            attrs.insert(d, da);
-        }
-        let mut pa = attr_of(&mut attrs, locks, parent);
-        pa.mtime = t;
-        pa.ctime = t;
-        if src_dir && parent != new_parent {
-            pa.nlink -= 1;
-        }
-        attrs.insert(parent, pa);
-        let mut npa = attr_of(&mut attrs, locks, new_parent);
-        npa.mtime = t;
-        npa.ctime = t;
-        if src_dir && parent != new_parent {
-            npa.nlink += 1;
-            if npa.nlink > LINK_MAX {
-                return Err(Errno::EMLINK);
-            }
-        }
-        attrs.insert(new_parent, npa);
-        let mut sa = attr_of(&mut attrs, locks, src);
-        sa.ctime = t;
-        if src_dir {
-            sa.parent = new_parent;
-        }
-        attrs.insert(src, sa);
         changes.entry(parent).or_default().push(Entry::DirRemove {
             name: name.to_vec(),
         });
         changes.entry(new_parent).or_default().push(Entry::DirAdd {
             ino: src,
-            ftype: ftype(s.attr.mode),
+            ftype: ftype(src_mode),
             name: new_name.to_vec(),
         });
         for (&i, a) in &attrs {
@@ -152,16 +98,17 @@ impl Store {
             }
             changes.entry(i).or_default().push(Entry::Attr(*a));
         }
+        let freed_dst = dst.filter(|_| free_dst);
         // Commit all tails (and the freed target's slot) at once.
-        let extra = match (dst, free_dst) {
-            (Some(d), true) => {
+        let extra = match freed_dst {
+            Some(d) => {
                 let ds = self.slot_offset(d);
                 vec![(ds, 0), (ds + 8, 0)]
             }
-            _ => Vec::new(),
+            None => Vec::new(),
         };
         let freed = self.commit_many(locks, &changes, &extra)?;
-        if let (Some(d), true) = (dst, free_dst) {
+        if let Some(d) = freed_dst {
             let inode = locks
                 .get_mut(&d)
                 .and_then(|g| g.take())
@@ -175,6 +122,72 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// The attributes a rename of `src` from `parent` to `new_parent`, replacing `dst`, gives
+    /// every inode it touches (times, link counts, a moved directory's parent), and whether
+    /// the replaced inode is freed with it (its last link, not open, not held). Fails as
+    /// rename(2) does when the target cannot be replaced or a link count would overflow.
+    fn renamed_attrs(
+        &self,
+        locks: &BTreeMap<u64, Guard<'_>>,
+        parent: u64,
+        new_parent: u64,
+        src: u64,
+        dst: Option<u64>,
+    ) -> Result<(BTreeMap<u64, Attr>, bool), Errno> {
+        let get = |i: u64| locks[&i].as_ref().expect("locked live").clone_meta();
+        let src_dir = get(src).attr.kind() == S_IFDIR;
+        let t = now_ns();
+        // New attribute values per inode, applied in order to a working copy.
+        let mut attrs: BTreeMap<u64, Attr> = BTreeMap::new();
+        let attr_of = |attrs: &mut BTreeMap<u64, Attr>, i: u64| -> Attr {
+            *attrs.entry(i).or_insert_with(|| get(i).attr)
+        };
+        let mut free_dst = false;
+        if let Some(d) = dst {
+            let dm = get(d);
+            let dst_dir = dm.attr.kind() == S_IFDIR;
+            match (src_dir, dst_dir) {
+                (false, true) => return Err(Errno::EISDIR),
+                (true, false) => return Err(Errno::ENOTDIR),
+                (true, true) if !dm.is_empty_dir => return Err(Errno::ENOTEMPTY),
+                _ => {}
+            }
+            let mut da = attr_of(&mut attrs, d);
+            da.nlink = if dst_dir { 0 } else { da.nlink - 1 };
+            da.ctime = t;
+            if dst_dir {
+                let mut np = attr_of(&mut attrs, new_parent);
+                np.nlink -= 1;
+                attrs.insert(new_parent, np);
+            }
+            free_dst = da.nlink == 0 && dm.open == 0 && !self.held(d);
+            attrs.insert(d, da);
+        }
+        let moved_dir = src_dir && parent != new_parent;
+        let mut pa = attr_of(&mut attrs, parent);
+        (pa.mtime, pa.ctime) = (t, t);
+        if moved_dir {
+            pa.nlink -= 1;
+        }
+        attrs.insert(parent, pa);
+        let mut npa = attr_of(&mut attrs, new_parent);
+        (npa.mtime, npa.ctime) = (t, t);
+        if moved_dir {
+            npa.nlink += 1;
+            if npa.nlink > LINK_MAX {
+                return Err(Errno::EMLINK);
+            }
+        }
+        attrs.insert(new_parent, npa);
+        let mut sa = attr_of(&mut attrs, src);
+        sa.ctime = t;
+        if src_dir {
+            sa.parent = new_parent;
+        }
+        attrs.insert(src, sa);
+        Ok((attrs, free_dst))
     }
 
     /// Exchanges the inodes `name` in `parent` and `new_name` in `new_parent` name, atomically
@@ -211,40 +224,8 @@ impl Store {
             {
                 continue; // changed while unlocked: look again
             }
-            let t = now_ns();
-            let attr = |locks: &BTreeMap<u64, Guard<'_>>, i: u64| {
-                locks[&i].as_ref().expect("locked live").attr
-            };
-            let (mut aa, mut ba) = (attr(&locks, a), attr(&locks, b));
-            let (a_dir, b_dir) = (aa.kind() == S_IFDIR, ba.kind() == S_IFDIR);
-            let mut attrs: BTreeMap<u64, Attr> = BTreeMap::new();
-            let mut pa = attr(&locks, parent);
-            pa.mtime = t;
-            pa.ctime = t;
-            attrs.insert(parent, pa);
-            let mut npa = attr(&locks, new_parent);
-            npa.mtime = t;
-            npa.ctime = t;
-            if parent != new_parent {
-                // Each parent trades one subdirectory (a "..") for what it receives.
-                pa.nlink = pa.nlink + u32::from(b_dir) - u32::from(a_dir);
-                npa.nlink = npa.nlink + u32::from(a_dir) - u32::from(b_dir);
-                if pa.nlink > LINK_MAX || npa.nlink > LINK_MAX {
-                    return Err(Errno::EMLINK);
-                }
-                attrs.insert(parent, pa);
-                if a_dir {
-                    aa.parent = new_parent;
-                }
-                if b_dir {
-                    ba.parent = parent;
-                }
-            }
-            attrs.insert(new_parent, npa);
-            aa.ctime = t;
-            ba.ctime = t;
-            attrs.insert(a, aa);
-            attrs.insert(b, ba);
+            let attrs = exchanged_attrs(&locks, parent, new_parent, a, b)?;
+            let (aa, ba) = (attrs[&a], attrs[&b]);
             let mut changes: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
             changes.entry(parent).or_default().push(Entry::DirAdd {
                 ino: b,
@@ -283,4 +264,49 @@ impl Store {
             up = self.getattr(up)?.parent;
         }
     }
+}
+
+/// The attributes an exchange of `a` (in `parent`) and `b` (in `new_parent`) gives the four
+/// inodes: times, each parent trading a subdirectory's ".." for what it receives, and a moved
+/// directory's parent. EMLINK if a parent's link count would overflow.
+fn exchanged_attrs(
+    locks: &BTreeMap<u64, Guard<'_>>,
+    parent: u64,
+    new_parent: u64,
+    a: u64,
+    b: u64,
+) -> Result<BTreeMap<u64, Attr>, Errno> {
+    let t = now_ns();
+    let attr = |i: u64| locks[&i].as_ref().expect("locked live").attr;
+    let (mut aa, mut ba) = (attr(a), attr(b));
+    let (a_dir, b_dir) = (aa.kind() == S_IFDIR, ba.kind() == S_IFDIR);
+    let mut attrs: BTreeMap<u64, Attr> = BTreeMap::new();
+    let mut pa = attr(parent);
+    pa.mtime = t;
+    pa.ctime = t;
+    attrs.insert(parent, pa);
+    let mut npa = attr(new_parent);
+    npa.mtime = t;
+    npa.ctime = t;
+    if parent != new_parent {
+        // Each parent trades one subdirectory (a "..") for what it receives.
+        pa.nlink = pa.nlink + u32::from(b_dir) - u32::from(a_dir);
+        npa.nlink = npa.nlink + u32::from(a_dir) - u32::from(b_dir);
+        if pa.nlink > LINK_MAX || npa.nlink > LINK_MAX {
+            return Err(Errno::EMLINK);
+        }
+        attrs.insert(parent, pa);
+        if a_dir {
+            aa.parent = new_parent;
+        }
+        if b_dir {
+            ba.parent = parent;
+        }
+    }
+    attrs.insert(new_parent, npa);
+    aa.ctime = t;
+    ba.ctime = t;
+    attrs.insert(a, aa);
+    attrs.insert(b, ba);
+    Ok(attrs)
 }

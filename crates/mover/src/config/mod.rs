@@ -1,4 +1,6 @@
-//! Every knob of the data-movement stack, with its default, in one type. Loaded from TOML.
+//! Every knob of the stack, with its default, in one type with a section per layer. Loaded
+//! from TOML; `switchyard config` prints the configuration in effect with each key's
+//! documentation (these fields') and where its value came from ([`Config::to_commented_toml`]).
 //!
 //! ```toml
 //! [engine]
@@ -32,6 +34,19 @@
 //! to_slow   = { local_aligned = 8388608, local_unaligned = 8388608, remote_aligned = 131072, remote_unaligned = 131072 }
 //! from_slow = { local_aligned = 262144, local_unaligned = 262144, remote_aligned = 131072, remote_unaligned = 131072 }
 //! dram      = { local_aligned = 262144, local_unaligned = 262144, remote_aligned = 131072, remote_unaligned = 131072 }
+//!
+//! [runtime]                  # the async runtime's executor, with copies outstanding:
+//! spin_us = 100              # spins this long past a copy's expected completion,
+//! wake_early_us = 20         # wakes this long before it from a timed sleep,
+//! max_park_us = 1000         # and parks at most this long
+//!
+//! [store]
+//! reserved_percent = 5       # share only root and the owner may fill (ext4's reserve)
+//!
+//! [fuse]
+//! workers = 0                # request threads; 0 = one per core, at least 2
+//! attr_ttl_ms = 1000         # how long the kernel caches attributes and names
+//! max_io = 1048576           # largest read or write request the kernel sends
 //! ```
 //!
 //! The threshold defaults were measured on a 2-core machine with the threads engine and a
@@ -40,14 +55,20 @@
 //! passing it with [`Config::with_profile`]) replaces the thresholds, M, the CPU-writer cap and
 //! the non-temporal threshold with the measured ones, and seeds the live bandwidth estimates.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use switchyard_engine::ThreadsConfig;
 use switchyard_media::{FlushKind, Persist};
 
 use crate::profile::{Profile, ProfileError};
 
+mod commented;
+
+pub use commented::Sources;
+
 /// The whole configuration.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     /// The copy engine.
@@ -56,13 +77,19 @@ pub struct Config {
     pub media: MediaConfig,
     /// The scheduler.
     pub mover: MoverConfig,
+    /// The async runtime's executor (`switchyard_rt`).
+    pub runtime: RuntimeConfig,
+    /// The file store.
+    pub store: StoreConfig,
+    /// The FUSE mount (`switchyard_fuse`).
+    pub fuse: FuseConfig,
     /// The profile applied by [`Config::with_profile`] (its bandwidths seed the mover).
     #[serde(skip)]
     pub applied_profile: Option<std::sync::Arc<Profile>>,
 }
 
 /// `[engine]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineConfig {
     /// Engine kind: `threads`.
@@ -82,20 +109,116 @@ pub struct EngineConfig {
 }
 
 impl Default for EngineConfig {
+    /// The `threads` engine's own defaults ([`ThreadsConfig::default`]), bar the channel
+    /// count, which follows the cores.
     fn default() -> Self {
+        let t = ThreadsConfig::default();
         EngineConfig {
             kind: "threads".into(),
             channels: 0,
-            queue_depth: 64,
-            spin_us: 50,
-            linger_us: 1000,
-            pin: true,
-            descriptor_bytes: 64 << 10,
+            queue_depth: t.queue_depth,
+            spin_us: t.spin.as_micros() as u64,
+            linger_us: t.linger.as_micros() as u64,
+            pin: t.pin,
+            descriptor_bytes: t.descriptor_bytes,
         }
     }
 }
 
+/// `[runtime]`: when an idle `switchyard_rt` executor with copies outstanding wakes, spins
+/// and parks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// How long past a copy's expected completion the executor spins before it parks, µs.
+    pub spin_us: u64,
+    /// How long before a copy's expected completion a sleeping executor wakes to spin (a
+    /// thread woken from a timed sleep runs a few microseconds late), µs.
+    pub wake_early_us: u64,
+    /// Longest park while copies are outstanding (a safety net for an expectation that was
+    /// too optimistic), µs.
+    pub max_park_us: u64,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            spin_us: 100,
+            wake_early_us: 20,
+            max_park_us: 1000,
+        }
+    }
+}
+
+/// `[store]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// Share of the data space, in percent, only root and the store's owner may fill (as
+    /// ext4's reserved blocks), 0..=50.
+    pub reserved_percent: u32,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            reserved_percent: 5,
+        }
+    }
+}
+
+/// `[fuse]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct FuseConfig {
+    /// Request worker threads, each with its own `/dev/fuse` descriptor; 0 = one per core,
+    /// at least 2.
+    pub workers: usize,
+    /// How long the kernel may cache attributes and names it was told, ms. Every change goes
+    /// through the mount, so the caches cannot go stale.
+    pub attr_ttl_ms: u64,
+    /// Largest read or write request the kernel sends, bytes (4 KiB to 1 MiB).
+    pub max_io: u32,
+}
+
+impl Default for FuseConfig {
+    fn default() -> Self {
+        FuseConfig {
+            workers: 0,
+            attr_ttl_ms: 1000,
+            max_io: 1 << 20,
+        }
+    }
+}
+
+impl FuseConfig {
+    /// Worker threads to start: the configured number, or one per core (at least 2).
+    pub fn effective_workers(&self) -> usize {
+        if self.workers > 0 {
+            return self.workers;
+        }
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
+            .max(2)
+    }
+}
+
 impl EngineConfig {
+    /// The `threads` engine's settings this section gives, with `persist`'s kernels.
+    pub fn threads_config(&self, persist: Persist) -> ThreadsConfig {
+        ThreadsConfig {
+            channels: self.effective_channels(),
+            queue_depth: self.queue_depth,
+            spin: std::time::Duration::from_micros(self.spin_us),
+            linger: std::time::Duration::from_micros(self.linger_us),
+            pin: self.pin,
+            descriptor_bytes: self.descriptor_bytes,
+            persist,
+            faults: Default::default(),
+        }
+    }
+
     /// Channels to start: the configured number, or one per core beyond the first.
     pub fn effective_channels(&self) -> usize {
         if self.channels > 0 {
@@ -109,7 +232,7 @@ impl EngineConfig {
 }
 
 /// `[media]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct MediaConfig {
     /// Flush instruction: `auto` or a [`FlushKind`] name.
@@ -132,7 +255,7 @@ impl Default for MediaConfig {
 }
 
 /// Which paths the mover may use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Policy {
     /// Schedule each request (Fastmove).
@@ -145,7 +268,7 @@ pub enum Policy {
 }
 
 /// Thresholds for one direction, by locality and alignment.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Locality {
     /// Local memory, source and destination 64 B aligned.
@@ -171,7 +294,7 @@ impl Locality {
 }
 
 /// `[mover.thresholds]`: engine thresholds per direction.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Thresholds {
     /// DRAM → slow memory (writes).
@@ -207,7 +330,7 @@ impl Default for Thresholds {
 }
 
 /// `[mover]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct MoverConfig {
     /// Path policy.
@@ -335,6 +458,18 @@ impl Config {
                 self.engine.descriptor_bytes
             ));
         }
+        if self.store.reserved_percent > 50 {
+            return bad(format!(
+                "store.reserved_percent = {}: must be 0..=50",
+                self.store.reserved_percent
+            ));
+        }
+        if !(4096..=1 << 20).contains(&self.fuse.max_io) {
+            return bad(format!(
+                "fuse.max_io = {}: must be 4096..=1048576",
+                self.fuse.max_io
+            ));
+        }
         if !(0.0..1.0).contains(&self.mover.split_share) {
             return bad(format!(
                 "mover.split_share = {}: must be 0 (live estimates) or between 0 and 1",
@@ -379,7 +514,7 @@ mod tests {
 
     #[test]
     fn the_documented_example_is_the_default() {
-        let doc = include_str!("config.rs");
+        let doc = include_str!("mod.rs");
         let toml_text: String = doc
             .lines()
             .skip_while(|l| !l.starts_with("//! ```toml"))
