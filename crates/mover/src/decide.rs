@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::adapt::{Band, EXPLORE_SHARE};
+use crate::adapt::Band;
 use crate::config::Policy;
 use crate::counters::Counter;
 use crate::hints::{Direction, Hints};
@@ -143,7 +143,7 @@ impl Mover {
     /// sends it to the CPU after reading one cache line, as `decide_sync` does):
     /// 1. policy `cpu` → CPU; policy `engine` → engine on the next channel;
     /// 2. below the threshold for (direction, locality, alignment) → CPU, and at or above it
-    ///    on to the checks below; while thresholds adapt, one in [`crate::adapt::EXPLORE`]
+    ///    on to the checks below; while thresholds adapt, one in `mover.adaptation.explore`
     ///    synchronous requests within a factor of 2 of the threshold goes the other way (an
     ///    A/B trial, see [`crate::adapt`]);
     /// 3. writes whose source and destination differ in 64 B offset → CPU; equal non-zero
@@ -401,7 +401,7 @@ impl Mover {
 
     /// The engine's share, in whole pages, of a split of `body` bytes: the configured share,
     /// else the estimates' (§5.3); when they give the engine nothing, one in a few such splits
-    /// explores with [`EXPLORE_SHARE`] to keep the estimates live.
+    /// explores with `mover.adaptation.explore_share` to keep the estimates live.
     fn split_bytes(&self, direction: Direction, body: usize) -> usize {
         let share = |s: f64| (body as f64 * s) as usize / 4096 * 4096;
         if self.split_share > 0.0 {
@@ -414,7 +414,7 @@ impl Mover {
         {
             n if n < 4096 && self.adapt.explore_split() => {
                 self.counters.add(Counter::explored, 1);
-                share(EXPLORE_SHARE)
+                share(self.adapt.pace().explore_share)
             }
             n => n,
         }

@@ -131,6 +131,7 @@ impl Mover {
                 epochs: m.policy == Policy::Auto,
                 thresholds: m.adapt && m.policy == Policy::Auto && config.applied_profile.is_some(),
                 split: m.adapt && m.split && m.split_share == 0.0,
+                pace: m.adaptation,
             },
         );
         Mover {

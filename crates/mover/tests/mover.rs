@@ -453,7 +453,7 @@ fn splits_are_explored_when_the_estimates_rule_them_out() {
     );
     assert!(s.explored > 0 && s.split_requests >= s.explored, "{s:?}");
     assert!(
-        s.cpu_requests >= s.explored * (switchyard_mover::adapt::EXPLORE as u64 - 1),
+        s.cpu_requests >= s.explored * (u64::from(Config::default().mover.adaptation.explore) - 1),
         "only one in EXPLORE is explored: {s:?}"
     );
 }

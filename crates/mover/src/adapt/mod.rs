@@ -4,22 +4,22 @@
 //!
 //! Acting on every measurement would let noise steer the scheduler, so
 //! [`Mover::decide`](crate::Mover::decide) reads values *in effect*, which change only at
-//! epochs: every [`EPOCH_NS`] of sampled traffic, run by whichever caller notices one is due (no
+//! epochs: every `epoch_ms` of sampled traffic, run by whichever caller notices one is due (no
 //! thread, no lock on the request path). A change is
-//! - bounded: a threshold moves one size bin (×2 or ÷2) per step, within [`MAX_SHIFT`] bins
-//!   of the tuned value on [`HOLD`] trials in a row, beyond that on twice as many (a profile
-//!   far off is repaired; noise is not followed far); a split estimate moves at most [`STEP`]
+//! - bounded: a threshold moves one size bin (×2 or ÷2) per step, within `max_shift` bins
+//!   of the tuned value on `hold` trials in a row, beyond that on twice as many (a profile
+//!   far off is repaired; noise is not followed far); a split estimate moves at most `step`
 //!   of itself per step;
-//! - hysteretic: a step needs one path to beat the other by [`MARGIN`], and [`HOLD`]
+//! - hysteretic: a step needs one path to beat the other by `margin`, and `hold`
 //!   consecutive trials wishing for it, so noise around a boundary changes nothing and no step
 //!   is undone by the next trial.
 //!
 //! **Thresholds move on A/B trials, not on a model.** Around each threshold `T` in effect lie
 //! two bands: sizes in `[T/2, T)` go to the CPU, sizes in `[T, 2T)` are offloaded. One in
-//! [`EXPLORE`] synchronous requests in each band takes the other path, and requests in the
+//! `explore` synchronous requests in each band takes the other path, and requests in the
 //! bands are timed end to end on the path they took (`Adapt::record`). A trial ends once
-//! both paths of a band have [`EVIDENCE`] samples: the offload path beating the CPU by
-//! [`MARGIN`] below `T` asks for a lower threshold, the CPU beating it above `T` for a higher
+//! both paths of a band have `evidence` samples: the offload path beating the CPU by
+//! `margin` below `T` asks for a lower threshold, the CPU beating it above `T` for a higher
 //! one. Both paths of a trial ran interleaved under the same conditions, so what they share —
 //! a helper thread spinning on the caller's sibling core, other callers, a slower memory
 //! phase — cancels. (A model fed with per-path bandwidth estimates compared live samples taken
@@ -31,7 +31,7 @@
 //!
 //! **Bands go where the traffic is.** A threshold far above every request (a "never" from a
 //! tune that missed the crossing) has bands no request falls in, so no trial would ever test
-//! it. When a direction's bands time nothing for [`STARVED`] epochs, the direction is watched:
+//! it. When a direction's bands time nothing for `starved` epochs, the direction is watched:
 //! requests from [`MIN_SAMPLED`] up reach the band check, which notes the largest passing
 //! below the bands, and the band below the threshold is brought down to that size's bin. Its
 //! trial then compares the CPU with offloading (engine or split, whose share is explored too)
@@ -40,9 +40,9 @@
 //! finds nothing and the threshold stays.
 //!
 //! **Split estimates** follow the live samples of splits' two sides (they run at once, so each
-//! side's rate is what the split's ratio needs), one bounded step per [`HOLD`] epochs that find
-//! them more than [`DEADBAND`] away. One in [`EXPLORE`] splits whose share from the estimates
-//! rounds to nothing is split anyway with [`EXPLORE_SHARE`] to the engine, so that no estimate
+//! side's rate is what the split's ratio needs), one bounded step per `hold` epochs that find
+//! them more than `deadband` away. One in `explore` splits whose share from the estimates
+//! rounds to nothing is split anyway with `explore_share` to the engine, so that no estimate
 //! can switch splitting off for good.
 
 mod trial;
@@ -56,7 +56,7 @@ use crossbeam_utils::CachePadded;
 use switchyard_engine::clock;
 
 use crate::bandwidth::{Bandwidth, BINS, MIN_SAMPLED};
-use crate::config::{Locality, Thresholds};
+use crate::config::{AdaptationConfig, Locality, Thresholds};
 use crate::counters::{Counter, Counters};
 use crate::hints::Direction;
 use crate::profile::NEVER;
@@ -64,37 +64,6 @@ use crate::profile::NEVER;
 use trial::{nudge, Tally, Trials, Vote};
 pub(crate) use trial::{Arm, Band};
 
-/// Time between epochs, ns.
-pub const EPOCH_NS: u64 = 20_000_000;
-/// Relative advantage one path must show in a trial before a threshold moves.
-pub const MARGIN: f64 = 0.05;
-/// Consecutive trials (epochs, for split estimates) that must wish for a step before it is
-/// taken.
-pub const HOLD: u32 = 3;
-/// Largest distance of a threshold from the tuned value, in size bins (factors of 2).
-pub const MAX_SHIFT: i32 = 3;
-/// Largest step of a split estimate, relative to its value.
-pub const STEP: f64 = 0.25;
-/// Split estimates within this relative distance of the live ones are left alone.
-pub const DEADBAND: f64 = 0.05;
-/// One in this many synchronous requests in a band around a threshold takes the other path,
-/// and one in this many splits the estimates rule out is split anyway.
-pub const EXPLORE: u32 = 32;
-/// The engine's share of a split made although the estimates gave the engine none: one in
-/// [`EXPLORE`] such splits, so that the engine's estimates stay live.
-pub const EXPLORE_SHARE: f64 = 0.25;
-/// Samples each path of a band needs before the band's trial counts.
-pub const EVIDENCE: u64 = 8;
-/// One in this many requests in a band on its usual path is timed (every explored one is).
-pub const SAMPLE_BAND_EVERY: u32 = 16;
-/// Sampled copies per thread between two looks at the clock.
-const TICKS: u32 = 8;
-/// Epochs in a row in which a direction's bands saw no timed request before the mover looks
-/// at the sizes that pass below them (see the module documentation).
-pub const STARVED: u32 = 5;
-/// One in this many requests below an adapting direction's bands, while it is watched,
-/// reports its size.
-const WATCH_EVERY: u32 = 16;
 /// The directions the tuner profiles, and so the ones adapted.
 const ADAPTED: [Direction; 2] = [Direction::ToSlow, Direction::FromSlow];
 /// One bin past the largest measured: where a "never" threshold re-enters when lowered.
@@ -113,6 +82,8 @@ pub(crate) struct Settings {
     pub thresholds: bool,
     /// Nudge the split estimates (splitting with a share from the estimates).
     pub split: bool,
+    /// Pace and evidence (`[mover.adaptation]`).
+    pub pace: AdaptationConfig,
 }
 
 /// Thresholds and split estimates in effect, and the adaptation state.
@@ -207,6 +178,11 @@ fn shifted(t: usize, s: i32) -> usize {
 }
 
 impl Adapt {
+    /// Pace and evidence in effect (`[mover.adaptation]`).
+    pub(crate) fn pace(&self) -> &AdaptationConfig {
+        &self.settings.pace
+    }
+
     /// Thresholds in effect start at `configured`; the split estimates at `prior` (the
     /// estimates as seeded from the profile).
     pub(crate) fn new(configured: &Thresholds, prior: &Bandwidth, settings: Settings) -> Adapt {
@@ -224,7 +200,7 @@ impl Adapt {
             trials: Default::default(),
             split,
             settings,
-            next_epoch_ns: AtomicU64::new(clock::now_ns() + EPOCH_NS),
+            next_epoch_ns: AtomicU64::new(clock::now_ns() + settings.pace.epoch_ms * 1_000_000),
             callers: AtomicUsize::new(0),
             state: Mutex::new(State {
                 starved: [0; 2],
@@ -286,7 +262,7 @@ impl Adapt {
                 return Some(Band::Below);
             }
             // Only requests of a watched direction get here (see `cpu_below`).
-            if once_in(&WATCHED, WATCH_EVERY) {
+            if once_in(&WATCHED, self.settings.pace.watch_every) {
                 self.largest_below[dir.index()].fetch_max(len, Ordering::Relaxed);
             }
             None
@@ -296,23 +272,23 @@ impl Adapt {
     }
 
     /// Whether this synchronous request in `band` is one to send down the other path: this
-    /// thread's [`EXPLORE`]th.
+    /// thread's `explore`th.
     #[inline]
     pub(crate) fn explore(&self, band: Option<Band>) -> bool {
         // A counter per band: with one shared counter, traffic that alternates between the
         // two bands (a 256 KiB read, then a 512 KiB one, …) would only ever explore one.
         match band {
-            Some(Band::Below) => once_in(&EXPLORED_BELOW, EXPLORE),
-            Some(Band::Above) => once_in(&EXPLORED_ABOVE, EXPLORE),
+            Some(Band::Below) => once_in(&EXPLORED_BELOW, self.settings.pace.explore),
+            Some(Band::Above) => once_in(&EXPLORED_ABOVE, self.settings.pace.explore),
             None => false,
         }
     }
 
     /// Whether to time this request of `band` on its usual path (one in
-    /// [`SAMPLE_BAND_EVERY`] per thread).
+    /// `sample_band_every` per thread).
     #[inline]
     pub(crate) fn sample_band(&self) -> bool {
-        once_in(&BAND_SAMPLES, SAMPLE_BAND_EVERY)
+        once_in(&BAND_SAMPLES, self.settings.pace.sample_band_every)
     }
 
     /// Folds a timed request into its band's trial: `len` bytes on `arm` in `ns`.
@@ -323,12 +299,12 @@ impl Adapt {
     }
 
     /// Whether this split, whose share from the estimates rounds to nothing, is one to split
-    /// anyway with [`EXPLORE_SHARE`] to the engine: this thread's [`EXPLORE`]th such split.
+    /// anyway with `explore_share` to the engine: this thread's `explore`th such split.
     /// Without it a start-up estimate that grew past every split's size (a preempted worker)
     /// would never be sampled again, and splitting would stay off for good.
     #[inline]
     pub(crate) fn explore_split(&self) -> bool {
-        once_in(&SPLITS_EXPLORED, EXPLORE)
+        once_in(&SPLITS_EXPLORED, self.settings.pace.explore)
     }
 
     /// Requests of `dir` shorter than this go to the CPU whatever else holds: below every
@@ -353,14 +329,14 @@ impl Adapt {
         &self.split
     }
 
-    /// Called after each sampled copy: every [`TICKS`] samples on this thread it reads the
+    /// Called after each sampled copy: every `ticks` samples on this thread it reads the
     /// clock, and the caller that finds an epoch due runs it.
     #[inline]
     pub(crate) fn tick(&self, split_live: &Bandwidth, counters: &Counters) {
         if !self.settings.epochs {
             return;
         }
-        if !once_in(&SAMPLES, TICKS) {
+        if !once_in(&SAMPLES, self.settings.pace.ticks) {
             return;
         }
         let now = clock::now_ns();
@@ -368,7 +344,12 @@ impl Adapt {
         if now >= next
             && self
                 .next_epoch_ns
-                .compare_exchange(next, now + EPOCH_NS, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(
+                    next,
+                    now + self.settings.pace.epoch_ms * 1_000_000,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
                 .is_ok()
         {
             self.epoch(split_live, counters);
@@ -377,7 +358,7 @@ impl Adapt {
 
     /// One epoch: counts the callers, nudges the split estimates towards `split_live` (the
     /// live samples of splits' two sides), and judges the bands' finished trials, taking the
-    /// threshold steps that [`HOLD`] trials in a row asked for.
+    /// threshold steps that `hold` trials in a row asked for.
     pub(crate) fn epoch(&self, split_live: &Bandwidth, counters: &Counters) {
         let Ok(mut st) = self.state.try_lock() else {
             return;
@@ -396,14 +377,25 @@ impl Adapt {
         self.callers.store(callers, Ordering::Relaxed);
         std::mem::swap(&mut st.seen, &mut st.fresh);
         if self.settings.split {
+            let pace = &self.settings.pace;
             let mut moved = false;
             for (i, d) in ADAPTED.into_iter().enumerate() {
                 let (eff, now) = (self.split.of(d), split_live.of(d));
                 for b in 0..BINS {
-                    moved |= nudge(&eff.cpu[b], now.cpu[b].get(), &mut st.rates[i][0][b]);
-                    moved |= nudge(&eff.engine[b], now.engine[b].get(), &mut st.rates[i][1][b]);
+                    moved |= nudge(&eff.cpu[b], now.cpu[b].get(), &mut st.rates[i][0][b], pace);
+                    moved |= nudge(
+                        &eff.engine[b],
+                        now.engine[b].get(),
+                        &mut st.rates[i][1][b],
+                        pace,
+                    );
                 }
-                moved |= nudge(&eff.startup_ns, now.startup_ns.get(), &mut st.startup[i]);
+                moved |= nudge(
+                    &eff.startup_ns,
+                    now.startup_ns.get(),
+                    &mut st.startup[i],
+                    pace,
+                );
             }
             if moved {
                 counters.add(Counter::split_nudges, 1);
@@ -420,11 +412,16 @@ impl Adapt {
                 // A band brought down to the traffic moves the threshold to its floor.
                 let bins = if wish < 0 { depth } else { wish };
                 let to = st.shift[i] + wish.signum() * bins;
-                // Within the fence a step needs HOLD trials in a row; past it, twice as many
+                // Within the fence a step needs `hold` trials in a row; past it, twice as many
                 // (a profile far off is repaired, noise is not followed far).
-                let hold = if to.abs() > MAX_SHIFT { 2 * HOLD } else { HOLD };
+                let pace = &self.settings.pace;
+                let hold = if to.unsigned_abs() > pace.max_shift {
+                    2 * pace.hold
+                } else {
+                    pace.hold
+                };
                 let to = to.clamp(-LOWEST, LOWEST);
-                let step = st.vote[i].cast_holding(if to == st.shift[i] { 0 } else { wish }, hold);
+                let step = st.vote[i].cast(if to == st.shift[i] { 0 } else { wish }, hold);
                 if step != 0 {
                     st.shift[i] = to;
                     counters.add(
@@ -444,7 +441,7 @@ impl Adapt {
         }
     }
 
-    /// A direction whose bands timed nothing for [`STARVED`] epochs is watched: requests down
+    /// A direction whose bands timed nothing for `starved` epochs is watched: requests down
     /// to [`MIN_SAMPLED`] reach [`Adapt::band`], which notes the largest passing below the
     /// band; the next epoch brings the band below the threshold down to that size's bin, so
     /// that trials run where the traffic is (a "never" threshold, or one far above every
@@ -457,7 +454,7 @@ impl Adapt {
         }
         st.starved[i] = st.starved[i].saturating_add(1);
         let largest = self.largest_below[d.index()].swap(0, Ordering::Relaxed);
-        if st.starved[i] < STARVED {
+        if st.starved[i] < self.settings.pace.starved {
             return;
         }
         let min = self.min_threshold(d);
@@ -479,13 +476,16 @@ impl Adapt {
     /// A finished trial's wish (−1 lower, 0 stay, +1 raise), resetting the bands it judged;
     /// `None` while no band has both paths' evidence yet.
     fn judge(&self, t: &Trials) -> Option<i32> {
-        let ready = |band: &[Tally; 2]| band.iter().all(|a| a.samples() >= EVIDENCE);
+        let ready = |band: &[Tally; 2]| {
+            band.iter()
+                .all(|a| a.samples() >= self.settings.pace.evidence)
+        };
         let wins = |band: &[Tally; 2], arm: Arm| {
             let (mine, other) = match arm {
                 Arm::Cpu => (&band[Arm::Cpu as usize], &band[Arm::Offload as usize]),
                 Arm::Offload => (&band[Arm::Offload as usize], &band[Arm::Cpu as usize]),
             };
-            mine.rate() >= other.rate() * (1.0 + MARGIN)
+            mine.rate() >= other.rate() * (1.0 + self.settings.pace.margin)
         };
         let (below, above) = (&t[Band::Below as usize], &t[Band::Above as usize]);
         let (lo, hi) = (ready(below), ready(above));

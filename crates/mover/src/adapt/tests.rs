@@ -8,7 +8,24 @@ fn settings() -> Settings {
         epochs: true,
         thresholds: true,
         split: true,
+        pace: AdaptationConfig::default(),
     }
+}
+
+// The default pace, which the tests count in.
+const HOLD: u32 = 3;
+const MAX_SHIFT: u32 = 3;
+const EXPLORE: u32 = 32;
+const EVIDENCE: u64 = 8;
+const DEADBAND: f64 = 0.05;
+
+#[test]
+fn the_counts_are_the_default_pace() {
+    let p = AdaptationConfig::default();
+    assert_eq!(
+        (p.hold, p.max_shift, p.explore, p.evidence, p.deadband),
+        (HOLD, MAX_SHIFT, EXPLORE, EVIDENCE, DEADBAND)
+    );
 }
 
 /// A profile's estimates (they seed the split estimates only).
@@ -64,16 +81,16 @@ fn shifts_double_halve_and_keep_never() {
 #[test]
 fn votes_need_hold_epochs_in_a_row() {
     let mut v = Vote::default();
-    assert_eq!(v.cast(1), 0);
-    assert_eq!(v.cast(1), 0);
-    assert_eq!(v.cast(1), 1);
-    assert_eq!(v.cast(1), 0, "the count starts over after a step");
-    assert_eq!(v.cast(-1), 0);
-    assert_eq!(v.cast(1), 0);
-    assert_eq!(v.cast(0), 0);
-    assert_eq!(v.cast(1), 0);
-    assert_eq!(v.cast(1), 0);
-    assert_eq!(v.cast(1), 1);
+    assert_eq!(v.cast(1, HOLD), 0);
+    assert_eq!(v.cast(1, HOLD), 0);
+    assert_eq!(v.cast(1, HOLD), 1);
+    assert_eq!(v.cast(1, HOLD), 0, "the count starts over after a step");
+    assert_eq!(v.cast(-1, HOLD), 0);
+    assert_eq!(v.cast(1, HOLD), 0);
+    assert_eq!(v.cast(0, HOLD), 0);
+    assert_eq!(v.cast(1, HOLD), 0);
+    assert_eq!(v.cast(1, HOLD), 0);
+    assert_eq!(v.cast(1, HOLD), 1);
 }
 
 #[test]
@@ -200,7 +217,7 @@ fn a_cpu_faster_above_the_threshold_raises_it_in_bounded_steps() {
         a.band(Direction::FromSlow, read(&a), 256 << 10),
         Some(Band::Below)
     );
-    for _ in 0..(MAX_SHIFT as u32 - 1) * HOLD {
+    for _ in 0..(MAX_SHIFT - 1) * HOLD {
         trial(&a, &c, Direction::FromSlow, Band::Above, 10.0, 5.0);
     }
     assert_eq!(read(&a), (256 << 10) << MAX_SHIFT, "at the fence");

@@ -3,8 +3,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{DEADBAND, HOLD, STEP};
 use crate::bandwidth::Ewma;
+use crate::config::AdaptationConfig;
 
 /// The band around its threshold a request falls in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,14 +77,9 @@ pub(super) struct Vote {
 }
 
 impl Vote {
-    /// Records this epoch's wish (−1, 0 or +1); returns it once [`HOLD`] epochs in a row made
+    /// Records this epoch's wish (−1, 0 or +1); returns it once `hold` epochs in a row made
     /// it, else 0.
-    pub(super) fn cast(&mut self, wish: i32) -> i32 {
-        self.cast_holding(wish, HOLD)
-    }
-
-    /// [`Vote::cast`], returning the wish once `hold` epochs in a row made it.
-    pub(super) fn cast_holding(&mut self, wish: i32, hold: u32) -> i32 {
+    pub(super) fn cast(&mut self, wish: i32, hold: u32) -> i32 {
         if wish == 0 || wish != self.sign {
             *self = Vote {
                 sign: wish,
@@ -102,21 +97,22 @@ impl Vote {
     }
 }
 
-/// Moves `eff` one bounded step towards `live` once [`HOLD`] epochs in a row found it more than
-/// [`DEADBAND`] away on the same side. Returns whether it moved.
-pub(super) fn nudge(eff: &Ewma, live: f64, vote: &mut Vote) -> bool {
+/// Moves `eff` one bounded step (`pace.step` of itself at most) towards `live` once
+/// `pace.hold` epochs in a row found it more than `pace.deadband` away on the same side.
+/// Returns whether it moved.
+pub(super) fn nudge(eff: &Ewma, live: f64, vote: &mut Vote, pace: &AdaptationConfig) -> bool {
     let v = eff.get();
-    let wish = if live > v * (1.0 + DEADBAND) {
+    let wish = if live > v * (1.0 + pace.deadband) {
         1
-    } else if live < v * (1.0 - DEADBAND) {
+    } else if live < v * (1.0 - pace.deadband) {
         -1
     } else {
         0
     };
-    match vote.cast(wish) {
+    match vote.cast(wish, pace.hold) {
         0 => false,
         s => {
-            eff.set(v + f64::from(s) * (live - v).abs().min(STEP * v));
+            eff.set(v + f64::from(s) * (live - v).abs().min(pace.step * v));
             true
         }
     }

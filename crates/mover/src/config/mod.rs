@@ -35,6 +35,21 @@
 //! from_slow = { local_aligned = 262144, local_unaligned = 262144, remote_aligned = 131072, remote_unaligned = 131072 }
 //! dram      = { local_aligned = 262144, local_unaligned = 262144, remote_aligned = 131072, remote_unaligned = 131072 }
 //!
+//! [mover.adaptation]         # online adaptation's pace and evidence (see `adapt`)
+//! epoch_ms = 20              # time between epochs of sampled traffic
+//! margin = 0.05              # a path must win a trial by this much to move a threshold
+//! hold = 3                   # trials in a row per step
+//! max_shift = 3              # bins from the tuned value on `hold` trials (then twice as many)
+//! step = 0.25                # largest step of a split estimate
+//! deadband = 0.05            # split estimates this close to the live ones stay
+//! explore = 32               # one in this many requests near a threshold takes the other path
+//! explore_share = 0.25       # engine share of a split the estimates ruled out
+//! evidence = 8               # samples per path before a band's trial counts
+//! sample_band_every = 16     # one in this many usual-path requests in a band is timed
+//! ticks = 8                  # sampled copies between looks at the clock
+//! starved = 5                # epochs without timed requests before a direction is watched
+//! watch_every = 16           # one in this many requests below watched bands reports its size
+//!
 //! [runtime]                  # the async runtime's executor, with copies outstanding:
 //! spin_us = 100              # spins this long past a copy's expected completion,
 //! wake_early_us = 20         # wakes this long before it from a timed sleep,
@@ -121,6 +136,64 @@ impl Default for EngineConfig {
             linger_us: t.linger.as_micros() as u64,
             pin: t.pin,
             descriptor_bytes: t.descriptor_bytes,
+        }
+    }
+}
+
+/// `[mover.adaptation]`: the pace and the evidence of online adaptation (see
+/// `switchyard_mover::adapt` for what each step does).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdaptationConfig {
+    /// Time between epochs (of sampled traffic), ms.
+    pub epoch_ms: u64,
+    /// Relative advantage one path must show in a trial before a threshold moves.
+    pub margin: f64,
+    /// Trials in a row (epochs, for split estimates) that must wish for the same step before
+    /// it is taken.
+    pub hold: u32,
+    /// Farthest a threshold moves from the tuned value on `hold` trials per step, in size
+    /// bins (factors of 2); past it a step needs twice as many.
+    pub max_shift: u32,
+    /// Largest step of a split estimate, relative to its value.
+    pub step: f64,
+    /// Split estimates within this relative distance of the live ones are left alone.
+    pub deadband: f64,
+    /// One in this many synchronous requests in a band around a threshold takes the other
+    /// path, and one in this many splits the estimates rule out is split anyway.
+    pub explore: u32,
+    /// The engine's share of a split made although the estimates gave the engine none.
+    pub explore_share: f64,
+    /// Samples each path of a band needs before the band's trial counts.
+    pub evidence: u64,
+    /// One in this many requests in a band on its usual path is timed (every explored one
+    /// is).
+    pub sample_band_every: u32,
+    /// Sampled copies per thread between two looks at the clock.
+    pub ticks: u32,
+    /// Epochs in a row in which a direction's bands saw no timed request before the mover
+    /// looks at the sizes that pass below them.
+    pub starved: u32,
+    /// One in this many requests below a watched direction's bands reports its size.
+    pub watch_every: u32,
+}
+
+impl Default for AdaptationConfig {
+    fn default() -> Self {
+        AdaptationConfig {
+            epoch_ms: 20,
+            margin: 0.05,
+            hold: 3,
+            max_shift: 3,
+            step: 0.25,
+            deadband: 0.05,
+            explore: 32,
+            explore_share: 0.25,
+            evidence: 8,
+            sample_band_every: 16,
+            ticks: 8,
+            starved: 5,
+            watch_every: 16,
         }
     }
 }
@@ -353,6 +426,8 @@ pub struct MoverConfig {
     /// Online adaptation ([`crate::adapt`]): nudge the thresholds (when a profile is applied)
     /// and the split's estimates when live measurements disagree; `false` holds them fixed.
     pub adapt: bool,
+    /// How online adaptation paces itself and how much evidence it wants.
+    pub adaptation: AdaptationConfig,
     /// Engine thresholds.
     pub thresholds: Thresholds,
     /// Engine profile to load at start (`switchyard tune`); empty for none.
@@ -371,6 +446,7 @@ impl Default for MoverConfig {
             align_writes: true,
             wait_spin: 2000,
             adapt: true,
+            adaptation: AdaptationConfig::default(),
             thresholds: Thresholds::default(),
             profile: String::new(),
         }
@@ -457,6 +533,34 @@ impl Config {
                 "engine.descriptor_bytes = {}: must be a power of two >= 4096",
                 self.engine.descriptor_bytes
             ));
+        }
+        let a = &self.mover.adaptation;
+        if a.epoch_ms == 0
+            || [
+                a.hold,
+                a.explore,
+                a.sample_band_every,
+                a.ticks,
+                a.starved,
+                a.watch_every,
+            ]
+            .contains(&0)
+            || a.evidence == 0
+        {
+            return bad(
+                "mover.adaptation: epoch_ms, hold, explore, evidence, sample_band_every, ticks, \
+                 starved and watch_every must be positive"
+                    .into(),
+            );
+        }
+        if ![a.margin, a.step, a.deadband, a.explore_share]
+            .iter()
+            .all(|v| (0.0..1.0).contains(v))
+        {
+            return bad(
+                "mover.adaptation: margin, step, deadband and explore_share must be in [0, 1)"
+                    .into(),
+            );
         }
         if self.store.reserved_percent > 50 {
             return bad(format!(
