@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command: formatting, lints, docs, tests, and loom model checks.
+# The project's test command: formatting, lints, docs, tests, and the loom and shuttle model
+# checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # What the tests need beyond the main job (real clients of the mount, a browser); quick when
@@ -12,3 +13,6 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 cargo test --workspace
 CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 \
   cargo test -p switchyard-engine --release --lib loom
+# The store's real in-flight tracking on shuttle's locks, under its model checker.
+CARGO_TARGET_DIR=target/shuttle RUSTFLAGS="--cfg shuttle" \
+  cargo test -p switchyard-store --release --lib inflight::model

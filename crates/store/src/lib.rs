@@ -10,11 +10,12 @@
 //! - [`Store`]: the inode-level API (what FUSE and the async layer use);
 //! - [`Fs`]: paths and file descriptors on top (the POSIX file model);
 //! - [`recovery::scan`] and [`fsck`]: reading an image back and checking every invariant;
-//! - [`crash`]: the crash-state harness.
+//! - `crash` (feature `testing`): the crash-state harness, with the faults it must catch.
 
 #![warn(missing_docs)]
 pub mod aio;
 pub mod alloc;
+#[cfg(feature = "testing")]
 pub mod crash;
 pub mod error;
 pub mod fallocate;
@@ -27,6 +28,7 @@ mod pm;
 pub mod recovery;
 pub mod reserve;
 mod store;
+mod sync;
 mod table;
 pub mod xattr;
 

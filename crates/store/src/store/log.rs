@@ -42,7 +42,7 @@ impl Store {
                 new_pages.push(page);
                 pos = page * BLOCK + LOG_ENTRIES_AT;
             }
-            if self.faults.skip_entry_flush.load(Ordering::Relaxed) {
+            if self.skips_entry_flush() {
                 self.pm.write_unflushed(pos, &bytes);
             } else {
                 self.pm.write(pos, &bytes);

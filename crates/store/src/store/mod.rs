@@ -19,6 +19,7 @@
 
 mod commit;
 mod data;
+mod faults;
 mod lifetime;
 mod lock;
 mod log;
@@ -58,6 +59,8 @@ use crate::recovery::{
 };
 use crate::reserve::default_reserved_percent;
 use crate::table::{FreeInodes, Slot, Table};
+#[cfg(feature = "testing")]
+use faults::Faults;
 
 /// Largest file size (so every byte offset fits an `i64`, as `off_t` needs).
 pub const MAX_FILE_SIZE: u64 = i64::MAX as u64;
@@ -174,6 +177,7 @@ pub struct Store {
     rename: Mutex<()>,
     /// Set after an internal inconsistency: the store refuses further writes.
     failed: std::sync::atomic::AtomicBool,
+    #[cfg(feature = "testing")]
     faults: Faults,
     /// Whether this mount used the clean-unmount checkpoint.
     quick: bool,
@@ -203,30 +207,7 @@ fn ftype(mode: u32) -> u8 {
     ((mode & S_IFMT) >> 12) as u8
 }
 
-/// Deliberate bugs, for proving that the crash harness catches them.
-#[derive(Default)]
-struct Faults {
-    /// Log entries are stored but not flushed before the tail commit.
-    skip_entry_flush: std::sync::atomic::AtomicBool,
-    /// Orderless writes commit entries that do not name their copy.
-    unrecorded_orderless: std::sync::atomic::AtomicBool,
-}
-
 impl Store {
-    /// Test fault injection: from now on, log entries are not flushed before their commit
-    /// (a missing-flush bug the crash harness must catch). Never use outside tests.
-    pub fn inject_missing_entry_flush(&self) {
-        self.faults.skip_entry_flush.store(true, Ordering::Relaxed);
-    }
-
-    /// Test hook: orderless writes commit entries that do not name their engine copy, so
-    /// recovery cannot tell an unfinished one (the asynchronous crash harness must notice).
-    pub fn inject_unrecorded_orderless(&self) {
-        self.faults
-            .unrecorded_orderless
-            .store(true, Ordering::Relaxed);
-    }
-
     /// The region this store lives in.
     pub fn region(&self) -> &Region {
         self.region

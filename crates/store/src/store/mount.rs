@@ -130,6 +130,7 @@ impl Store {
             journal: Mutex::new(0),
             rename: Mutex::new(()),
             failed: Default::default(),
+            #[cfg(feature = "testing")]
             faults: Faults::default(),
             quick,
             region: Some(region),

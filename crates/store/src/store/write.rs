@@ -341,7 +341,7 @@ impl Store {
             return (None, None);
         };
         // The injected bug leaves the entry without its copy's name.
-        let seq = (!self.faults.unrecorded_orderless.load(Ordering::Relaxed)).then_some(Seq {
+        let seq = (!self.leaves_orderless_unrecorded()).then_some(Seq {
             generation: self.geo.mount_count,
             channel: channel as u32,
             position,

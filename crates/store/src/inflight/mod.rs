@@ -16,10 +16,12 @@
 //! inode therefore counts its reads in flight ([`Readers`]); blocks it frees meanwhile wait in
 //! its limbo until the last such read finishes.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-
-use parking_lot::Mutex;
 use switchyard_mover::Detached;
+
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering};
+
+#[cfg(all(test, shuttle))]
+mod model;
 
 /// One engine copy of an orderless write: the channel and position its log entry names, and
 /// the copy.

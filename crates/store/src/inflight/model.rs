@@ -1,6 +1,8 @@
-//! A shuttle model of two-level locking and completion checking (EasyIO §4.3), as
-//! `src/store/lock.rs` and `src/inflight.rs` implement it, explored under shuttle's
-//! randomized and PCT schedulers.
+//! Two-level locking and completion checking (EasyIO §4.3) under shuttle's randomized and PCT
+//! schedulers, with the store's real in-flight tracking: the reads in flight and the limbo of
+//! blocks freed under them are [`Readers`] itself, built on shuttle's locks and atomics
+//! (`crate::sync` under `--cfg shuttle`). The inode lock, the engine channel and the free list
+//! are modelled around it as `src/store/lock.rs` and the threads engine behave.
 //!
 //! Modelled, one file:
 //! - level 1: the inode lock (an RwLock over the mapping and the pending write);
@@ -12,7 +14,8 @@
 //!   retire the replaced block, release; then wait until the record passes the position;
 //! - a read: under the read lock, the same level-2 check; note the block, enter the readers,
 //!   release; copy the block; leave (the last reader frees the limbo);
-//! - retire: free the block now if no read is in flight, else park it in the limbo.
+//! - retire: [`Readers::retire`] (free the block now if no read is in flight, else park it in
+//!   the limbo); a read's end is [`Readers::leave`] (the last reader frees the limbo).
 //!
 //! Checked: a read returns exactly the version its mapping named (never an unfinished copy,
 //! never a block reused under it); the file ends with the last version; no schedule deadlocks,
@@ -21,6 +24,8 @@
 use shuttle::future::{block_on, spawn, yield_now};
 use shuttle::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use shuttle::sync::{Arc, Mutex, RwLock};
+
+use super::Readers;
 
 const BLOCKS: usize = 6;
 
@@ -36,8 +41,8 @@ struct Model {
     /// Block contents (the version written into each).
     blocks: Vec<AtomicU64>,
     free: Mutex<Vec<usize>>,
-    readers: AtomicUsize,
-    limbo: Mutex<Vec<usize>>,
+    /// The store's own tracking of reads in flight (blocks are `u64` there).
+    readers: Readers,
     /// The channel's queue: (position, block, version); `queued` numbers positions.
     queue: Mutex<Vec<(u64, usize, u64)>>,
     queued: AtomicU64,
@@ -54,8 +59,7 @@ impl Model {
             }),
             blocks: (0..BLOCKS).map(|_| AtomicU64::new(0)).collect(),
             free: Mutex::new((1..BLOCKS).collect()),
-            readers: AtomicUsize::new(0),
-            limbo: Mutex::new(Vec::new()),
+            readers: Readers::default(),
             queue: Mutex::new(Vec::new()),
             queued: AtomicU64::new(0),
             seq: AtomicU64::new(0),
@@ -87,15 +91,9 @@ impl Model {
         true
     }
 
-    fn retire(&self, block: usize) {
-        let mut limbo = self.limbo.lock().unwrap();
-        if self.readers.load(Ordering::Acquire) == 0 {
-            let mut free = self.free.lock().unwrap();
-            free.push(block);
-            free.append(&mut limbo);
-        } else {
-            limbo.push(block);
-        }
+    fn release(&self, blocks: Vec<u64>) {
+        let mut free = self.free.lock().unwrap();
+        free.extend(blocks.into_iter().map(|b| b as usize));
     }
 
     /// Level 1 and the commit; `None` when the previous copy is unfinished or no block is
@@ -117,7 +115,7 @@ impl Model {
         // The metadata commits while the copy is queued (orderless write).
         let (old, _) = std::mem::replace(&mut f.mapping, (block, version));
         f.pending = Some(pos);
-        self.retire(old);
+        self.release(self.readers.retire(vec![old as u64]));
         Some(pos)
     }
 
@@ -139,7 +137,7 @@ impl Model {
         if f.pending.is_some_and(|p| !self.finished(p)) {
             return None;
         }
-        self.readers.fetch_add(1, Ordering::AcqRel);
+        self.readers.enter();
         Some(f.mapping)
     }
 
@@ -157,12 +155,7 @@ impl Model {
             got, version,
             "a read saw block {block} with version {got}, not {version}"
         );
-        if self.readers.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let mut limbo = self.limbo.lock().unwrap();
-            if self.readers.load(Ordering::Acquire) == 0 {
-                self.free.lock().unwrap().append(&mut limbo);
-            }
-        }
+        self.release(self.readers.leave());
     }
 }
 
@@ -205,8 +198,9 @@ fn scenario(writers: u64, readers: usize) {
     assert!(f.pending.is_none_or(|p| m.finished(p)));
     let (block, version) = f.mapping;
     assert_eq!(m.blocks[block].load(Ordering::Relaxed), version);
-    // Every block is mapped or free again.
-    let free = m.free.lock().unwrap().len() + m.limbo.lock().unwrap().len();
+    // Every block is mapped or free again: no read is in flight, so nothing waits in limbo.
+    assert!(m.readers.retire(Vec::new()).is_empty());
+    let free = m.free.lock().unwrap().len();
     assert_eq!(free + 1, BLOCKS, "a block leaked");
 }
 
