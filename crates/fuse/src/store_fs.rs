@@ -15,7 +15,9 @@ use fuser::{
 };
 use parking_lot::Mutex;
 use switchyard_store::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFSOCK};
-use switchyard_store::{Attr, DirEntry, Errno, Falloc, Owner, SetAttr, Store, XattrMode};
+use switchyard_store::{
+    Attr, DirEntry, Errno, Error, Falloc, Op, Owner, SetAttr, Store, XattrMode,
+};
 
 use crate::{configure, masked, open_flags, time, with_read_buffer, FuseConfig, Replies};
 
@@ -42,8 +44,9 @@ pub struct StoreFs {
     next_dir: AtomicU64,
 }
 
-fn errno(e: Errno) -> fuser::Errno {
-    fuser::Errno::from_i32(e.0)
+/// The errno the kernel gets for a store error.
+fn errno(e: impl Into<Errno>) -> fuser::Errno {
+    fuser::Errno::from_i32(e.into().0)
 }
 
 fn ns(t: SystemTime) -> i64 {
@@ -132,7 +135,7 @@ impl StoreFs {
     /// result of [`Store::lookup_held`] (already held) or of an operation that made or linked
     /// the inode (held here, before the kernel can know the number, so the kernel's
     /// `forget` always finds the holds it releases).
-    fn entry(&self, reply: ReplyEntry, r: Result<(u64, Attr), Errno>, held: bool) {
+    fn entry(&self, reply: ReplyEntry, r: Result<(u64, Attr), Error>, held: bool) {
         match r.and_then(|(ino, a)| self.counted(ino, held).map(|g| (ino, a, g))) {
             Ok((ino, a, g)) => reply.entry(&self.replies.ttl, &self.file_attr(ino, &a), g),
             Err(e) => reply.error(errno(e)),
@@ -140,7 +143,7 @@ impl StoreFs {
     }
 
     /// Takes the hold of one kernel lookup on `ino` unless `held`, and returns its generation.
-    fn counted(&self, ino: u64, held: bool) -> Result<Generation, Errno> {
+    fn counted(&self, ino: u64, held: bool) -> Result<Generation, Error> {
         if !held {
             self.store.hold(ino)?;
         }
@@ -150,7 +153,7 @@ impl StoreFs {
 
 /// Replies to getxattr/listxattr: the size when asked for it (`size` 0), else the bytes, or
 /// ERANGE when they do not fit.
-fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, Errno>) {
+fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, Error>) {
     match r {
         Ok(v) if size == 0 => reply.size(v.len() as u32),
         Ok(v) if v.len() > size as usize => reply.error(fuser::Errno::ERANGE),
@@ -159,7 +162,7 @@ fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, Errno>) {
     }
 }
 
-fn empty(reply: ReplyEmpty, r: Result<(), Errno>) {
+fn empty(reply: ReplyEmpty, r: Result<(), Error>) {
     match r {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(errno(e)),
@@ -319,7 +322,7 @@ impl Filesystem for StoreFs {
             self.store.rename(p, n, np, nn)
         } else {
             // RENAME_WHITEOUT (overlayfs's) and combinations are not supported.
-            Err(Errno::EINVAL)
+            Err(Error::at(Op::Rename, p, n)(Errno::EINVAL))
         };
         empty(reply, r);
     }

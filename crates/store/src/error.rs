@@ -1,4 +1,5 @@
-//! Errors: POSIX errnos for file operations, and why a region cannot be mounted.
+//! Errors: what a store operation failed on and why ([`Error`], carrying the POSIX errno a
+//! front end passes on), and why a region cannot be mounted.
 
 use std::fmt;
 
@@ -80,6 +81,7 @@ impl Errno {
             libc::ERANGE => "ERANGE",
             libc::E2BIG => "E2BIG",
             libc::EOPNOTSUPP => "EOPNOTSUPP",
+            libc::ESTALE => "ESTALE",
             _ => "E?",
         }
     }
@@ -103,6 +105,127 @@ impl fmt::Display for Errno {
 }
 
 impl std::error::Error for Errno {}
+
+/// A store operation that failed: which operation, on what, and why. Front ends pass
+/// [`Error::errno`] on (FUSE replies with it; `?` turns it into an [`Errno`] where one is
+/// wanted, as in [`crate::Fs`], whose callers add the path); messages show all three. Each
+/// public operation of [`crate::Store`] works on errnos inside and names itself and its object
+/// once, where it returns (`.map_err(Error::on(Op::Read, ino))`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{op} {object}: {errno}")]
+pub struct Error {
+    /// The operation.
+    pub op: Op,
+    /// What it was applied to.
+    pub object: Object,
+    /// Why, as the errno a POSIX caller gets.
+    pub errno: Errno,
+}
+
+impl Error {
+    /// `op` on inode `ino` failed with `errno`.
+    pub fn on(op: Op, ino: u64) -> impl FnOnce(Errno) -> Error {
+        move |errno| Error {
+            op,
+            object: Object::Inode(ino),
+            errno,
+        }
+    }
+
+    /// `op` on the entry `name` of directory `parent` failed with `errno`.
+    pub fn at(op: Op, parent: u64, name: &[u8]) -> impl FnOnce(Errno) -> Error + '_ {
+        move |errno| Error {
+            op,
+            object: Object::Name {
+                parent,
+                name: name.to_vec(),
+            },
+            errno,
+        }
+    }
+}
+
+impl From<Error> for Errno {
+    fn from(e: Error) -> Errno {
+        e.errno
+    }
+}
+
+/// The store operations, as [`Error`] names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub enum Op {
+    Getattr,
+    Setattr,
+    Lookup,
+    Readdir,
+    Create,
+    Mknod,
+    Mkdir,
+    Symlink,
+    Readlink,
+    Link,
+    Unlink,
+    Rmdir,
+    Rename,
+    Exchange,
+    Read,
+    Write,
+    Append,
+    PrepareWrite,
+    CommitWrite,
+    Fallocate,
+    Fsync,
+    Open,
+    Release,
+    Hold,
+    Getxattr,
+    Setxattr,
+    Listxattr,
+    Removexattr,
+    Statfs,
+    Unmount,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = format!("{self:?}").to_lowercase();
+        f.write_str(match self {
+            Op::PrepareWrite => "prepare write",
+            Op::CommitWrite => "commit write",
+            _ => &name,
+        })
+    }
+}
+
+/// What a failed operation was applied to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Object {
+    /// An inode.
+    Inode(u64),
+    /// A name in a directory.
+    Name {
+        /// The directory's inode.
+        parent: u64,
+        /// The name.
+        name: Vec<u8>,
+    },
+}
+
+impl fmt::Display for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Object::Inode(ino) => write!(f, "inode {ino}"),
+            Object::Name { parent, name } => {
+                write!(
+                    f,
+                    "{:?} in directory {parent}",
+                    String::from_utf8_lossy(name)
+                )
+            }
+        }
+    }
+}
 
 /// What is wrong with an image. Mount refuses an image with any of these; `fsck` lists them.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -17,7 +17,7 @@
 //! ENOSPC (as btrfs and ZFS can).
 
 use crate::alloc::Extent;
-use crate::error::Errno;
+use crate::error::{Errno, Error, Op};
 use crate::format::{Entry, BLOCK, S_IFREG};
 use crate::inode::{Content, Inode};
 use crate::store::{now_ns, Order, Store, MAX_FILE_SIZE};
@@ -47,46 +47,49 @@ impl Store {
     /// range, `EFBIG` past the largest file size, `ENOSPC` when the blocks run out. What a
     /// program can read changes in one commit; allocating holes (which read as zeros either
     /// way) may take several, and a crash between them leaves some holes allocated.
-    pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: Falloc) -> Result<(), Errno> {
-        self.check_writable()?;
-        if len == 0 {
-            return Err(Errno::EINVAL);
-        }
-        let end = off
-            .checked_add(len)
-            .filter(|&e| e <= MAX_FILE_SIZE)
-            .ok_or(Errno::EFBIG)?;
-        let mut g = self.lock(ino)?;
-        let inode = g.as_mut().ok_or(Errno::ENOENT)?;
-        if inode.attr.kind() != S_IFREG {
-            return Err(match inode.content {
-                Content::Dir(_) => Errno::EISDIR,
-                Content::File(_) => Errno::ENODEV,
-            });
-        }
-        let size = inode.attr.size;
-        match mode {
-            Falloc::Allocate { keep_size } => {
-                // Only the last hole can reach past the end: the size changes in one write.
-                let limit = if keep_size { end.min(size) } else { end };
-                for (from, to) in holes(inode, off, limit) {
-                    self.zero_hole(inode, from, to)?;
-                }
-                if !keep_size && inode.attr.size < end {
-                    self.zero_and_resize(inode, end, end, Some(end))?;
-                }
+    pub fn fallocate(&self, ino: u64, off: u64, len: u64, mode: Falloc) -> Result<(), Error> {
+        (|| -> Result<(), Errno> {
+            self.check_writable()?;
+            if len == 0 {
+                return Err(Errno::EINVAL);
             }
-            Falloc::ZeroRange { keep_size } => {
-                let limit = if keep_size { end.min(size) } else { end };
-                let new_size = (!keep_size && end > size).then_some(end);
-                self.zero_and_resize(inode, off, limit, new_size)?;
-                for (from, to) in holes(inode, off, limit.min(inode.attr.size)) {
-                    self.zero_hole(inode, from, to)?;
-                }
+            let end = off
+                .checked_add(len)
+                .filter(|&e| e <= MAX_FILE_SIZE)
+                .ok_or(Errno::EFBIG)?;
+            let mut g = self.lock(ino)?;
+            let inode = g.as_mut().ok_or(Errno::ENOENT)?;
+            if inode.attr.kind() != S_IFREG {
+                return Err(match inode.content {
+                    Content::Dir(_) => Errno::EISDIR,
+                    Content::File(_) => Errno::ENODEV,
+                });
             }
-            Falloc::PunchHole => self.zero_and_resize(inode, off, end.min(size), None)?,
-        }
-        Ok(())
+            let size = inode.attr.size;
+            match mode {
+                Falloc::Allocate { keep_size } => {
+                    // Only the last hole can reach past the end: the size changes in one write.
+                    let limit = if keep_size { end.min(size) } else { end };
+                    for (from, to) in holes(inode, off, limit) {
+                        self.zero_hole(inode, from, to)?;
+                    }
+                    if !keep_size && inode.attr.size < end {
+                        self.zero_and_resize(inode, end, end, Some(end))?;
+                    }
+                }
+                Falloc::ZeroRange { keep_size } => {
+                    let limit = if keep_size { end.min(size) } else { end };
+                    let new_size = (!keep_size && end > size).then_some(end);
+                    self.zero_and_resize(inode, off, limit, new_size)?;
+                    for (from, to) in holes(inode, off, limit.min(inode.attr.size)) {
+                        self.zero_hole(inode, from, to)?;
+                    }
+                }
+                Falloc::PunchHole => self.zero_and_resize(inode, off, end.min(size), None)?,
+            }
+            Ok(())
+        })()
+        .map_err(Error::on(Op::Fallocate, ino))
     }
 
     /// Allocates zeroed blocks for the hole `[from, to)` of `inode`, in steps of [`ZEROS`].

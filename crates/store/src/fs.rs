@@ -234,8 +234,10 @@ impl Fs {
                 let (dir, name) = self.parent_and_name(path)?;
                 match self.store.create(dir, &name, mode, self.owner) {
                     Ok((ino, _)) => ino,
-                    Err(Errno::EEXIST) if !flags.exclusive => self.store.lookup(dir, &name)?.0,
-                    Err(e) => return Err(e),
+                    Err(e) if e.errno == Errno::EEXIST && !flags.exclusive => {
+                        self.store.lookup(dir, &name)?.0
+                    }
+                    Err(e) => return Err(e.into()),
                 }
             }
             Err(e) => return Err(e),
@@ -275,7 +277,7 @@ impl Fs {
     /// Closes a descriptor.
     pub fn close(&self, fd: Fd) -> Result<(), Errno> {
         let f = self.fds.lock().remove(&fd.0).ok_or(Errno::EBADF)?;
-        self.store.release(f.ino)
+        self.store.release(f.ino).map_err(Errno::from)
     }
 
     /// Reads at the descriptor's offset and advances it.
@@ -290,7 +292,7 @@ impl Fs {
     /// Reads at `off` without moving the descriptor's offset.
     pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
         let f = self.open_for(fd, Access::Read, Some(off))?;
-        self.store.read(f.ino, off, buf)
+        self.store.read(f.ino, off, buf).map_err(Errno::from)
     }
 
     /// Writes at the descriptor's offset (or the end, with `append`) and advances it.
@@ -315,13 +317,13 @@ impl Fs {
             self.store.append(f.ino, data)?;
             return Ok(data.len());
         }
-        self.store.write(f.ino, off, data)
+        self.store.write(f.ino, off, data).map_err(Errno::from)
     }
 
     /// Appends `data` at the end; returns the offset it landed at.
     pub fn append(&self, fd: Fd, data: &[u8]) -> Result<u64, Errno> {
         let f = self.open_for(fd, Access::Write, None)?;
-        self.store.append(f.ino, data)
+        self.store.append(f.ino, data).map_err(Errno::from)
     }
 
     /// Moves the descriptor's offset.
@@ -363,30 +365,35 @@ impl Fs {
                 },
             )
             .map(|_| ())
+            .map_err(Errno::from)
     }
 
     /// Every returned write is already durable: validates the descriptor only.
     pub fn fsync(&self, fd: Fd) -> Result<(), Errno> {
         let f = self.open_file(fd)?;
-        self.store.fsync(f.ino)
+        self.store.fsync(f.ino).map_err(Errno::from)
     }
 
     /// Attributes of an open file.
     pub fn fstat(&self, fd: Fd) -> Result<Attr, Errno> {
         let f = self.open_file(fd)?;
-        self.store.getattr(f.ino)
+        self.store.getattr(f.ino).map_err(Errno::from)
     }
 
     // ---- paths --------------------------------------------------------------------------
 
     /// Attributes, following a final symlink.
     pub fn stat(&self, path: &str) -> Result<Attr, Errno> {
-        self.store.getattr(self.resolve(path, true)?)
+        self.store
+            .getattr(self.resolve(path, true)?)
+            .map_err(Errno::from)
     }
 
     /// Attributes of the path itself.
     pub fn lstat(&self, path: &str) -> Result<Attr, Errno> {
-        self.store.getattr(self.resolve(path, false)?)
+        self.store
+            .getattr(self.resolve(path, false)?)
+            .map_err(Errno::from)
     }
 
     /// Inode number of the path itself.
@@ -403,19 +410,26 @@ impl Fs {
     /// Creates a directory.
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<(), Errno> {
         let (dir, name) = self.parent_and_name(path)?;
-        self.store.mkdir(dir, &name, mode, self.owner).map(|_| ())
+        self.store
+            .mkdir(dir, &name, mode, self.owner)
+            .map(|_| ())
+            .map_err(Errno::from)
     }
 
     /// Removes an empty directory.
     pub fn rmdir(&self, path: &str) -> Result<(), Errno> {
         let (dir, name) = self.parent_of(path, &mut 0)?;
-        self.store.rmdir(dir, &name.ok_or(Errno::EBUSY)?)
+        self.store
+            .rmdir(dir, &name.ok_or(Errno::EBUSY)?)
+            .map_err(Errno::from)
     }
 
     /// Removes a name (not a directory).
     pub fn unlink(&self, path: &str) -> Result<(), Errno> {
         let (dir, name) = self.parent_of(path, &mut 0)?;
-        self.store.unlink(dir, &name.ok_or(Errno::EISDIR)?)
+        self.store
+            .unlink(dir, &name.ok_or(Errno::EISDIR)?)
+            .map_err(Errno::from)
     }
 
     /// Renames, atomically replacing the target.
@@ -423,7 +437,9 @@ impl Fs {
         let (fd, fname) = self.parent_of(from, &mut 0)?;
         let (td, tname) = self.parent_of(to, &mut 0)?;
         let (fname, tname) = (fname.ok_or(Errno::EBUSY)?, tname.ok_or(Errno::EBUSY)?);
-        self.store.rename(fd, &fname, td, &tname)
+        self.store
+            .rename(fd, &fname, td, &tname)
+            .map_err(Errno::from)
     }
 
     /// Exchanges what `a` and `b` name, atomically (`RENAME_EXCHANGE`).
@@ -431,14 +447,19 @@ impl Fs {
         let (ad, aname) = self.parent_of(a, &mut 0)?;
         let (bd, bname) = self.parent_of(b, &mut 0)?;
         let (aname, bname) = (aname.ok_or(Errno::EBUSY)?, bname.ok_or(Errno::EBUSY)?);
-        self.store.exchange(ad, &aname, bd, &bname)
+        self.store
+            .exchange(ad, &aname, bd, &bname)
+            .map_err(Errno::from)
     }
 
     /// Adds a hard link `to` for the existing `from`.
     pub fn link(&self, from: &str, to: &str) -> Result<(), Errno> {
         let ino = self.resolve(from, false)?;
         let (dir, name) = self.parent_and_name(to)?;
-        self.store.link(ino, dir, &name).map(|_| ())
+        self.store
+            .link(ino, dir, &name)
+            .map(|_| ())
+            .map_err(Errno::from)
     }
 
     /// Creates a symlink at `path` pointing to `target`.
@@ -447,6 +468,7 @@ impl Fs {
         self.store
             .symlink(dir, &name, target.as_bytes(), self.owner)
             .map(|_| ())
+            .map_err(Errno::from)
     }
 
     /// Creates a FIFO, socket or device node at `path` (`mode` holds its type bits; `rdev`
@@ -456,16 +478,21 @@ impl Fs {
         self.store
             .mknod(dir, &name, mode, rdev, self.owner)
             .map(|_| ())
+            .map_err(Errno::from)
     }
 
     /// The target of a symlink.
     pub fn readlink(&self, path: &str) -> Result<Vec<u8>, Errno> {
-        self.store.readlink(self.resolve(path, false)?)
+        self.store
+            .readlink(self.resolve(path, false)?)
+            .map_err(Errno::from)
     }
 
     /// Entries of a directory, sorted by name (without "." and "..").
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, Errno> {
-        self.store.readdir(self.resolve(path, true)?)
+        self.store
+            .readdir(self.resolve(path, true)?)
+            .map_err(Errno::from)
     }
 
     /// Changes permission bits.
@@ -480,6 +507,7 @@ impl Fs {
                 },
             )
             .map(|_| ())
+            .map_err(Errno::from)
     }
 
     /// Changes owner and group.
@@ -495,6 +523,7 @@ impl Fs {
                 },
             )
             .map(|_| ())
+            .map_err(Errno::from)
     }
 
     /// Sets access and modification times (ns since the epoch).
@@ -510,6 +539,7 @@ impl Fs {
                 },
             )
             .map(|_| ())
+            .map_err(Errno::from)
     }
 
     /// Space and inode counts.

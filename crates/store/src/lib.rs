@@ -33,7 +33,7 @@ mod table;
 pub mod xattr;
 
 pub use aio::{ReadFuture, WriteFuture, WriteOrder};
-pub use error::{Corruption, Errno, MountError};
+pub use error::{Corruption, Errno, Error, MountError, Object, Op};
 pub use fallocate::Falloc;
 pub use format::Attr;
 pub use fs::{Fd, Fs, OpenFlags, Whence};

@@ -8,7 +8,7 @@
 //! flags. A change commits like any single-inode change (its entries, then the tail) and
 //! updates the inode's ctime, as setxattr(2) does.
 
-use crate::error::Errno;
+use crate::error::{Errno, Error, Op};
 use crate::format::{Entry, XATTR_NAME_MAX, XATTR_VALUE_MAX};
 use crate::inode::Inode;
 use crate::store::{now_ns, Store};
@@ -53,65 +53,77 @@ impl Store {
         name: &[u8],
         value: &[u8],
         mode: XattrMode,
-    ) -> Result<(), Errno> {
-        self.check_writable()?;
-        check_name(name)?;
-        if value.len() > XATTR_VALUE_MAX {
-            return Err(Errno::E2BIG);
-        }
-        let mut g = self.lock(ino)?;
-        let inode = g.as_mut().ok_or(Errno::ENOENT)?;
-        let old = inode.xattrs.get(name).map(|v| name.len() + v.len());
-        match (mode, old) {
-            (XattrMode::Create, Some(_)) => return Err(Errno::EEXIST),
-            (XattrMode::Replace, None) => return Err(Errno::ENODATA),
-            _ => {}
-        }
-        let total: usize = inode.xattrs.iter().map(|(n, v)| n.len() + v.len()).sum();
-        if total - old.unwrap_or(0) + name.len() + value.len() > XATTR_TOTAL_MAX {
-            return Err(Errno::ENOSPC);
-        }
-        let e = Entry::XattrSet {
-            name: name.to_vec(),
-            value: value.to_vec(),
-        };
-        self.commit_xattr(inode, e)
+    ) -> Result<(), Error> {
+        (|| -> Result<(), Errno> {
+            self.check_writable()?;
+            check_name(name)?;
+            if value.len() > XATTR_VALUE_MAX {
+                return Err(Errno::E2BIG);
+            }
+            let mut g = self.lock(ino)?;
+            let inode = g.as_mut().ok_or(Errno::ENOENT)?;
+            let old = inode.xattrs.get(name).map(|v| name.len() + v.len());
+            match (mode, old) {
+                (XattrMode::Create, Some(_)) => return Err(Errno::EEXIST),
+                (XattrMode::Replace, None) => return Err(Errno::ENODATA),
+                _ => {}
+            }
+            let total: usize = inode.xattrs.iter().map(|(n, v)| n.len() + v.len()).sum();
+            if total - old.unwrap_or(0) + name.len() + value.len() > XATTR_TOTAL_MAX {
+                return Err(Errno::ENOSPC);
+            }
+            let e = Entry::XattrSet {
+                name: name.to_vec(),
+                value: value.to_vec(),
+            };
+            self.commit_xattr(inode, e)
+        })()
+        .map_err(Error::on(Op::Setxattr, ino))
     }
 
     /// The value of extended attribute `name` of `ino` (`ENODATA` if it has none).
-    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>, Errno> {
-        check_name(name)?;
-        let g = self.slot(ino)?.read();
-        let inode = g.as_ref().ok_or(Errno::ENOENT)?;
-        inode.xattrs.get(name).cloned().ok_or(Errno::ENODATA)
+    pub fn getxattr(&self, ino: u64, name: &[u8]) -> Result<Vec<u8>, Error> {
+        (|| -> Result<Vec<u8>, Errno> {
+            check_name(name)?;
+            let g = self.slot(ino)?.read();
+            let inode = g.as_ref().ok_or(Errno::ENOENT)?;
+            inode.xattrs.get(name).cloned().ok_or(Errno::ENODATA)
+        })()
+        .map_err(Error::on(Op::Getxattr, ino))
     }
 
     /// The names of `ino`'s extended attributes, each followed by a NUL byte, as
     /// listxattr(2) returns them.
-    pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>, Errno> {
-        let g = self.slot(ino)?.read();
-        let inode = g.as_ref().ok_or(Errno::ENOENT)?;
-        let mut out = Vec::new();
-        for name in inode.xattrs.keys() {
-            out.extend_from_slice(name);
-            out.push(0);
-        }
-        Ok(out)
+    pub fn listxattr(&self, ino: u64) -> Result<Vec<u8>, Error> {
+        (|| -> Result<Vec<u8>, Errno> {
+            let g = self.slot(ino)?.read();
+            let inode = g.as_ref().ok_or(Errno::ENOENT)?;
+            let mut out = Vec::new();
+            for name in inode.xattrs.keys() {
+                out.extend_from_slice(name);
+                out.push(0);
+            }
+            Ok(out)
+        })()
+        .map_err(Error::on(Op::Listxattr, ino))
     }
 
     /// Removes extended attribute `name` of `ino` (`ENODATA` if it has none).
-    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<(), Errno> {
-        self.check_writable()?;
-        check_name(name)?;
-        let mut g = self.lock(ino)?;
-        let inode = g.as_mut().ok_or(Errno::ENOENT)?;
-        if !inode.xattrs.contains_key(name) {
-            return Err(Errno::ENODATA);
-        }
-        let e = Entry::XattrRemove {
-            name: name.to_vec(),
-        };
-        self.commit_xattr(inode, e)
+    pub fn removexattr(&self, ino: u64, name: &[u8]) -> Result<(), Error> {
+        (|| -> Result<(), Errno> {
+            self.check_writable()?;
+            check_name(name)?;
+            let mut g = self.lock(ino)?;
+            let inode = g.as_mut().ok_or(Errno::ENOENT)?;
+            if !inode.xattrs.contains_key(name) {
+                return Err(Errno::ENODATA);
+            }
+            let e = Entry::XattrRemove {
+                name: name.to_vec(),
+            };
+            self.commit_xattr(inode, e)
+        })()
+        .map_err(Error::on(Op::Removexattr, ino))
     }
 
     /// Commits one extended attribute entry of `inode` with its new ctime.

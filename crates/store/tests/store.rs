@@ -391,12 +391,16 @@ fn fallocate_allocates_holes_and_punching_gives_blocks_back() {
         "punching keeps the size"
     );
     assert_eq!(
-        s.fallocate(f, 0, 0, Falloc::PunchHole).err(),
+        s.fallocate(f, 0, 0, Falloc::PunchHole)
+            .err()
+            .map(|e| e.errno),
         Some(Errno::EINVAL)
     );
     let (d, _) = s.mkdir(1, b"d", 0o755, Owner::current()).unwrap();
     assert_eq!(
-        s.fallocate(d, 0, 1, Falloc::PunchHole).err(),
+        s.fallocate(d, 0, 1, Falloc::PunchHole)
+            .err()
+            .map(|e| e.errno),
         Some(Errno::EISDIR)
     );
 }
@@ -553,7 +557,9 @@ fn a_held_inode_outlives_its_links_and_its_number_is_not_reused() {
     // Still held (the kernel's working directory): alive, without links, nothing new in it.
     assert_eq!(s.getattr(d).unwrap().nlink, 0);
     assert_eq!(
-        s.create(d, b"x", 0o644, Owner::current()).err(),
+        s.create(d, b"x", 0o644, Owner::current())
+            .err()
+            .map(|e| e.errno),
         Some(Errno::ENOENT)
     );
     let (new, _) = s.mkdir(1, b"new", 0o755, Owner::current()).unwrap();
@@ -565,7 +571,7 @@ fn a_held_inode_outlives_its_links_and_its_number_is_not_reused() {
     assert!(report.recoverable.iter().any(|r| r.contains("directory")));
     s.release_holds(d, 1).unwrap();
     assert_eq!(
-        s.getattr(d).err(),
+        s.getattr(d).err().map(|e| e.errno),
         Some(Errno::ENOENT),
         "freed at the last forget"
     );
@@ -600,7 +606,7 @@ fn holds_count_every_lookup_and_an_unlinked_file_goes_at_the_last_release() {
     s.release_holds(f, 2).unwrap();
     assert_eq!(s.getattr(f).unwrap().nlink, 0, "one hold is left");
     s.release_holds(f, 1).unwrap();
-    assert_eq!(s.getattr(f).err(), Some(Errno::ENOENT));
+    assert_eq!(s.getattr(f).err().map(|e| e.errno), Some(Errno::ENOENT));
     // A crash while held leaves an orphan that the next mount frees.
     let (g, _) = s.create(1, b"g", 0o644, Owner::current()).unwrap();
     s.hold(g).unwrap();
@@ -613,7 +619,10 @@ fn holds_count_every_lookup_and_an_unlinked_file_goes_at_the_last_release() {
         .iter()
         .any(|r| r.contains("unlinked file")));
     let fs = remount(&dir, fs);
-    assert_eq!(fs.store().getattr(g).err(), Some(Errno::ENOENT));
+    assert_eq!(
+        fs.store().getattr(g).err().map(|e| e.errno),
+        Some(Errno::ENOENT)
+    );
 }
 
 /// Writes `version` into both superblock copies of the image at `path`, checksums fixed.
@@ -720,14 +729,14 @@ proptest! {
                             if model[f].len() < end { model[f].resize(end, 0); }
                             model[f][off as usize..end].fill(byte);
                         }
-                        Err(e) => prop_assert_eq!(e, Errno::ENOSPC),
+                        Err(e) => prop_assert_eq!(e.errno, Errno::ENOSPC),
                     }
                 }
                 Shared::Truncate(f, size) => {
                     let set = switchyard_store::SetAttr { size: Some(size), ..Default::default() };
                     match s.setattr(ino[f], set) {
                         Ok(_) => model[f].resize(size as usize, 0),
-                        Err(e) => prop_assert_eq!(e, Errno::ENOSPC),
+                        Err(e) => prop_assert_eq!(e.errno, Errno::ENOSPC),
                     }
                 }
                 Shared::Fallocate(f, off, len, mode) => {
@@ -770,7 +779,7 @@ fn the_reserved_share_is_kept_from_unprivileged_writers() {
             Err(e) => break e,
         }
     });
-    assert_eq!(full, Errno::ENOSPC);
+    assert_eq!(full.errno, Errno::ENOSPC);
     let left = s.statfs().free_blocks;
     assert!(
         left >= s.reserved_blocks() && s.statfs().available_blocks < 16,
@@ -872,4 +881,21 @@ fn fsck_that_drops_its_resident_pages_still_reads_every_log() {
         fs.read_all(&format!("/f{}", n - 1)).unwrap(),
         [(n - 1) as u8; 10]
     );
+}
+
+#[test]
+fn store_errors_name_the_operation_the_object_and_the_errno() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 8 << 20);
+    let s = fs.store();
+    let e = s.unlink(1, b"nope").unwrap_err();
+    assert_eq!(e.errno, Errno::ENOENT);
+    assert_eq!(
+        e.to_string(),
+        "unlink \"nope\" in directory 1: ENOENT (No such file or directory (os error 2))"
+    );
+    let e = s.read(999, 0, &mut [0u8; 4]).unwrap_err();
+    assert!(e.to_string().starts_with("read inode 999: "), "{e}");
+    // Front ends pass the errno on.
+    assert_eq!(Errno::from(e.clone()), e.errno);
 }

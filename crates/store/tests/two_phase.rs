@@ -138,7 +138,12 @@ fn a_commit_after_the_file_went_away_fails_stale_and_frees_the_blocks() {
     fs.unlink("/f").unwrap();
     let reused = file(&fs, "/g", b"other");
     assert_eq!(reused, ino, "the slot is given to the next file");
-    assert_eq!(store.commit_write(w), Err(Errno::ESTALE));
+    let e = store.commit_write(w).unwrap_err();
+    assert_eq!(e.errno, Errno::ESTALE);
+    assert_eq!(
+        e.to_string(),
+        format!("commit write inode {ino}: ESTALE (Stale file handle (os error 116))")
+    );
     assert_eq!(fs.read_all("/g").unwrap(), b"other");
     assert_eq!(store.statfs().free_blocks, free);
 }
@@ -149,19 +154,22 @@ fn preparations_refuse_what_a_write_refuses() {
     fs.mkdir("/d", 0o755).unwrap();
     let store = fs.store();
     let d = fs.ino("/d").unwrap();
-    assert_eq!(store.prepare_write(d, 0, 1).unwrap_err(), Errno::EISDIR);
+    assert_eq!(
+        store.prepare_write(d, 0, 1).unwrap_err().errno,
+        Errno::EISDIR
+    );
     let f = file(&fs, "/f", b"");
     assert_eq!(
-        store.prepare_write(f, u64::MAX - 1, 4).unwrap_err(),
+        store.prepare_write(f, u64::MAX - 1, 4).unwrap_err().errno,
         Errno::EFBIG
     );
     assert_eq!(
-        store.prepare_write(f, 0, 64 << 20).unwrap_err(),
+        store.prepare_write(f, 0, 64 << 20).unwrap_err().errno,
         Errno::ENOSPC
     );
     let mut w = store.prepare_write(f, 0, 10).unwrap();
     assert_eq!(
-        w.fill(&[0; 9]),
+        w.fill(&[0; 9]).map_err(|e| e.errno),
         Err(Errno::EINVAL),
         "the fill is the write's length"
     );

@@ -172,11 +172,12 @@ fn apply_data(fs: &Fs, op: &Op, opts: &Options) -> Option<Result<(), Errno>> {
                     .pm
                     .write_unflushed(t.region_offset, &vec![byte; t.len as usize]);
             }
-            store.commit_write(w).map(|_| ())
+            store.commit_write(w)?;
+            Ok(())
         }),
         Op::WriteAbandoned(p, off, len, byte) => fs.ino(p).and_then(|ino| {
             let mut w = fs.store().prepare_write(ino, off, len as u64)?;
-            w.fill(&vec![byte; len])
+            Ok(w.fill(&vec![byte; len])?)
         }),
         _ => return None,
     })
@@ -194,7 +195,7 @@ fn apply_namespace(fs: &Fs, op: &Op) -> Result<(), Errno> {
         Op::Rmdir(p) => fs.rmdir(p),
         Op::RmdirHeld(p) => fs
             .ino(p)
-            .and_then(|ino| fs.store().hold(ino))
+            .and_then(|ino| Ok(fs.store().hold(ino)?))
             .and_then(|()| fs.rmdir(p)),
         Op::Rename(a, b) => fs.rename(a, b),
         Op::Link(a, b) => fs.link(a, b),
@@ -204,15 +205,16 @@ fn apply_namespace(fs: &Fs, op: &Op) -> Result<(), Errno> {
         Op::Chmod(p, m) => fs.chmod(p, m),
         Op::SetXattr(p, name, len, byte) => fs.ino(p).and_then(|ino| {
             let value = vec![byte; len];
-            fs.store()
-                .setxattr(ino, name.as_bytes(), &value, crate::XattrMode::Set)
+            Ok(fs
+                .store()
+                .setxattr(ino, name.as_bytes(), &value, crate::XattrMode::Set)?)
         }),
         Op::RemoveXattr(p, name) => fs
             .ino(p)
-            .and_then(|ino| fs.store().removexattr(ino, name.as_bytes())),
+            .and_then(|ino| Ok(fs.store().removexattr(ino, name.as_bytes())?)),
         Op::Fallocate(p, off, len, mode) => fs
             .ino(p)
-            .and_then(|ino| fs.store().fallocate(ino, off, len, mode)),
+            .and_then(|ino| Ok(fs.store().fallocate(ino, off, len, mode)?)),
         _ => unreachable!("{op:?} is a data operation or a remount"),
     }
 }

@@ -36,127 +36,142 @@ impl Store {
     /// Data blocks (of [`BLOCK`] bytes) that inode `ino` maps: what `stat` counts as its
     /// allocated space (holes take none; a symlink's target counts; a directory's and every
     /// inode's log pages do not).
-    pub fn data_blocks(&self, ino: u64) -> Result<u64, Errno> {
-        let g = self.slot(ino)?.read();
-        match &g.as_ref().ok_or(Errno::ENOENT)?.content {
-            Content::File(pages) => Ok(pages.len() as u64),
-            Content::Dir(_) => Ok(0),
-        }
+    pub fn data_blocks(&self, ino: u64) -> Result<u64, Error> {
+        (|| -> Result<u64, Errno> {
+            let g = self.slot(ino)?.read();
+            match &g.as_ref().ok_or(Errno::ENOENT)?.content {
+                Content::File(pages) => Ok(pages.len() as u64),
+                Content::Dir(_) => Ok(0),
+            }
+        })()
+        .map_err(Error::on(Op::Getattr, ino))
     }
 
     /// Reads up to `buf.len()` bytes at `off`; returns how many (0 at or past the end).
-    pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
-        let g = self.slot(ino)?.read();
-        let inode = g.as_ref().ok_or(Errno::ENOENT)?;
-        if let Some(p) = &inode.pending {
-            self.wait_settled(p);
-        }
-        let Content::File(pages) = &inode.content else {
-            return Err(Errno::EISDIR);
-        };
-        let size = inode.attr.size;
-        if off >= size || buf.is_empty() {
-            return Ok(0);
-        }
-        let n = (size - off).min(buf.len() as u64) as usize;
-        for_each_run(pages, off, n, |done, len, at| match at {
-            Some(at) => {
-                let src = self.pm.ptr(at, len as u64);
-                // SAFETY: (1) `src` lies in blocks this inode maps, which no one writes while we
-                // hold its read lock (writes go to fresh blocks under the write lock); (2)
-                // `buf[done..done + len]` is in bounds and exclusively ours.
-                unsafe {
-                    self.mover
-                        .copy_raw(buf.as_mut_ptr().add(done), src, len, Hints::read())
-                };
+    pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize, Error> {
+        (|| -> Result<usize, Errno> {
+            let g = self.slot(ino)?.read();
+            let inode = g.as_ref().ok_or(Errno::ENOENT)?;
+            if let Some(p) = &inode.pending {
+                self.wait_settled(p);
             }
-            None => buf[done..done + len].fill(0),
-        });
-        Ok(n)
+            let Content::File(pages) = &inode.content else {
+                return Err(Errno::EISDIR);
+            };
+            let size = inode.attr.size;
+            if off >= size || buf.is_empty() {
+                return Ok(0);
+            }
+            let n = (size - off).min(buf.len() as u64) as usize;
+            for_each_run(pages, off, n, |done, len, at| match at {
+                Some(at) => {
+                    let src = self.pm.ptr(at, len as u64);
+                    // SAFETY: (1) `src` lies in blocks this inode maps, which no one writes while we
+                    // hold its read lock (writes go to fresh blocks under the write lock); (2)
+                    // `buf[done..done + len]` is in bounds and exclusively ours.
+                    unsafe {
+                        self.mover
+                            .copy_raw(buf.as_mut_ptr().add(done), src, len, Hints::read())
+                    };
+                }
+                None => buf[done..done + len].fill(0),
+            });
+            Ok(n)
+        })()
+        .map_err(Error::on(Op::Read, ino))
     }
 
     /// The target of symlink `ino`.
-    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, Errno> {
-        let attr = self.getattr(ino)?;
-        if attr.kind() != S_IFLNK {
-            return Err(Errno::EINVAL);
-        }
-        let mut buf = vec![0u8; attr.size as usize];
-        let n = self.read(ino, 0, &mut buf)?;
-        buf.truncate(n);
-        Ok(buf)
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, Error> {
+        (|| -> Result<Vec<u8>, Errno> {
+            let attr = self.getattr(ino)?;
+            if attr.kind() != S_IFLNK {
+                return Err(Errno::EINVAL);
+            }
+            let mut buf = vec![0u8; attr.size as usize];
+            let n = self.read(ino, 0, &mut buf)?;
+            buf.truncate(n);
+            Ok(buf)
+        })()
+        .map_err(Error::on(Op::Readlink, ino))
     }
 
     /// Changes attributes; a size change truncates (freeing whole pages past the end and
     /// zeroing the rest of the last page, copy-on-write) or extends with a hole.
-    pub fn setattr(&self, ino: u64, s: SetAttr) -> Result<Attr, Errno> {
-        self.check_writable()?;
-        let mut g = self.lock(ino)?;
-        let inode = g.as_mut().ok_or(Errno::ENOENT)?;
-        let mut attr = inode.attr;
-        let t = now_ns();
-        let mut entries = Vec::new();
-        let mut extent = None;
-        if let Some(size) = s.size {
-            let Content::File(pages) = &inode.content else {
-                return Err(Errno::EISDIR);
+    pub fn setattr(&self, ino: u64, s: SetAttr) -> Result<Attr, Error> {
+        (|| -> Result<Attr, Errno> {
+            self.check_writable()?;
+            let mut g = self.lock(ino)?;
+            let inode = g.as_mut().ok_or(Errno::ENOENT)?;
+            let mut attr = inode.attr;
+            let t = now_ns();
+            let mut entries = Vec::new();
+            let mut extent = None;
+            if let Some(size) = s.size {
+                let Content::File(pages) = &inode.content else {
+                    return Err(Errno::EISDIR);
+                };
+                if is_special(attr.kind()) {
+                    return Err(Errno::EINVAL);
+                }
+                if size > MAX_FILE_SIZE {
+                    return Err(Errno::EFBIG);
+                }
+                if size < attr.size && size % BLOCK != 0 {
+                    if let Some(&ob) = pages.get(&(size / BLOCK)) {
+                        let e = self.alloc.alloc(1)?[0];
+                        let mut page = [0u8; BLOCK as usize];
+                        let keep = (size % BLOCK) as usize;
+                        page[..keep].copy_from_slice(&self.pm.bytes(ob * BLOCK, BLOCK)[..keep]);
+                        self.pm.write(e.start * BLOCK, &page);
+                        entries.push(Entry::Write {
+                            pgoff: size / BLOCK,
+                            block: e.start,
+                            count: 1,
+                            size,
+                            mtime: t,
+                            seq: None,
+                        });
+                        extent = Some(e);
+                    }
+                }
+                attr.size = size;
+                attr.mtime = t;
+            }
+            if let Some(m) = s.mode {
+                attr.mode = (attr.mode & S_IFMT) | (m & 0o7777);
+            }
+            attr.uid = s.uid.unwrap_or(attr.uid);
+            attr.gid = s.gid.unwrap_or(attr.gid);
+            attr.atime = s.atime.unwrap_or(attr.atime);
+            attr.mtime = s.mtime.unwrap_or(attr.mtime);
+            attr.ctime = t;
+            entries.push(Entry::Attr(attr));
+            let a = match self.append_log(inode, &entries) {
+                Ok(a) => a,
+                Err(e) => {
+                    if let Some(x) = extent {
+                        self.alloc.free(x);
+                    }
+                    return Err(e);
+                }
             };
-            if is_special(attr.kind()) {
-                return Err(Errno::EINVAL);
-            }
-            if size > MAX_FILE_SIZE {
-                return Err(Errno::EFBIG);
-            }
-            if size < attr.size && size % BLOCK != 0 {
-                if let Some(&ob) = pages.get(&(size / BLOCK)) {
-                    let e = self.alloc.alloc(1)?[0];
-                    let mut page = [0u8; BLOCK as usize];
-                    let keep = (size % BLOCK) as usize;
-                    page[..keep].copy_from_slice(&self.pm.bytes(ob * BLOCK, BLOCK)[..keep]);
-                    self.pm.write(e.start * BLOCK, &page);
-                    entries.push(Entry::Write {
-                        pgoff: size / BLOCK,
-                        block: e.start,
-                        count: 1,
-                        size,
-                        mtime: t,
-                        seq: None,
-                    });
-                    extent = Some(e);
-                }
-            }
-            attr.size = size;
-            attr.mtime = t;
-        }
-        if let Some(m) = s.mode {
-            attr.mode = (attr.mode & S_IFMT) | (m & 0o7777);
-        }
-        attr.uid = s.uid.unwrap_or(attr.uid);
-        attr.gid = s.gid.unwrap_or(attr.gid);
-        attr.atime = s.atime.unwrap_or(attr.atime);
-        attr.mtime = s.mtime.unwrap_or(attr.mtime);
-        attr.ctime = t;
-        entries.push(Entry::Attr(attr));
-        let a = match self.append_log(inode, &entries) {
-            Ok(a) => a,
-            Err(e) => {
-                if let Some(x) = extent {
-                    self.alloc.free(x);
-                }
-                return Err(e);
-            }
-        };
-        let mut freed = Vec::new();
-        self.commit_one(inode, a, &entries, &mut freed);
-        self.retire(inode, freed);
-        self.maybe_compact(inode);
-        Ok(inode.attr)
+            let mut freed = Vec::new();
+            self.commit_one(inode, a, &entries, &mut freed);
+            self.retire(inode, freed);
+            self.maybe_compact(inode);
+            Ok(inode.attr)
+        })()
+        .map_err(Error::on(Op::Setattr, ino))
     }
 
     /// Checks that `ino` exists and waits for its asynchronous write, if one is still copying:
     /// every synchronous operation is already durable when it returns.
-    pub fn fsync(&self, ino: u64) -> Result<(), Errno> {
-        let g = self.lock(ino)?;
-        g.as_ref().map(|_| ()).ok_or(Errno::ENOENT)
+    pub fn fsync(&self, ino: u64) -> Result<(), Error> {
+        (|| -> Result<(), Errno> {
+            let g = self.lock(ino)?;
+            g.as_ref().map(|_| ()).ok_or(Errno::ENOENT)
+        })()
+        .map_err(Error::on(Op::Fsync, ino))
     }
 }

@@ -44,7 +44,7 @@ use switchyard_media::Region;
 use switchyard_mover::{Direction, Hints, Mover};
 
 use crate::alloc::{Allocator, Extent};
-use crate::error::{Corruption, Errno, MountError};
+use crate::error::{Corruption, Errno, Error, MountError, Op};
 use crate::format::{
     decode_journal, encode_checkpoint_page, encode_journal, is_special, log_page_header, Attr,
     Entry, Seq, Superblock, BLOCK, CHECKPOINT_CAPACITY, JOURNAL_CAPACITY, LOG_ENTRIES_AT,
@@ -293,7 +293,7 @@ impl Store {
         match self.getattr(ino) {
             Ok(a) if a.kind() == S_IFDIR => Errno::EISDIR,
             Ok(_) => Errno::EIO,
-            Err(e) => e,
+            Err(e) => e.errno,
         }
     }
 

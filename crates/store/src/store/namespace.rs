@@ -101,32 +101,41 @@ impl Store {
     // ---- reading ------------------------------------------------------------------------
 
     /// Attributes of `ino`.
-    pub fn getattr(&self, ino: u64) -> Result<Attr, Errno> {
-        self.slot(ino)?
-            .read()
-            .as_ref()
-            .map(|i| i.attr)
-            .ok_or(Errno::ENOENT)
+    pub fn getattr(&self, ino: u64) -> Result<Attr, Error> {
+        (|| -> Result<Attr, Errno> {
+            self.slot(ino)?
+                .read()
+                .as_ref()
+                .map(|i| i.attr)
+                .ok_or(Errno::ENOENT)
+        })()
+        .map_err(Error::on(Op::Getattr, ino))
     }
 
     /// Looks `name` up in directory `parent`.
-    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(u64, Attr), Errno> {
-        let ino = self.find(parent, name, false)?;
-        Ok((ino, self.getattr(ino)?))
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<(u64, Attr), Error> {
+        (|| -> Result<(u64, Attr), Errno> {
+            let ino = self.find(parent, name, false)?;
+            Ok((ino, self.getattr(ino)?))
+        })()
+        .map_err(Error::at(Op::Lookup, parent, name))
     }
 
     /// Looks `name` up in directory `parent` and takes a hold on the inode it names (see
     /// [`Store::hold`]) in the same step, under the directory's lock: no unlink can free the
     /// inode, nor its number be reused, between the lookup and the hold.
-    pub fn lookup_held(&self, parent: u64, name: &[u8]) -> Result<(u64, Attr), Errno> {
-        let ino = self.find(parent, name, true)?;
-        match self.getattr(ino) {
-            Ok(a) => Ok((ino, a)),
-            Err(e) => {
-                self.release_holds(ino, 1)?;
-                Err(e)
+    pub fn lookup_held(&self, parent: u64, name: &[u8]) -> Result<(u64, Attr), Error> {
+        (|| -> Result<(u64, Attr), Errno> {
+            let ino = self.find(parent, name, true)?;
+            match self.getattr(ino) {
+                Ok(a) => Ok((ino, a)),
+                Err(e) => {
+                    self.release_holds(ino, 1)?;
+                    Err(e.errno)
+                }
             }
-        }
+        })()
+        .map_err(Error::at(Op::Lookup, parent, name))
     }
 
     /// The inode `name` names in `parent`, held (under `parent`'s lock) if `hold`.
@@ -153,19 +162,22 @@ impl Store {
     }
 
     /// Entries of directory `ino`, sorted by name (without "." and "..").
-    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>, Errno> {
-        let g = self.slot(ino)?.read();
-        match &g.as_ref().ok_or(Errno::ENOENT)?.content {
-            Content::Dir(d) => Ok(d
-                .iter()
-                .map(|(n, &(ino, t))| DirEntry {
-                    name: n.clone(),
-                    ino,
-                    kind: u32::from(t) << 12,
-                })
-                .collect()),
-            Content::File(_) => Err(Errno::ENOTDIR),
-        }
+    pub fn readdir(&self, ino: u64) -> Result<Vec<DirEntry>, Error> {
+        (|| -> Result<Vec<DirEntry>, Errno> {
+            let g = self.slot(ino)?.read();
+            match &g.as_ref().ok_or(Errno::ENOENT)?.content {
+                Content::Dir(d) => Ok(d
+                    .iter()
+                    .map(|(n, &(ino, t))| DirEntry {
+                        name: n.clone(),
+                        ino,
+                        kind: u32::from(t) << 12,
+                    })
+                    .collect()),
+                Content::File(_) => Err(Errno::ENOTDIR),
+            }
+        })()
+        .map_err(Error::on(Op::Readdir, ino))
     }
 
     // ---- namespace ----------------------------------------------------------------------
@@ -177,8 +189,9 @@ impl Store {
         name: &[u8],
         mode: u32,
         owner: Owner,
-    ) -> Result<(u64, Attr), Errno> {
+    ) -> Result<(u64, Attr), Error> {
         self.make(parent, name, S_IFREG | (mode & 0o7777), owner, Made::Plain)
+            .map_err(Error::at(Op::Create, parent, name))
     }
 
     /// Creates a FIFO, socket, or character or block device node `name` in `parent` (`mode`
@@ -192,26 +205,29 @@ impl Store {
         mode: u32,
         rdev: u64,
         owner: Owner,
-    ) -> Result<(u64, Attr), Errno> {
-        let kind = mode & S_IFMT;
-        if kind == S_IFREG || kind == 0 {
-            return self.create(parent, name, mode, owner);
-        }
-        if !is_special(kind) {
-            return Err(Errno::EINVAL);
-        }
-        let rdev = if matches!(kind, S_IFCHR | S_IFBLK) {
-            rdev
-        } else {
-            0
-        };
-        self.make(
-            parent,
-            name,
-            kind | (mode & 0o7777),
-            owner,
-            Made::Special { rdev },
-        )
+    ) -> Result<(u64, Attr), Error> {
+        (|| -> Result<(u64, Attr), Errno> {
+            let kind = mode & S_IFMT;
+            if kind == S_IFREG || kind == 0 {
+                return Ok(self.create(parent, name, mode, owner)?);
+            }
+            if !is_special(kind) {
+                return Err(Errno::EINVAL);
+            }
+            let rdev = if matches!(kind, S_IFCHR | S_IFBLK) {
+                rdev
+            } else {
+                0
+            };
+            self.make(
+                parent,
+                name,
+                kind | (mode & 0o7777),
+                owner,
+                Made::Special { rdev },
+            )
+        })()
+        .map_err(Error::at(Op::Mknod, parent, name))
     }
 
     /// Creates directory `name` in `parent`.
@@ -221,8 +237,9 @@ impl Store {
         name: &[u8],
         mode: u32,
         owner: Owner,
-    ) -> Result<(u64, Attr), Errno> {
+    ) -> Result<(u64, Attr), Error> {
         self.make(parent, name, S_IFDIR | (mode & 0o7777), owner, Made::Plain)
+            .map_err(Error::at(Op::Mkdir, parent, name))
     }
 
     /// Creates symlink `name` → `target` in `parent`.
@@ -232,14 +249,17 @@ impl Store {
         name: &[u8],
         target: &[u8],
         owner: Owner,
-    ) -> Result<(u64, Attr), Errno> {
-        if target.is_empty() {
-            return Err(Errno::EINVAL);
-        }
-        if target.len() > SYMLINK_MAX {
-            return Err(Errno::ENAMETOOLONG);
-        }
-        self.make(parent, name, S_IFLNK | 0o777, owner, Made::Symlink(target))
+    ) -> Result<(u64, Attr), Error> {
+        (|| -> Result<(u64, Attr), Errno> {
+            if target.is_empty() {
+                return Err(Errno::EINVAL);
+            }
+            if target.len() > SYMLINK_MAX {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            self.make(parent, name, S_IFLNK | 0o777, owner, Made::Symlink(target))
+        })()
+        .map_err(Error::at(Op::Symlink, parent, name))
     }
 
     /// Makes an inode of `mode` named `name` in `parent`: checks the name is free, takes an
@@ -384,13 +404,15 @@ impl Store {
 
     /// Removes the link `name` (not a directory) from `parent`; the inode goes when its last
     /// link and last open handle are gone.
-    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<(), Errno> {
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<(), Error> {
         self.remove(parent, name, false)
+            .map_err(Error::at(Op::Unlink, parent, name))
     }
 
     /// Removes the empty directory `name` from `parent`.
-    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), Errno> {
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), Error> {
         self.remove(parent, name, true)
+            .map_err(Error::at(Op::Rmdir, parent, name))
     }
 
     pub(super) fn remove(&self, parent: u64, name: &[u8], dir_wanted: bool) -> Result<(), Errno> {
@@ -469,68 +491,71 @@ impl Store {
     }
 
     /// Adds a hard link `name` in `parent` to the non-directory `ino`.
-    pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr, Errno> {
-        self.check_writable()?;
-        check_name(name)?;
-        let mut locks = self.lock_many(&[ino, parent])?;
-        let target = locks[&ino].as_ref().expect("locked live");
-        if target.attr.kind() == S_IFDIR {
-            return Err(Errno::EPERM);
-        }
-        if target.attr.nlink == 0 {
-            return Err(Errno::ENOENT);
-        }
-        if target.attr.nlink >= LINK_MAX {
-            return Err(Errno::EMLINK);
-        }
-        let dir = locks[&parent].as_ref().expect("locked live");
-        let Content::Dir(d) = &dir.content else {
-            return Err(Errno::ENOTDIR);
-        };
-        if d.contains_key(name) {
-            return Err(Errno::EEXIST);
-        }
-        let t = now_ns();
-        let mut tattr = target.attr;
-        tattr.nlink += 1;
-        tattr.ctime = t;
-        let mut pattr = dir.attr;
-        pattr.mtime = t;
-        pattr.ctime = t;
-        let te = vec![Entry::Attr(tattr)];
-        let pe = vec![
-            Entry::DirAdd {
-                ino,
-                ftype: ftype(tattr.mode),
-                name: name.to_vec(),
-            },
-            Entry::Attr(pattr),
-        ];
-        let ta = self.append_log(target, &te)?;
-        let pa = match self.append_log(dir, &pe) {
-            Ok(a) => a,
-            Err(e) => {
-                self.discard(ta);
-                return Err(e);
+    pub fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Attr, Error> {
+        (|| -> Result<Attr, Errno> {
+            self.check_writable()?;
+            check_name(name)?;
+            let mut locks = self.lock_many(&[ino, parent])?;
+            let target = locks[&ino].as_ref().expect("locked live");
+            if target.attr.kind() == S_IFDIR {
+                return Err(Errno::EPERM);
             }
-        };
-        self.commit_words(&[
-            (self.slot_offset(ino) + 8, ta.tail),
-            (self.slot_offset(parent) + 8, pa.tail),
-        ]);
-        let mut freed = Vec::new();
-        let t = locks
-            .get_mut(&ino)
-            .and_then(|g| g.as_mut())
-            .expect("locked live");
-        self.applied(t, ta, &te, &mut freed);
-        let attr = t.attr;
-        let p = locks
-            .get_mut(&parent)
-            .and_then(|g| g.as_mut())
-            .expect("locked live");
-        self.applied(p, pa, &pe, &mut freed);
-        self.maybe_compact(p);
-        Ok(attr)
+            if target.attr.nlink == 0 {
+                return Err(Errno::ENOENT);
+            }
+            if target.attr.nlink >= LINK_MAX {
+                return Err(Errno::EMLINK);
+            }
+            let dir = locks[&parent].as_ref().expect("locked live");
+            let Content::Dir(d) = &dir.content else {
+                return Err(Errno::ENOTDIR);
+            };
+            if d.contains_key(name) {
+                return Err(Errno::EEXIST);
+            }
+            let t = now_ns();
+            let mut tattr = target.attr;
+            tattr.nlink += 1;
+            tattr.ctime = t;
+            let mut pattr = dir.attr;
+            pattr.mtime = t;
+            pattr.ctime = t;
+            let te = vec![Entry::Attr(tattr)];
+            let pe = vec![
+                Entry::DirAdd {
+                    ino,
+                    ftype: ftype(tattr.mode),
+                    name: name.to_vec(),
+                },
+                Entry::Attr(pattr),
+            ];
+            let ta = self.append_log(target, &te)?;
+            let pa = match self.append_log(dir, &pe) {
+                Ok(a) => a,
+                Err(e) => {
+                    self.discard(ta);
+                    return Err(e);
+                }
+            };
+            self.commit_words(&[
+                (self.slot_offset(ino) + 8, ta.tail),
+                (self.slot_offset(parent) + 8, pa.tail),
+            ]);
+            let mut freed = Vec::new();
+            let t = locks
+                .get_mut(&ino)
+                .and_then(|g| g.as_mut())
+                .expect("locked live");
+            self.applied(t, ta, &te, &mut freed);
+            let attr = t.attr;
+            let p = locks
+                .get_mut(&parent)
+                .and_then(|g| g.as_mut())
+                .expect("locked live");
+            self.applied(p, pa, &pe, &mut freed);
+            self.maybe_compact(p);
+            Ok(attr)
+        })()
+        .map_err(Error::at(Op::Link, parent, name))
     }
 }

@@ -13,8 +13,9 @@ impl Store {
         name: &[u8],
         new_parent: u64,
         new_name: &[u8],
-    ) -> Result<(), Errno> {
+    ) -> Result<(), Error> {
         self.move_name(parent, name, new_parent, new_name, false)
+            .map_err(Error::at(Op::Rename, parent, name))
     }
 
     /// [`Store::rename`] that fails with `EEXIST` if `new_name` exists, checked atomically
@@ -25,8 +26,9 @@ impl Store {
         name: &[u8],
         new_parent: u64,
         new_name: &[u8],
-    ) -> Result<(), Errno> {
+    ) -> Result<(), Error> {
         self.move_name(parent, name, new_parent, new_name, true)
+            .map_err(Error::at(Op::Rename, parent, name))
     }
 
     fn move_name(
@@ -45,8 +47,8 @@ impl Store {
             let (src, sattr) = self.lookup(parent, name)?;
             let dst = match self.lookup(new_parent, new_name) {
                 Ok((d, _)) => Some(d),
-                Err(Errno::ENOENT) => None,
-                Err(e) => return Err(e),
+                Err(e) if e.errno == Errno::ENOENT => None,
+                Err(e) => return Err(e.into()),
             };
             if noreplace && dst.is_some() {
                 return Err(Errno::EEXIST);
@@ -199,56 +201,59 @@ impl Store {
         name: &[u8],
         new_parent: u64,
         new_name: &[u8],
-    ) -> Result<(), Errno> {
-        self.check_writable()?;
-        check_name(name).map_err(|e| if e == Errno::EINVAL { Errno::EBUSY } else { e })?;
-        check_name(new_name).map_err(|e| if e == Errno::EINVAL { Errno::EBUSY } else { e })?;
-        let _moving = self.rename.lock();
-        loop {
-            let (a, aattr) = self.lookup(parent, name)?;
-            let (b, battr) = self.lookup(new_parent, new_name)?;
-            if a == b {
-                return Ok(());
-            }
-            if parent != new_parent {
-                for (dir, into) in [(a, new_parent), (b, parent)] {
-                    let is_dir = if dir == a { aattr.kind() } else { battr.kind() } == S_IFDIR;
-                    if is_dir && self.is_within(into, dir)? {
-                        return Err(Errno::EINVAL);
+    ) -> Result<(), Error> {
+        (|| -> Result<(), Errno> {
+            self.check_writable()?;
+            check_name(name).map_err(|e| if e == Errno::EINVAL { Errno::EBUSY } else { e })?;
+            check_name(new_name).map_err(|e| if e == Errno::EINVAL { Errno::EBUSY } else { e })?;
+            let _moving = self.rename.lock();
+            loop {
+                let (a, aattr) = self.lookup(parent, name)?;
+                let (b, battr) = self.lookup(new_parent, new_name)?;
+                if a == b {
+                    return Ok(());
+                }
+                if parent != new_parent {
+                    for (dir, into) in [(a, new_parent), (b, parent)] {
+                        let is_dir = if dir == a { aattr.kind() } else { battr.kind() } == S_IFDIR;
+                        if is_dir && self.is_within(into, dir)? {
+                            return Err(Errno::EINVAL);
+                        }
                     }
                 }
-            }
-            let mut locks = self.lock_many(&[parent, new_parent, a, b])?;
-            if named(&locks, parent, name)? != Some(a)
-                || named(&locks, new_parent, new_name)? != Some(b)
-            {
-                continue; // changed while unlocked: look again
-            }
-            let attrs = exchanged_attrs(&locks, parent, new_parent, a, b)?;
-            let (aa, ba) = (attrs[&a], attrs[&b]);
-            let mut changes: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
-            changes.entry(parent).or_default().push(Entry::DirAdd {
-                ino: b,
-                ftype: ftype(ba.mode),
-                name: name.to_vec(),
-            });
-            changes.entry(new_parent).or_default().push(Entry::DirAdd {
-                ino: a,
-                ftype: ftype(aa.mode),
-                name: new_name.to_vec(),
-            });
-            for (&i, at) in &attrs {
-                changes.entry(i).or_default().push(Entry::Attr(*at));
-            }
-            let freed = self.commit_many(&mut locks, &changes, &[])?;
-            self.free_blocks(&freed);
-            for i in [parent, new_parent] {
-                if let Some(inode) = locks.get_mut(&i).and_then(|g| g.as_mut()) {
-                    self.maybe_compact(inode);
+                let mut locks = self.lock_many(&[parent, new_parent, a, b])?;
+                if named(&locks, parent, name)? != Some(a)
+                    || named(&locks, new_parent, new_name)? != Some(b)
+                {
+                    continue; // changed while unlocked: look again
                 }
+                let attrs = exchanged_attrs(&locks, parent, new_parent, a, b)?;
+                let (aa, ba) = (attrs[&a], attrs[&b]);
+                let mut changes: BTreeMap<u64, Vec<Entry>> = BTreeMap::new();
+                changes.entry(parent).or_default().push(Entry::DirAdd {
+                    ino: b,
+                    ftype: ftype(ba.mode),
+                    name: name.to_vec(),
+                });
+                changes.entry(new_parent).or_default().push(Entry::DirAdd {
+                    ino: a,
+                    ftype: ftype(aa.mode),
+                    name: new_name.to_vec(),
+                });
+                for (&i, at) in &attrs {
+                    changes.entry(i).or_default().push(Entry::Attr(*at));
+                }
+                let freed = self.commit_many(&mut locks, &changes, &[])?;
+                self.free_blocks(&freed);
+                for i in [parent, new_parent] {
+                    if let Some(inode) = locks.get_mut(&i).and_then(|g| g.as_mut()) {
+                        self.maybe_compact(inode);
+                    }
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
+        })()
+        .map_err(Error::at(Op::Exchange, parent, name))
     }
 
     /// Whether directory `dir` is `ancestor` or lies below it.

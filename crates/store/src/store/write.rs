@@ -118,10 +118,10 @@ impl PreparedWrite<'_> {
 
     /// Copies `data` (exactly [`PreparedWrite::len`] bytes) into the reserved blocks through
     /// the mover, flushed: the local way to fill a preparation.
-    pub fn fill(&mut self, data: &[u8]) -> Result<(), Errno> {
+    pub fn fill(&mut self, data: &[u8]) -> Result<(), Error> {
         let res = self.res.as_mut().expect("an uncommitted preparation");
         if data.len() as u64 != res.len {
-            return Err(Errno::EINVAL);
+            return Err(Error::on(Op::Write, self.ino)(Errno::EINVAL));
         }
         self.store.fill(res, data, Order::Sync);
         self.filled = true;
@@ -154,39 +154,48 @@ impl std::fmt::Debug for PreparedWrite<'_> {
 impl Store {
     /// Writes `data` at `off` (copy-on-write: new blocks, then one commit). Returns the bytes
     /// written (all of them, or an error with nothing changed).
-    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
-        let mut p = self.prepare_write(ino, off, data.len() as u64)?;
-        p.fill(data)?;
-        self.commit_write(p)
+    pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize, Error> {
+        (|| -> Result<usize, Errno> {
+            let mut p = self.prepare_write(ino, off, data.len() as u64)?;
+            p.fill(data)?;
+            Ok(self.commit_write(p)?)
+        })()
+        .map_err(Error::on(Op::Write, ino))
     }
 
     /// Appends `data` at the end of the file, atomically with finding the end. Returns the
     /// offset it was written at.
-    pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64, Errno> {
-        self.check_writable()?;
-        let mut g = self.lock(ino)?;
-        let inode = g.as_mut().ok_or(Errno::ENOENT)?;
-        let off = inode.attr.size;
-        self.write_locked(inode, off, data, Order::Sync)?;
-        Ok(off)
+    pub fn append(&self, ino: u64, data: &[u8]) -> Result<u64, Error> {
+        (|| -> Result<u64, Errno> {
+            self.check_writable()?;
+            let mut g = self.lock(ino)?;
+            let inode = g.as_mut().ok_or(Errno::ENOENT)?;
+            let off = inode.attr.size;
+            self.write_locked(inode, off, data, Order::Sync)?;
+            Ok(off)
+        })()
+        .map_err(Error::on(Op::Append, ino))
     }
 
     /// The first phase of a write of `len` bytes at `off` to file `ino`: reserves fresh
     /// blocks for every page the range touches and returns them, to be filled and then
     /// published with [`Store::commit_write`]. The file does not change until then; errors
     /// are those of a write (`EISDIR`, `EINVAL` for a special file, `EFBIG`, `ENOSPC`, `EROFS`).
-    pub fn prepare_write(&self, ino: u64, off: u64, len: u64) -> Result<PreparedWrite<'_>, Errno> {
-        self.check_writable()?;
-        let g = self.slot(ino)?.read();
-        let inode = g.as_ref().ok_or(Errno::ENOENT)?;
-        let res = self.reserve(inode, off, len)?;
-        Ok(PreparedWrite {
-            store: self,
-            ino,
-            generation: self.generation(ino)?,
-            res: Some(res),
-            filled: false,
-        })
+    pub fn prepare_write(&self, ino: u64, off: u64, len: u64) -> Result<PreparedWrite<'_>, Error> {
+        (|| -> Result<PreparedWrite<'_>, Errno> {
+            self.check_writable()?;
+            let g = self.slot(ino)?.read();
+            let inode = g.as_ref().ok_or(Errno::ENOENT)?;
+            let res = self.reserve(inode, off, len)?;
+            Ok(PreparedWrite {
+                store: self,
+                ino,
+                generation: self.generation(ino)?,
+                res: Some(res),
+                filled: false,
+            })
+        })()
+        .map_err(Error::on(Op::PrepareWrite, ino))
     }
 
     /// The second phase: completes the partly covered pages from the file as it is now,
@@ -195,7 +204,13 @@ impl Store {
     /// reader sees all of it. Returns the bytes written. Fails with `ESTALE` if the file was
     /// deleted and its number given to another since the preparation; on any error the
     /// blocks go back and the file is unchanged.
-    pub fn commit_write(&self, mut p: PreparedWrite<'_>) -> Result<usize, Errno> {
+    pub fn commit_write(&self, p: PreparedWrite<'_>) -> Result<usize, Error> {
+        let ino = p.ino;
+        self.commit_prepared(p)
+            .map_err(Error::on(Op::CommitWrite, ino))
+    }
+
+    fn commit_prepared(&self, mut p: PreparedWrite<'_>) -> Result<usize, Errno> {
         if !std::ptr::eq(p.store, self) {
             return Err(Errno::EINVAL);
         }
