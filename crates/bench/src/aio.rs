@@ -88,10 +88,7 @@ pub fn run(a: &AioArgs) -> anyhow::Result<()> {
     if let Some(&s) = a.sizes.iter().find(|&&s| s == 0 || s > 16 << 20) {
         anyhow::bail!("write size {s} must be between 1 byte and 16M");
     }
-    let mut cfg = match &a.config {
-        Some(p) => Config::load(p)?,
-        None => Config::default(),
-    };
+    let mut cfg = Config::load_or_default(a.config.as_deref())?;
     cfg.mover.policy = Policy::Engine;
     let dir = scratch_dir(&a.dir);
     let work = tempfile::Builder::new()

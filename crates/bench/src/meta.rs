@@ -379,10 +379,7 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
         .prefix("switchyard-bench-meta.")
         .tempdir_in(scratch_dir(&a.dir))
         .context("making the scratch directory")?;
-    let cfg = match &a.config {
-        Some(p) => Config::load(p)?,
-        None => Config::default(),
-    };
+    let cfg = Config::load_or_default(a.config.as_deref())?;
     let mover = Arc::new(Mover::start(&cfg)?);
     // An inode slot per 16 KiB of region: room for every file with a quarter to spare (and
     // so for its log page and the directories' logs).

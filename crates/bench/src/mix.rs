@@ -269,10 +269,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
             "no workload named {n:?} (the workloads: bulk, mixed, tpcc, fileserver, graph)"
         );
     }
-    let base = match &a.config {
-        Some(p) => Config::load(p)?,
-        None => Config::default(),
-    };
+    let base = Config::load_or_default(a.config.as_deref())?;
     let dir = scratch_dir(&a.dir);
     let profile_path = a
         .profile

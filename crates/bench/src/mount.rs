@@ -156,10 +156,7 @@ pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
         sub("mnt-pass")?,
     );
 
-    let cfg = match &a.config {
-        Some(p) => Config::load(p)?,
-        None => Config::default(),
-    };
+    let cfg = Config::load_or_default(a.config.as_deref())?;
     let mover = Arc::new(Mover::start(&cfg)?);
     // The files, a copy-on-write copy of each, and room for logs.
     let region_len = (2 * jobs as u64 * file_size + (256 << 20)).next_multiple_of(2 << 20);

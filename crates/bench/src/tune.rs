@@ -158,10 +158,7 @@ pub fn describe(p: &Profile) -> String {
 
 /// Runs `switchyard tune`.
 pub fn run(a: &TuneArgs) -> anyhow::Result<()> {
-    let config = match &a.config {
-        Some(p) => Config::load(p)?,
-        None => Config::default(),
-    };
+    let config = Config::load_or_default(a.config.as_deref())?;
     let (profile, m, media) = tune_to(&config, &a.dir, &a.out, a.quick)?;
     if a.json {
         println!(

@@ -280,10 +280,7 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
             tune::describe(p)
         );
     } else {
-        let cfg = match &common.config {
-            Some(p) => Config::load(p)?,
-            None => Config::default(),
-        };
+        let cfg = Config::load_or_default(common.config.as_deref())?;
         let dir =
             a.at.store
                 .parent()

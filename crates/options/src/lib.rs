@@ -65,10 +65,7 @@ pub fn config_with_profile(
     profile: Option<&Path>,
     no_profile: bool,
 ) -> anyhow::Result<Config> {
-    let cfg = match config {
-        Some(p) => Config::load(p)?,
-        None => Config::default(),
-    };
+    let cfg = Config::load_or_default(config)?;
     let default = PathBuf::from(DEFAULT_PROFILE);
     Ok(match profile {
         _ if no_profile => cfg,

@@ -481,6 +481,11 @@ pub enum ConfigError {
 }
 
 impl Config {
+    /// [`Config::load`] of `path` if given, else the defaults.
+    pub fn load_or_default(path: Option<&Path>) -> Result<Config, ConfigError> {
+        path.map_or_else(|| Ok(Config::default()), Config::load)
+    }
+
     /// Reads and validates a TOML file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let p = path.display().to_string();
