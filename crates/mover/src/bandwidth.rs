@@ -8,31 +8,22 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::config::EstimatesConfig;
 use crate::hints::Direction;
 
 /// Smallest request size that is sampled (smaller ones are never split or offloaded by default).
 pub const MIN_SAMPLED: usize = 16 << 10;
-/// CPU copies at least this large (bulk) are sampled one in [`SAMPLE_BULK_EVERY`] per thread; smaller
-/// ones (down to [`MIN_SAMPLED`]) one in [`SAMPLE_EVERY`], so that two clock reads and a store
-/// to a shared line do not tax every request (sampling every request cost two threads
-/// measurably at 16 KiB; `docs/scheduler.md` has the figures). That still gives hundreds of
-/// samples per adaptation epoch.
-pub const BULK_SAMPLED: usize = 256 << 10;
-/// Sampling period of CPU copies between [`MIN_SAMPLED`] and [`BULK_SAMPLED`].
-pub const SAMPLE_EVERY: u32 = 64;
-/// Sampling period of CPU copies of [`BULK_SAMPLED`] bytes or more.
-pub const SAMPLE_BULK_EVERY: u32 = 4;
-
-/// Whether this thread should time its CPU copy of `len` bytes.
+/// Whether this thread should time its CPU copy of `len` bytes: one in `sample_every` from
+/// [`MIN_SAMPLED`] up, one in `bulk_sample_every` from `bulk_bytes` up (`[mover.estimates]`).
 #[inline]
-pub fn sample_cpu_copy(len: usize) -> bool {
+pub fn sample_cpu_copy(len: usize, e: &EstimatesConfig) -> bool {
     if len < MIN_SAMPLED {
         return false;
     }
-    let every = if len >= BULK_SAMPLED {
-        SAMPLE_BULK_EVERY
+    let every = if len >= e.bulk_bytes {
+        e.bulk_sample_every
     } else {
-        SAMPLE_EVERY
+        e.sample_every
     };
     thread_local!(static TICK: std::cell::Cell<u32> = const { std::cell::Cell::new(0) });
     TICK.with(|t| {
@@ -44,11 +35,6 @@ pub fn sample_cpu_copy(len: usize) -> bool {
 
 /// Number of size bins: 16 KiB, 32 KiB, … , ≥ 2 MiB.
 pub const BINS: usize = 8;
-const ALPHA: f64 = 0.125;
-/// A sample counts as at most this factor above or below the current value (winsorizing), so
-/// an outlier — an engine worker preempted for a scheduler time slice, a copy interrupted by a
-/// page fault — moves an estimate by a bounded step instead of by orders of magnitude.
-pub const OUTLIER_FACTOR: f64 = 4.0;
 
 /// One EWMA.
 #[derive(Debug)]
@@ -71,15 +57,19 @@ impl Ewma {
         }
     }
 
-    /// Folds in a sample, first clamped to within [`OUTLIER_FACTOR`] of the current value: one
-    /// sample moves the estimate by at most `ALPHA · (OUTLIER_FACTOR − 1)` of itself, however far
-    /// off it is, while a lasting change is still followed within tens of samples.
-    pub fn update(&self, sample: f64) {
+    /// Folds in a sample with weight `e.weight`, first clamped to within `e.outlier_factor` of
+    /// the current value (winsorizing): one sample moves the estimate by at most
+    /// `weight · (outlier_factor − 1)` of itself, however far off it is — an engine worker
+    /// preempted for a time slice, a copy interrupted by a page fault — while a lasting change
+    /// is still followed within tens of samples.
+    pub fn update(&self, sample: f64, e: &EstimatesConfig) {
         if sample.is_finite() && sample > 0.0 {
             let old = self.get();
-            let sample = sample.clamp(old / OUTLIER_FACTOR, old * OUTLIER_FACTOR);
-            self.0
-                .store((old + ALPHA * (sample - old)).to_bits(), Ordering::Relaxed);
+            let sample = sample.clamp(old / e.outlier_factor, old * e.outlier_factor);
+            self.0.store(
+                (old + e.weight * (sample - old)).to_bits(),
+                Ordering::Relaxed,
+            );
         }
     }
 }
@@ -155,6 +145,20 @@ impl Bandwidth {
 mod tests {
     use super::*;
 
+    /// The default `[mover.estimates]`.
+    const D: EstimatesConfig = EstimatesConfig {
+        weight: 0.125,
+        outlier_factor: 4.0,
+        sample_every: 64,
+        bulk_sample_every: 4,
+        bulk_bytes: 256 << 10,
+    };
+
+    #[test]
+    fn d_is_the_default() {
+        assert_eq!(D, EstimatesConfig::default());
+    }
+
     #[test]
     fn bins_are_log2_from_16k() {
         assert_eq!(bin(1), 0);
@@ -172,8 +176,8 @@ mod tests {
         let even = bw.engine_share(Direction::FromSlow, l, 4096);
         assert!(even < l / 2, "start-up delay shifts work to the CPU");
         for _ in 0..200 {
-            bw.of(Direction::FromSlow).engine[bin(l)].update(24.0);
-            bw.of(Direction::FromSlow).startup_ns.update(1.0);
+            bw.of(Direction::FromSlow).engine[bin(l)].update(24.0, &D);
+            bw.of(Direction::FromSlow).startup_ns.update(1.0, &D);
         }
         let fast_engine = bw.engine_share(Direction::FromSlow, l, 4096);
         assert!(fast_engine > l * 2 / 3, "{fast_engine}");
@@ -186,11 +190,11 @@ mod tests {
     #[test]
     fn an_outlier_moves_an_estimate_a_bounded_step() {
         let e = Ewma::new(300.0);
-        e.update(4_000_000.0);
-        let bound = 300.0 * (1.0 + ALPHA * (OUTLIER_FACTOR - 1.0));
+        e.update(4_000_000.0, &D);
+        let bound = 300.0 * (1.0 + D.weight * (D.outlier_factor - 1.0));
         assert!((e.get() - bound).abs() < 1e-9, "{}", e.get());
         for _ in 0..5 {
-            e.update(4_000_000.0);
+            e.update(4_000_000.0, &D);
         }
         assert!(
             e.get() < 300.0 * 8.0,
@@ -198,14 +202,14 @@ mod tests {
             e.get()
         );
         for _ in 0..60 {
-            e.update(300.0);
+            e.update(300.0, &D);
         }
         assert!(
             e.get() < 330.0,
             "ordinary samples bring it back: {}",
             e.get()
         );
-        e.update(0.001);
+        e.update(0.001, &D);
         assert!(
             e.get() > 300.0 * 0.85,
             "a bandwidth sample from a stalled copy: {}",

@@ -64,6 +64,8 @@ pub fn start_engine(config: &Config) -> Result<Arc<dyn Engine>, ConfigError> {
 /// The data mover: scheduler state, the engine, and counters. Share it (`&Mover` is `Sync`).
 pub struct Mover {
     pub(crate) policy: Policy,
+    /// How the live estimates are sampled and averaged (`[mover.estimates]`).
+    pub(crate) estimates: config::EstimatesConfig,
     /// Thresholds and split estimates in effect, and their online adaptation.
     pub(crate) adapt: adapt::Adapt,
     pub(crate) engine_channels: usize,
@@ -136,6 +138,7 @@ impl Mover {
         );
         Mover {
             policy: m.policy,
+            estimates: m.estimates,
             adapt,
             engine_channels: info.channels,
             concurrency_limit: AtomicUsize::new(if m.concurrency_limit == 0 {

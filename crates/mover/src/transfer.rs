@@ -230,7 +230,7 @@ impl Mover {
         self.counters.add(Counter::cpu_requests, 1);
         // SAFETY: forwarded from this function's contract.
         unsafe { self.cpu_copy_timed(dst, src, len, hints, false) };
-        if sample_cpu_copy(len) {
+        if sample_cpu_copy(len, &self.estimates) {
             self.adapt.tick(&self.split_bandwidth, &self.counters);
         }
         Report::started(Path::Cpu, len)
@@ -311,7 +311,7 @@ impl Mover {
     /// # Safety
     /// As [`Mover::copy_raw`].
     pub(crate) unsafe fn cpu_copy(&self, dst: *mut u8, src: *const u8, len: usize, hints: &Hints) {
-        let timed = self.policy == Policy::Auto && sample_cpu_copy(len);
+        let timed = self.policy == Policy::Auto && sample_cpu_copy(len, &self.estimates);
         // SAFETY: forwarded from this function's contract.
         unsafe { self.cpu_copy_timed(dst, src, len, hints, timed) };
     }
@@ -381,7 +381,7 @@ impl Mover {
     /// `bandwidth` for a copy that ran alone, its `split_bandwidth` for the CPU side of a split.
     fn sample_cpu(&self, into: &Bandwidth, dir: Direction, len: usize, since: Instant) {
         let ns = since.elapsed().as_nanos() as f64;
-        into.of(dir).cpu[bin(len)].update(len as f64 / ns);
+        into.of(dir).cpu[bin(len)].update(len as f64 / ns, &self.estimates);
         self.adapt.tick(&self.split_bandwidth, &self.counters);
     }
 
@@ -480,10 +480,13 @@ impl Mover {
             };
             into.of(f.hints.direction).engine[bin(engine_len)].update(
                 engine_len as f64 / o.finished_ns.saturating_sub(o.started_ns).max(1) as f64,
+                &self.estimates,
             );
             let startup = o.started_ns.saturating_sub(f.submitted_ns).max(1) as f64;
             for b in [&self.bandwidth, &self.split_bandwidth] {
-                b.of(f.hints.direction).startup_ns.update(startup);
+                b.of(f.hints.direction)
+                    .startup_ns
+                    .update(startup, &self.estimates);
             }
             self.adapt.tick(&self.split_bandwidth, &self.counters);
         }

@@ -50,6 +50,13 @@
 //! starved = 5                # epochs without timed requests before a direction is watched
 //! watch_every = 16           # one in this many requests below watched bands reports its size
 //!
+//! [mover.estimates]          # the live bandwidth estimates
+//! weight = 0.125             # weight of a new sample in the moving average
+//! outlier_factor = 4.0       # a sample counts as at most this factor off the estimate
+//! sample_every = 64          # one in this many CPU copies of 16 KiB.. is timed, per thread
+//! bulk_sample_every = 4      # one in this many bulk CPU copies is timed
+//! bulk_bytes = 262144        # from this size a CPU copy is bulk
+//!
 //! [runtime]                  # the async runtime's executor, with copies outstanding:
 //! spin_us = 100              # spins this long past a copy's expected completion,
 //! wake_early_us = 20         # wakes this long before it from a timed sleep,
@@ -194,6 +201,38 @@ impl Default for AdaptationConfig {
             ticks: 8,
             starved: 5,
             watch_every: 16,
+        }
+    }
+}
+
+/// `[mover.estimates]`: how the live bandwidth estimates (`switchyard_mover::bandwidth`) are
+/// sampled and averaged. The size bins themselves (16 KiB to 2 MiB) are fixed: a profile
+/// stores one value per bin.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct EstimatesConfig {
+    /// Weight of a new sample in an estimate's moving average.
+    pub weight: f64,
+    /// A sample counts as at most this factor above or below the estimate (a preempted worker
+    /// or a page fault moves it a bounded step).
+    pub outlier_factor: f64,
+    /// One in this many CPU copies from 16 KiB up to `bulk_bytes` is timed, per thread (two
+    /// clock reads and a store to a shared line must not tax every request).
+    pub sample_every: u32,
+    /// One in this many CPU copies of `bulk_bytes` or more is timed, per thread.
+    pub bulk_sample_every: u32,
+    /// Size from which a CPU copy counts as bulk for sampling, bytes.
+    pub bulk_bytes: usize,
+}
+
+impl Default for EstimatesConfig {
+    fn default() -> Self {
+        EstimatesConfig {
+            weight: 0.125,
+            outlier_factor: 4.0,
+            sample_every: 64,
+            bulk_sample_every: 4,
+            bulk_bytes: 256 << 10,
         }
     }
 }
@@ -428,6 +467,8 @@ pub struct MoverConfig {
     pub adapt: bool,
     /// How online adaptation paces itself and how much evidence it wants.
     pub adaptation: AdaptationConfig,
+    /// How the live bandwidth estimates are sampled and averaged.
+    pub estimates: EstimatesConfig,
     /// Engine thresholds.
     pub thresholds: Thresholds,
     /// Engine profile to load at start (`switchyard tune`); empty for none.
@@ -447,6 +488,7 @@ impl Default for MoverConfig {
             wait_spin: 2000,
             adapt: true,
             adaptation: AdaptationConfig::default(),
+            estimates: EstimatesConfig::default(),
             thresholds: Thresholds::default(),
             profile: String::new(),
         }
@@ -564,6 +606,18 @@ impl Config {
         {
             return bad(
                 "mover.adaptation: margin, step, deadband and explore_share must be in [0, 1)"
+                    .into(),
+            );
+        }
+        let e = &self.mover.estimates;
+        if !(e.weight > 0.0 && e.weight <= 1.0)
+            || e.outlier_factor < 1.0
+            || e.sample_every == 0
+            || e.bulk_sample_every == 0
+        {
+            return bad(
+                "mover.estimates: weight must be in (0, 1], outlier_factor at least 1, \
+                 sample_every and bulk_sample_every positive"
                     .into(),
             );
         }
