@@ -23,25 +23,42 @@ use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering};
 #[cfg(all(test, shuttle))]
 mod model;
 
+/// Where the copies of pending writes report: the engine's completion records and the copies
+/// themselves. The store answers from its mover ([`crate::Store`]); the shuttle model
+/// (`model.rs`) from its model engine, so that both run the same settling code below.
+pub(crate) trait Completions {
+    /// A copy in flight.
+    type Copy;
+    /// Whether the batch at `position` on `channel` has finished, by the channel's completion
+    /// record (one load; no copy is touched).
+    fn recorded_done(&self, channel: usize, position: u64) -> bool;
+    /// The outcome of `copy` if it has finished (repairing a partial completion on the CPU):
+    /// whether part of it was repaired.
+    fn poll(&self, copy: &mut Self::Copy) -> Option<bool>;
+    /// Makes a repair durable and clears the hole its copy left in `channel`'s durable
+    /// completion record.
+    fn clear_hole(&self, channel: usize, position: u64);
+}
+
 /// One engine copy of an orderless write: the channel and position its log entry names, and
 /// the copy.
-pub(crate) struct Part {
+pub(crate) struct Part<C = Detached> {
     pub(crate) recorded: (usize, u64),
-    pub(crate) copy: Detached,
+    pub(crate) copy: C,
     /// When the copy should finish ([`switchyard_mover::Mover::expected_finish`]).
     pub(crate) expected_ns: u64,
 }
 
 /// A committed write whose data copies may still be running.
-pub(crate) struct PendingWrite {
+pub(crate) struct PendingWrite<C = Detached> {
     /// Copies not yet settled.
-    pub(crate) parts: Mutex<Vec<Part>>,
+    pub(crate) parts: Mutex<Vec<Part<C>>>,
     /// (channel, position) of every part, for the check by sequence number without the lock.
     pub(crate) seqs: Vec<(usize, u64)>,
     settled: AtomicBool,
 }
 
-impl std::fmt::Debug for PendingWrite {
+impl<C> std::fmt::Debug for PendingWrite<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PendingWrite")
             .field("seqs", &self.seqs)
@@ -50,8 +67,8 @@ impl std::fmt::Debug for PendingWrite {
     }
 }
 
-impl PendingWrite {
-    pub(crate) fn new(parts: Vec<Part>, seqs: Vec<(usize, u64)>) -> PendingWrite {
+impl<C> PendingWrite<C> {
+    pub(crate) fn new(parts: Vec<Part<C>>, seqs: Vec<(usize, u64)>) -> PendingWrite<C> {
         PendingWrite {
             parts: Mutex::new(parts),
             seqs,
@@ -64,8 +81,37 @@ impl PendingWrite {
         self.settled.load(Ordering::Acquire)
     }
 
-    pub(crate) fn mark_settled(&self) {
+    /// Settles the write if every copy has finished: checked by sequence number (each
+    /// channel's completion record against the batch's position), then each copy's outcome
+    /// collected ([`PendingWrite::collect`]). Never blocks; true once settled.
+    pub(crate) fn try_settle(&self, c: &impl Completions<Copy = C>) -> bool {
+        if self.is_settled() {
+            return true;
+        }
+        if !self.seqs.iter().all(|&(ch, pos)| c.recorded_done(ch, pos)) {
+            return false;
+        }
+        self.collect(c)
+    }
+
+    /// Collects every copy: its outcome, a partial one repaired and its hole in the durable
+    /// record cleared; false if one is unfinished or another thread is collecting.
+    pub(crate) fn collect(&self, c: &impl Completions<Copy = C>) -> bool {
+        let Some(mut parts) = self.parts.try_lock() else {
+            return false;
+        };
+        while let Some(part) = parts.last_mut() {
+            let Some(repaired) = c.poll(&mut part.copy) else {
+                return false;
+            };
+            if repaired {
+                let (ch, pos) = part.recorded;
+                c.clear_hole(ch, pos);
+            }
+            parts.pop();
+        }
         self.settled.store(true, Ordering::Release);
+        true
     }
 }
 

@@ -1,8 +1,10 @@
 //! Two-level locking and completion checking (EasyIO §4.3) under shuttle's randomized and PCT
-//! schedulers, with the store's real in-flight tracking: the reads in flight and the limbo of
-//! blocks freed under them are [`Readers`] itself, built on shuttle's locks and atomics
-//! (`crate::sync` under `--cfg shuttle`). The inode lock, the engine channel and the free list
-//! are modelled around it as `src/store/lock.rs` and the threads engine behave.
+//! schedulers, with the store's real in-flight tracking, built on shuttle's locks and atomics
+//! (`crate::sync` under `--cfg shuttle`): a write's pending copies are a [`PendingWrite`],
+//! settled by its own `try_settle` and `collect` (the code `src/store/lock.rs` calls), and the
+//! reads in flight with the limbo of blocks freed under them are [`Readers`]. Around them the
+//! model has the inode lock (an RwLock over the slot, as the store's), an engine channel
+//! answering [`Completions`] as the threads engine does, and the free list.
 //!
 //! Modelled, one file:
 //! - level 1: the inode lock (an RwLock over the mapping and the pending write);
@@ -25,15 +27,15 @@ use shuttle::future::{block_on, spawn, yield_now};
 use shuttle::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use shuttle::sync::{Arc, Mutex, RwLock};
 
-use super::Readers;
+use super::{Completions, Part, PendingWrite, Readers};
 
 const BLOCKS: usize = 6;
 
 struct File {
     /// The block the file maps, and the version written there.
     mapping: (usize, u64),
-    /// Position of the last write's copy while it may be running.
-    pending: Option<u64>,
+    /// The last write's copy while it may be running (a copy is its position).
+    pending: Option<Arc<PendingWrite<u64>>>,
 }
 
 struct Model {
@@ -98,11 +100,13 @@ impl Model {
 
     /// Level 1 and the commit; `None` when the previous copy is unfinished or no block is
     /// free (the caller yields and tries again, holding nothing).
-    fn try_write(&self, version: u64) -> Option<u64> {
+    fn try_write(&self, version: u64) -> Option<Arc<PendingWrite<u64>>> {
         let mut f = self.file.write().unwrap();
         // Level 2: the previous write's copy must have finished.
-        if f.pending.is_some_and(|p| !self.finished(p)) {
-            return None;
+        if let Some(p) = &f.pending {
+            if !p.try_settle(self) {
+                return None;
+            }
         }
         // Space may be held by reads in flight; they finish without us.
         let block = self.free.lock().unwrap().pop()?;
@@ -114,27 +118,34 @@ impl Model {
         };
         // The metadata commits while the copy is queued (orderless write).
         let (old, _) = std::mem::replace(&mut f.mapping, (block, version));
-        f.pending = Some(pos);
+        let part = Part {
+            recorded: (0, pos),
+            copy: pos,
+            expected_ns: 0,
+        };
+        let pending = Arc::new(PendingWrite::new(vec![part], vec![(0, pos)]));
+        f.pending = Some(pending.clone());
         self.release(self.readers.retire(vec![old as u64]));
-        Some(pos)
+        Some(pending)
     }
 
     async fn write(&self, version: u64) {
-        let pos = loop {
-            if let Some(pos) = self.try_write(version) {
-                break pos;
+        let pending = loop {
+            if let Some(p) = self.try_write(version) {
+                break p;
             }
             yield_now().await;
         };
-        // The write completes once its copy has.
-        while !self.finished(pos) {
+        // The write completes once its copy has: its own future collects it, as the store's
+        // `try_settle_own` does.
+        while !(pending.is_settled() || pending.collect(self)) {
             yield_now().await;
         }
     }
 
     fn try_read(&self) -> Option<(usize, u64)> {
         let f = self.file.read().unwrap();
-        if f.pending.is_some_and(|p| !self.finished(p)) {
+        if f.pending.as_ref().is_some_and(|p| !p.try_settle(self)) {
             return None;
         }
         self.readers.enter();
@@ -157,6 +168,22 @@ impl Model {
         );
         self.release(self.readers.leave());
     }
+}
+
+/// The model's engine channel answers as the threads engine does: a copy is done once the
+/// channel's record has passed its position; it never completes partly here.
+impl Completions for Model {
+    type Copy = u64;
+
+    fn recorded_done(&self, _channel: usize, position: u64) -> bool {
+        self.finished(position)
+    }
+
+    fn poll(&self, copy: &mut u64) -> Option<bool> {
+        self.finished(*copy).then_some(false)
+    }
+
+    fn clear_hole(&self, _channel: usize, _position: u64) {}
 }
 
 fn scenario(writers: u64, readers: usize) {
@@ -195,7 +222,7 @@ fn scenario(writers: u64, readers: usize) {
     });
     engine.join().unwrap();
     let f = m.file.read().unwrap();
-    assert!(f.pending.is_none_or(|p| m.finished(p)));
+    assert!(f.pending.as_ref().is_none_or(|p| p.try_settle(&*m)));
     let (block, version) = f.mapping;
     assert_eq!(m.blocks[block].load(Ordering::Relaxed), version);
     // Every block is mapped or free again: no read is in flight, so nothing waits in limbo.

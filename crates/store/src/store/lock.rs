@@ -49,19 +49,10 @@ impl Store {
         }
     }
 
-    /// Settles `p` if every copy has finished: checked by sequence number (each channel's
-    /// completion record against the batch's position), then each copy's outcome collected,
-    /// a partial one repaired on the CPU and its hole in the durable record cleared. Never
-    /// blocks; true once settled.
+    /// Settles `p` if every copy has finished ([`PendingWrite::try_settle`]). Never blocks;
+    /// true once settled.
     pub(crate) fn try_settle(&self, p: &PendingWrite) -> bool {
-        if p.is_settled() {
-            return true;
-        }
-        let engine = self.mover.engine();
-        if !p.seqs.iter().all(|&(c, pos)| engine.record(c).seq > pos) {
-            return false;
-        }
-        self.collect(p)
+        p.try_settle(self)
     }
 
     /// [`Store::try_settle`] for the write's own future, woken because one of its copies
@@ -69,29 +60,7 @@ impl Store {
     /// completion record (a cache line the engine's worker has just written, so a transfer
     /// from the worker's core on the write's critical path).
     pub(crate) fn try_settle_own(&self, p: &PendingWrite) -> bool {
-        p.is_settled() || self.collect(p)
-    }
-
-    /// Collects every copy of `p` (see [`Store::try_settle`]); false if one is unfinished or
-    /// another thread is collecting.
-    pub(super) fn collect(&self, p: &PendingWrite) -> bool {
-        let Some(mut parts) = p.parts.try_lock() else {
-            return false;
-        };
-        while let Some(part) = parts.last_mut() {
-            let Some(report) = self.mover.poll_detached(&mut part.copy) else {
-                return false;
-            };
-            if report.repaired_bytes > 0 {
-                // The repair's flushed lines become durable before the hole goes.
-                self.pm.fence();
-                let (c, pos) = part.recorded;
-                self.records[c].clear_hole(&self.pm.persist(), pos);
-            }
-            parts.pop();
-        }
-        p.mark_settled();
-        true
+        p.is_settled() || p.collect(self)
     }
 
     /// Blocks until `p` is settled (spinning, then yielding): the engine finishes every copy on
@@ -141,5 +110,25 @@ impl Store {
                 return Ok((child, locks));
             }
         }
+    }
+}
+
+impl Completions for Store {
+    type Copy = switchyard_mover::Detached;
+
+    fn recorded_done(&self, channel: usize, position: u64) -> bool {
+        self.mover.engine().record(channel).seq > position
+    }
+
+    fn poll(&self, copy: &mut switchyard_mover::Detached) -> Option<bool> {
+        self.mover
+            .poll_detached(copy)
+            .map(|report| report.repaired_bytes > 0)
+    }
+
+    fn clear_hole(&self, channel: usize, position: u64) {
+        // The repair's flushed lines become durable before the hole goes.
+        self.pm.fence();
+        self.records[channel].clear_hole(&self.pm.persist(), position);
     }
 }

@@ -51,7 +51,7 @@ use crate::format::{
     LOG_NEXT_AT, NAME_MAX, RECORD_CHANNELS, ROOT, SLOT_GENERATION_AT, S_IFBLK, S_IFCHR, S_IFDIR,
     S_IFLNK, S_IFMT, S_IFREG,
 };
-use crate::inflight::{Part, PendingWrite};
+use crate::inflight::{Completions, Part, PendingWrite};
 use crate::inode::{Content, Inode};
 use crate::pm::Pm;
 use crate::recovery::{
