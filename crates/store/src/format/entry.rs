@@ -190,11 +190,16 @@ impl Entry {
                 b.extend_from_slice(name);
                 finish(b, KIND_DIR_ADD)
             }
-            Entry::DirRemove { name } => {
+            Entry::DirRemove { name } | Entry::XattrRemove { name } => {
+                // The same layout: a name length, padding, the name.
                 b.push(name.len() as u8);
                 b.extend_from_slice(&[0; 7]);
                 b.extend_from_slice(name);
-                finish(b, KIND_DIR_REMOVE)
+                let kind = match self {
+                    Entry::DirRemove { .. } => KIND_DIR_REMOVE,
+                    _ => KIND_XATTR_REMOVE,
+                };
+                finish(b, kind)
             }
             Entry::XattrSet { name, value } => {
                 b.push(name.len() as u8);
@@ -204,12 +209,6 @@ impl Entry {
                 b.extend_from_slice(name);
                 b.extend_from_slice(value);
                 finish(b, KIND_XATTR_SET)
-            }
-            Entry::XattrRemove { name } => {
-                b.push(name.len() as u8);
-                b.extend_from_slice(&[0; 7]);
-                b.extend_from_slice(name);
-                finish(b, KIND_XATTR_REMOVE)
             }
             _ => unreachable!("only named entries are encoded here"),
         }
