@@ -377,29 +377,7 @@ impl Adapt {
         self.callers.store(callers, Ordering::Relaxed);
         std::mem::swap(&mut st.seen, &mut st.fresh);
         if self.settings.split {
-            let pace = &self.settings.pace;
-            let mut moved = false;
-            for (i, d) in ADAPTED.into_iter().enumerate() {
-                let (eff, now) = (self.split.of(d), split_live.of(d));
-                for b in 0..BINS {
-                    moved |= nudge(&eff.cpu[b], now.cpu[b].get(), &mut st.rates[i][0][b], pace);
-                    moved |= nudge(
-                        &eff.engine[b],
-                        now.engine[b].get(),
-                        &mut st.rates[i][1][b],
-                        pace,
-                    );
-                }
-                moved |= nudge(
-                    &eff.startup_ns,
-                    now.startup_ns.get(),
-                    &mut st.startup[i],
-                    pace,
-                );
-            }
-            if moved {
-                counters.add(Counter::split_nudges, 1);
-            }
+            self.nudge_split(st, split_live, counters);
         }
         if self.adapting_thresholds() {
             for (i, d) in ADAPTED.into_iter().enumerate() {
@@ -438,6 +416,34 @@ impl Adapt {
                     self.trials[i].iter().flatten().for_each(Tally::reset);
                 }
             }
+        }
+    }
+
+    /// Moves the split's estimates towards the live samples of splits' two sides, one
+    /// bounded step per `hold` epochs that find them more than `deadband` away.
+    fn nudge_split(&self, st: &mut State, split_live: &Bandwidth, counters: &Counters) {
+        let pace = &self.settings.pace;
+        let mut moved = false;
+        for (i, d) in ADAPTED.into_iter().enumerate() {
+            let (eff, now) = (self.split.of(d), split_live.of(d));
+            for b in 0..BINS {
+                moved |= nudge(&eff.cpu[b], now.cpu[b].get(), &mut st.rates[i][0][b], pace);
+                moved |= nudge(
+                    &eff.engine[b],
+                    now.engine[b].get(),
+                    &mut st.rates[i][1][b],
+                    pace,
+                );
+            }
+            moved |= nudge(
+                &eff.startup_ns,
+                now.startup_ns.get(),
+                &mut st.startup[i],
+                pace,
+            );
+        }
+        if moved {
+            counters.add(Counter::split_nudges, 1);
         }
     }
 

@@ -86,6 +86,7 @@ use switchyard_media::{FlushKind, Persist};
 use crate::profile::{Profile, ProfileError};
 
 mod commented;
+mod validate;
 
 pub use commented::Sources;
 
@@ -558,105 +559,6 @@ impl Config {
         self.applied_profile = Some(std::sync::Arc::new(prof));
         self.validate()?;
         Ok(self)
-    }
-
-    /// Checks ranges and names.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |m: String| Err(ConfigError::Invalid(m));
-        if self.engine.kind != "threads" {
-            return bad(format!(
-                "engine.kind = {:?}: no such engine on this build (available: \"threads\")",
-                self.engine.kind
-            ));
-        }
-        if self.engine.queue_depth == 0 || self.engine.queue_depth > 1 << 16 {
-            return bad(format!(
-                "engine.queue_depth = {}: must be 1..=65536",
-                self.engine.queue_depth
-            ));
-        }
-        if self.engine.descriptor_bytes < 4096 || !self.engine.descriptor_bytes.is_power_of_two() {
-            return bad(format!(
-                "engine.descriptor_bytes = {}: must be a power of two >= 4096",
-                self.engine.descriptor_bytes
-            ));
-        }
-        let a = &self.mover.adaptation;
-        if a.epoch_ms == 0
-            || [
-                a.hold,
-                a.explore,
-                a.sample_band_every,
-                a.ticks,
-                a.starved,
-                a.watch_every,
-            ]
-            .contains(&0)
-            || a.evidence == 0
-        {
-            return bad(
-                "mover.adaptation: epoch_ms, hold, explore, evidence, sample_band_every, ticks, \
-                 starved and watch_every must be positive"
-                    .into(),
-            );
-        }
-        if ![a.margin, a.step, a.deadband, a.explore_share]
-            .iter()
-            .all(|v| (0.0..1.0).contains(v))
-        {
-            return bad(
-                "mover.adaptation: margin, step, deadband and explore_share must be in [0, 1)"
-                    .into(),
-            );
-        }
-        let e = &self.mover.estimates;
-        if !(e.weight > 0.0 && e.weight <= 1.0)
-            || e.outlier_factor < 1.0
-            || e.sample_every == 0
-            || e.bulk_sample_every == 0
-        {
-            return bad(
-                "mover.estimates: weight must be in (0, 1], outlier_factor at least 1, \
-                 sample_every and bulk_sample_every positive"
-                    .into(),
-            );
-        }
-        if self.store.reserved_percent > 50 {
-            return bad(format!(
-                "store.reserved_percent = {}: must be 0..=50",
-                self.store.reserved_percent
-            ));
-        }
-        if !(4096..=1 << 20).contains(&self.fuse.max_io) {
-            return bad(format!(
-                "fuse.max_io = {}: must be 4096..=1048576",
-                self.fuse.max_io
-            ));
-        }
-        if !(0.0..1.0).contains(&self.mover.split_share) {
-            return bad(format!(
-                "mover.split_share = {}: must be 0 (live estimates) or between 0 and 1",
-                self.mover.split_share
-            ));
-        }
-        if self.media.flush != "auto" {
-            match FlushKind::from_name(&self.media.flush) {
-                None => {
-                    return bad(format!(
-                        "media.flush = {:?}: expected auto, clwb, clflushopt, clflush or none",
-                        self.media.flush
-                    ))
-                }
-                Some(k) if !k.supported() => {
-                    return bad(format!(
-                        "media.flush = {:?}: this CPU lacks the instruction",
-                        self.media.flush
-                    ))
-                }
-                Some(_) => {}
-            }
-        }
-        Ok(())
     }
 
     /// The persistence primitives this configuration selects.
