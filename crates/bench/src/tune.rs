@@ -79,11 +79,38 @@ pub fn tune_to(
 
 /// A scratch region file for the tuner in `dir`, removed when dropped.
 pub fn scratch_in(dir: &Path) -> anyhow::Result<tempfile::NamedTempFile> {
+    remove_stale_scratch(dir);
     tempfile::Builder::new()
         .prefix("switchyard-tune.")
         .suffix(".region")
         .tempfile_in(dir)
         .with_context(|| format!("creating a scratch region in {}", dir.display()))
+}
+
+/// Removes the scratch regions in `dir` that no tune holds: those of a tune that was killed
+/// (a `switchyard up` stopped with SIGKILL during its background tune leaves one). A tune
+/// holds its scratch region's owner lock (`flock`) while it runs, so a file whose lock can
+/// be taken is no one's.
+fn remove_stale_scratch(dir: &Path) {
+    use std::os::fd::AsRawFd;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("switchyard-tune.") && name.ends_with(".region")) {
+            continue;
+        }
+        let Ok(f) = std::fs::File::open(e.path()) else {
+            continue;
+        };
+        // SAFETY: flock on a descriptor we hold open; it touches no memory of ours.
+        let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+        if free {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Runs the tuner on a 256 MiB region at `scratch` (which the caller removes), telling
@@ -174,4 +201,31 @@ pub fn run(a: &TuneArgs) -> anyhow::Result<()> {
         println!("wrote {}, {}", a.out.display(), describe(&profile));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_killed_tunes_scratch_region_goes_and_a_running_ones_stays() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let stale = dir.path().join("switchyard-tune.killed.region");
+        let live = dir.path().join("switchyard-tune.running.region");
+        let other = dir.path().join("switchyard.store");
+        for p in [&stale, &live, &other] {
+            std::fs::write(p, b"x").unwrap();
+        }
+        let held = std::fs::File::open(&live).unwrap();
+        // SAFETY: flock on a descriptor we hold open.
+        assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+        let fresh = scratch_in(dir.path()).unwrap();
+        assert!(!stale.exists(), "the killed tune's region is removed");
+        assert!(
+            live.exists() && other.exists(),
+            "held and unrelated files stay"
+        );
+        assert!(fresh.path().exists());
+    }
 }
