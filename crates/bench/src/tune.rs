@@ -89,10 +89,9 @@ pub fn scratch_in(dir: &Path) -> anyhow::Result<tempfile::NamedTempFile> {
 
 /// Removes the scratch regions in `dir` that no tune holds: those of a tune that was killed
 /// (a `switchyard up` stopped with SIGKILL during its background tune leaves one). A tune
-/// holds its scratch region's owner lock (`flock`) while it runs, so a file whose lock can
-/// be taken is no one's.
+/// holds its scratch region open, and so its owner lock, while it runs: a file this process
+/// can open as a region is no one's. Anything else (held, not a region) stays.
 fn remove_stale_scratch(dir: &Path) {
-    use std::os::fd::AsRawFd;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -102,12 +101,8 @@ fn remove_stale_scratch(dir: &Path) {
         if !(name.starts_with("switchyard-tune.") && name.ends_with(".region")) {
             continue;
         }
-        let Ok(f) = std::fs::File::open(e.path()) else {
-            continue;
-        };
-        // SAFETY: flock on a descriptor we hold open; it touches no memory of ours.
-        let free = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-        if free {
+        if let Ok(region) = Region::open(e.path(), 0, switchyard_media::Persist::detect()) {
+            drop(region);
             let _ = std::fs::remove_file(e.path());
         }
     }
@@ -209,17 +204,16 @@ mod tests {
 
     #[test]
     fn a_killed_tunes_scratch_region_goes_and_a_running_ones_stays() {
-        use std::os::fd::AsRawFd;
         let dir = tempfile::tempdir().unwrap();
         let stale = dir.path().join("switchyard-tune.killed.region");
         let live = dir.path().join("switchyard-tune.running.region");
         let other = dir.path().join("switchyard.store");
+        let persist = switchyard_media::Persist::detect();
         for p in [&stale, &live, &other] {
-            std::fs::write(p, b"x").unwrap();
+            drop(Region::create(p, switchyard_media::MIN_REGION, persist).unwrap());
         }
-        let held = std::fs::File::open(&live).unwrap();
-        // SAFETY: flock on a descriptor we hold open.
-        assert_eq!(unsafe { libc::flock(held.as_raw_fd(), libc::LOCK_EX) }, 0);
+        // A running tune holds its region open.
+        let held = Region::open(&live, 0, persist).unwrap();
         let fresh = scratch_in(dir.path()).unwrap();
         assert!(!stale.exists(), "the killed tune's region is removed");
         assert!(
@@ -227,5 +221,6 @@ mod tests {
             "held and unrelated files stay"
         );
         assert!(fresh.path().exists());
+        drop(held);
     }
 }

@@ -170,7 +170,7 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
     };
     let set = block_stop_signals();
     let cfg = a.at.mover.load_config()?;
-    let store = a.at.open()?;
+    let store = a.at.path.open_with(&cfg)?;
     store
         .set_reserved_percent(a.reserved_percent.unwrap_or(cfg.store.reserved_percent))
         .context("--reserved-percent")?;

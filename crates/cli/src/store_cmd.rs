@@ -42,7 +42,7 @@ impl StorePath {
     }
 
     /// Opens the store with `cfg`'s mover: recovery runs if it was not unmounted cleanly.
-    fn open_with(&self, cfg: &Config) -> anyhow::Result<Store> {
+    pub fn open_with(&self, cfg: &Config) -> anyhow::Result<Store> {
         Ok(Store::mount(
             self.region(cfg.persist())?,
             Arc::new(Mover::start(cfg)?),

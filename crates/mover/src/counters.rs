@@ -16,8 +16,10 @@ macro_rules! counters {
         pub enum Counter { $(#[doc = $doc] $name,)* }
         const N: usize = [$(stringify!($name)),*].len();
 
-        /// Summed counter values.
+        /// Summed counter values. A saved set from an older build, without a counter added
+        /// since, reads with that counter at zero.
         #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+        #[serde(default)]
         pub struct Stats { $(#[doc = $doc] pub $name: u64,)* }
 
         impl Stats {
@@ -162,6 +164,13 @@ impl Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `switchyard stat` reads counters an older build saved, before a counter was added.
+    #[test]
+    fn counters_saved_without_a_newer_counter_read_it_as_zero() {
+        let old: Stats = serde_json::from_str(r#"{"cpu_requests": 7}"#).unwrap();
+        assert_eq!((old.cpu_requests, old.no_engine_share), (7, 0));
+    }
 
     /// Threads come and go (more of them over time than there are stripes, many at once) and
     /// every increment is still counted: ownership of a stripe never overlaps.

@@ -606,4 +606,22 @@ mod tests {
             .to_string()
             .contains("no such engine"));
     }
+
+    #[test]
+    fn every_section_refuses_values_out_of_range_naming_the_key() {
+        for (text, key) in [
+            ("[fuse]\nmax_io = 100\n", "fuse.max_io"),
+            ("[store]\nreserved_percent = 80\n", "store.reserved_percent"),
+            ("[mover.adaptation]\nhold = 0\n", "mover.adaptation"),
+            ("[mover.adaptation]\nmargin = 1.5\n", "mover.adaptation"),
+            ("[mover.estimates]\nweight = 2.0\n", "mover.estimates"),
+            ("[mover.estimates]\nsample_every = 0\n", "mover.estimates"),
+        ] {
+            let c: Config = toml::from_str(text).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+        let e = toml::from_str::<Config>("[runtime]\nspin = 3\n").unwrap_err();
+        assert!(e.to_string().contains("spin"), "{e}");
+    }
 }

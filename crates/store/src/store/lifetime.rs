@@ -105,10 +105,13 @@ impl Store {
     /// new inode, kept on media, so (number, generation) names one file for the life of the
     /// store, across remounts (an NFS-style file handle).
     pub fn generation(&self, ino: u64) -> Result<u64, Error> {
-        (|| -> Result<u64, Errno> {
-            self.slot(ino)?;
-            Ok(self.pm.load_u64(self.slot_offset(ino) + SLOT_GENERATION_AT))
-        })()
-        .map_err(Error::on(Op::Getattr, ino))
+        self.slot(ino)
+            .map(|_| self.slot_generation(ino))
+            .map_err(Error::on(Op::Getattr, ino))
+    }
+
+    /// The generation word of slot `ino`, which the caller has checked exists.
+    pub(super) fn slot_generation(&self, ino: u64) -> u64 {
+        self.pm.load_u64(self.slot_offset(ino) + SLOT_GENERATION_AT)
     }
 }

@@ -209,7 +209,8 @@ impl Store {
         (|| -> Result<(u64, Attr), Errno> {
             let kind = mode & S_IFMT;
             if kind == S_IFREG || kind == 0 {
-                return Ok(self.create(parent, name, mode, owner)?);
+                let mode = S_IFREG | (mode & 0o7777);
+                return self.make(parent, name, mode, owner, Made::Plain);
             }
             if !is_special(kind) {
                 return Err(Errno::EINVAL);

@@ -44,22 +44,27 @@ pub struct Target {
     pub len: u64,
 }
 
+/// Where the `len` bytes of a write at `off` go in `extents`: one contiguous piece per extent.
+fn targets(off: u64, len: u64, extents: &[Extent]) -> impl Iterator<Item = Target> + '_ {
+    let end = off + len;
+    let mut pg = off / BLOCK;
+    extents.iter().map(move |e| {
+        let page_start = pg * BLOCK;
+        let lo = off.max(page_start);
+        let hi = end.min((pg + e.len) * BLOCK);
+        pg += e.len;
+        Target {
+            offset: lo - off,
+            region_offset: e.start * BLOCK + (lo - page_start),
+            len: hi - lo,
+        }
+    })
+}
+
 impl Reservation {
     /// Where the write's bytes go: one contiguous piece per extent.
     fn targets(&self) -> impl Iterator<Item = Target> + '_ {
-        let end = self.off + self.len;
-        let mut pg = self.off / BLOCK;
-        self.extents.iter().map(move |e| {
-            let page_start = pg * BLOCK;
-            let lo = self.off.max(page_start);
-            let hi = end.min((pg + e.len) * BLOCK);
-            pg += e.len;
-            Target {
-                offset: lo - self.off,
-                region_offset: e.start * BLOCK + (lo - page_start),
-                len: hi - lo,
-            }
-        })
+        targets(self.off, self.len, &self.extents)
     }
 
     /// The block reserved for file page `page` (which the write covers).
@@ -190,7 +195,7 @@ impl Store {
             Ok(PreparedWrite {
                 store: self,
                 ino,
-                generation: self.generation(ino)?,
+                generation: self.slot_generation(ino),
                 res: Some(res),
                 filled: false,
             })
@@ -216,7 +221,7 @@ impl Store {
         }
         self.check_writable()?;
         let mut g = self.lock(p.ino)?;
-        if g.is_none() || self.generation(p.ino)? != p.generation {
+        if g.is_none() || self.slot_generation(p.ino) != p.generation {
             return Err(Errno::ESTALE);
         }
         let res = p.res.take().expect("an uncommitted preparation");
@@ -286,8 +291,14 @@ impl Store {
             defer_fence: true,
             ..Hints::write()
         };
-        let targets: Vec<Target> = res.targets().collect();
-        for (i, t) in targets.into_iter().enumerate() {
+        let Reservation {
+            off,
+            len,
+            extents,
+            seqs,
+            parts,
+        } = res;
+        for (i, t) in targets(*off, *len, extents).enumerate() {
             let src = &data[t.offset as usize..][..t.len as usize];
             let head = ((BLOCK - t.region_offset % BLOCK) % BLOCK).min(t.len) as usize;
             let body = (src.len() - head) / BLOCK as usize * BLOCK as usize;
@@ -308,9 +319,9 @@ impl Store {
                     // (the asynchronous API keeps the caller's buffer until it settles).
                     let (seq, part) = unsafe { self.copy_run(dst, piece, order, hints) };
                     if seq.is_some() {
-                        res.seqs[i] = seq;
+                        seqs[i] = seq;
                     }
-                    res.parts.extend(part);
+                    parts.extend(part);
                 } else {
                     // SAFETY: as above; the copy is done when this returns.
                     unsafe { self.mover.copy_raw(dst, piece.as_ptr(), len, hints) };
