@@ -64,8 +64,8 @@ fn a_batch_of_copies_completes_byte_exact_and_advances_the_record() {
 
 #[test]
 fn durable_copies_are_flushed_and_fenced_before_completion() {
-    let rec = Recorder::install();
-    let e = engine(|_| {});
+    let rec = Recorder::new();
+    let e = engine(|c| c.persist = c.persist.traced(&rec));
     let src = pattern(70_001, 3);
     let mut dst = vec![0u8; 70_100];
     let d = &mut dst[7..];
@@ -244,8 +244,8 @@ struct Line([u8; 64]);
 
 #[test]
 fn a_durable_record_is_written_after_the_data_is_durable_and_before_completion() {
-    let rec = Recorder::install();
-    let e = engine(|_| {});
+    let rec = Recorder::new();
+    let e = engine(|c| c.persist = c.persist.traced(&rec));
     let mut line = Line([0; 64]);
     // SAFETY: `line` is aligned, outlives every batch below, and only the engine writes it.
     let r = unsafe { DurableRecord::new(line.0.as_mut_ptr()) };

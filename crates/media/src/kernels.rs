@@ -20,7 +20,6 @@
 //! measures both in one run; `docs/scheduler.md` ("Copy kernels") has the figures.
 
 use crate::persist::{Persist, CACHE_LINE};
-use crate::trace;
 
 /// How a copy treats the CPU caches and durability.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,7 +87,7 @@ impl Persist {
         match mode {
             CopyMode::Temporal => {
                 // SAFETY: `src` is readable for `len` bytes (this function's contract).
-                unsafe { trace::record_store(dst, src, len, false) };
+                unsafe { self.record_store(dst, src, len, false) };
                 if self.shifted(dst, src, len) {
                     // SAFETY: forwarded from this function's contract; `shifted` checked the
                     // SIMD level.
@@ -106,7 +105,7 @@ impl Persist {
             CopyMode::Durable | CopyMode::Flushed => {
                 if len < self.nt_threshold {
                     // SAFETY: `src` is readable for `len` bytes (this function's contract).
-                    unsafe { trace::record_store(dst, src, len, false) };
+                    unsafe { self.record_store(dst, src, len, false) };
                     // SAFETY: forwarded from this function's contract.
                     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
                     self.flush(dst, len);
@@ -148,7 +147,7 @@ impl Persist {
         let tail = len - head - body;
         if head > 0 {
             // SAFETY: `src` is readable for the stored length (this function's contract).
-            unsafe { trace::record_store(dst, src, head, false) };
+            unsafe { self.record_store(dst, src, head, false) };
             // SAFETY: head <= len, within both ranges.
             unsafe { std::ptr::copy_nonoverlapping(src, dst, head) };
             if flush_edges {
@@ -161,7 +160,7 @@ impl Persist {
             // on this CPU.
             let (d, s) = unsafe { (dst.add(head), src.add(head)) };
             // SAFETY: `src` is readable for the stored length (this function's contract).
-            unsafe { trace::record_store(d, s, body, true) };
+            unsafe { self.record_store(d, s, body, true) };
             // SAFETY: aligned dst, in-range body and detected SIMD level, as argued above.
             unsafe { stream_body(self.simd, d, s, body) };
         }
@@ -169,7 +168,7 @@ impl Persist {
             // SAFETY: head + body + tail == len.
             let (d, s) = unsafe { (dst.add(head + body), src.add(head + body)) };
             // SAFETY: `src` is readable for the stored length (this function's contract).
-            unsafe { trace::record_store(d, s, tail, false) };
+            unsafe { self.record_store(d, s, tail, false) };
             // SAFETY: the tail lies inside both ranges.
             unsafe { std::ptr::copy_nonoverlapping(s, d, tail) };
             if flush_edges {

@@ -11,8 +11,10 @@
 //!   the CPU offers (`clwb` > `clflushopt` > `clflush`), `sfence`, or "no flush" on platforms
 //!   whose caches are in the persistence domain (eADR) — and the copy kernels built on them:
 //!   temporal, non-temporal (SSE2/AVX2/AVX-512 by detection) and durable.
-//! - [`trace`]: a process-wide hook that records every store range, flush and fence the kernels
-//!   issue, for tests that must prove a durable copy was flushed and fenced.
+//! - [`trace`]: a recorder of every store range, flush and fence issued through a [`Persist`]
+//!   traced into it ([`Persist::traced`]), for tests that must prove a durable copy was flushed
+//!   and fenced and for the store's crash harness. Untraced values (all the product builds)
+//!   record nothing.
 //!
 //! ## Why the low-level path
 //!

@@ -8,7 +8,7 @@
 //! completion that publishes them.
 
 use crate::kernels::Simd;
-use crate::trace;
+use crate::trace::{self, Recorder, Tap};
 use std::sync::atomic::Ordering;
 
 /// Size of a cache line, the unit of every flush.
@@ -102,6 +102,9 @@ pub struct Persist {
     /// Temporal copies at least this long whose source and destination differ in address
     /// mod 32 use the SIMD loop instead of `memcpy` (see [`crate::kernels`]); 0 = never.
     pub shifted_min: usize,
+    /// The trace this value's stores, flushes and fences are recorded into; `None` (what
+    /// [`Persist::detect`] gives) records nothing.
+    pub tap: Option<Tap>,
 }
 
 /// Default [`Persist::nt_threshold`]: below 1 KiB, temporal stores + `clwb` win on the CPUs we
@@ -120,6 +123,44 @@ impl Persist {
             simd: Simd::detect(),
             nt_threshold: DEFAULT_NT_THRESHOLD,
             shifted_min: DEFAULT_SHIFTED_MIN,
+            tap: None,
+        }
+    }
+
+    /// The same primitives, recording every store, flush and fence issued through the result
+    /// into `rec` (tests and the crash harness: a region, engine and mover built with it are
+    /// traced, and nothing else is).
+    pub fn traced(self, rec: &Recorder) -> Persist {
+        Persist {
+            tap: Some(rec.tap()),
+            ..self
+        }
+    }
+
+    /// Records `event` if this value is traced.
+    #[inline]
+    fn record(&self, event: trace::Event) {
+        if let Some(tap) = self.tap {
+            trace::record(tap, event);
+        }
+    }
+
+    /// Records, if this value is traced, a store of `len` bytes from `src` to `dst` about to
+    /// happen.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes.
+    #[inline]
+    pub(crate) unsafe fn record_store(
+        &self,
+        dst: *const u8,
+        src: *const u8,
+        len: usize,
+        non_temporal: bool,
+    ) {
+        if let Some(tap) = self.tap {
+            // SAFETY: forwarded from this function's contract.
+            unsafe { trace::record_store(tap, dst, src, len, non_temporal) };
         }
     }
 
@@ -131,7 +172,7 @@ impl Persist {
         if len == 0 {
             return;
         }
-        trace::record(trace::Event::Flush {
+        self.record(trace::Event::Flush {
             addr: addr as usize,
             len,
         });
@@ -159,7 +200,7 @@ impl Persist {
     /// Store fence: orders every earlier store (temporal, non-temporal and flush) of this
     /// thread before every later store.
     pub fn fence(&self) {
-        trace::record(trace::Event::Fence);
+        self.record(trace::Event::Fence);
         fence();
     }
 
@@ -173,7 +214,7 @@ impl Persist {
     pub unsafe fn store_u64(&self, dst: *mut u64, value: u64) {
         let bytes = value.to_le_bytes();
         // SAFETY: `bytes` is a live local of 8 bytes.
-        unsafe { trace::record_store(dst.cast(), bytes.as_ptr(), 8, false) };
+        unsafe { self.record_store(dst.cast(), bytes.as_ptr(), 8, false) };
         // SAFETY: aligned and writable (this function's contract); an atomic store compiles to
         // one 8-byte `mov`.
         unsafe { std::sync::atomic::AtomicU64::from_ptr(dst).store(value, Ordering::Release) };

@@ -105,8 +105,8 @@ impl Region {
         Region::map_file(path, file, persist)
     }
 
-    /// Maps `size` bytes of zeroed anonymous memory: a region with the same kernels and
-    /// trace hooks as a file region, for crash images and tests.
+    /// Maps `size` bytes of zeroed anonymous memory: a region with the same kernels as a file
+    /// region (traced when `persist` is), for crash images and tests.
     pub fn memory(size: u64, persist: Persist) -> Result<Region, MediaError> {
         let path = PathBuf::from("(memory)");
         check_size(&path, size, FILE_ALIGN, "a memory region")?;

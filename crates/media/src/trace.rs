@@ -1,11 +1,17 @@
-//! A process-wide recorder of the stores, flushes and fences the kernels issue.
+//! A recorder of the stores, flushes and fences issued through chosen [`Persist`] values.
 //!
-//! Off by default: the kernels pay one relaxed load per call to learn that nothing is
-//! installed. Tests install a [`Recorder`] and check durability properties over the events
-//! whose addresses fall in their own buffers; every event carries the id of the thread that
-//! issued it, because a fence only orders that thread's earlier stores.
+//! Tracing belongs to a `Persist`, not to the process: a test makes a [`Recorder`], builds
+//! the `Persist` its region, engine and mover use with [`Persist::traced`], and sees the
+//! events of exactly those (from every thread that uses them), in the order they were issued.
+//! An untraced `Persist` (every one the product builds) records nothing: its kernels test one
+//! field of the value they already hold. Every event carries the id of the thread that issued
+//! it, because a fence only orders that thread's earlier stores.
+//!
+//! [`Persist`]: crate::Persist
+//! [`Persist::traced`]: crate::Persist::traced
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// One persistence-relevant action of a kernel.
@@ -42,115 +48,138 @@ pub struct Traced {
     pub data: Option<Arc<[u8]>>,
 }
 
-static ACTIVE: AtomicBool = AtomicBool::new(false);
-static EVENTS: Mutex<Vec<Traced>> = Mutex::new(Vec::new());
-static INSTALLED: Mutex<usize> = Mutex::new(0);
-/// Address ranges whose stores are recorded with their bytes.
-static CAPTURE: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+/// A handle on one [`Recorder`]'s trace, carried by the [`Persist`](crate::Persist) values
+/// that record into it ([`Persist::traced`](crate::Persist::traced)). A handle whose recorder
+/// is gone records nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tap(u64);
+
+/// One recorder's trace.
+struct Log {
+    events: Vec<Traced>,
+    /// Stores overlapping this range are recorded with their bytes.
+    capture: Option<(usize, usize)>,
+}
+
+/// The live recorders' traces, by tap. Only traced `Persist` values (tests, the crash harness)
+/// ever take this lock.
+static LOGS: Mutex<BTreeMap<u64, Log>> = Mutex::new(BTreeMap::new());
+
+fn logs() -> std::sync::MutexGuard<'static, BTreeMap<u64, Log>> {
+    LOGS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn thread_tag() -> u64 {
-    use std::sync::atomic::AtomicU64;
     static NEXT: AtomicU64 = AtomicU64::new(1);
     thread_local!(static TAG: u64 = NEXT.fetch_add(1, Ordering::Relaxed));
     TAG.with(|t| *t)
 }
 
-#[inline]
-pub(crate) fn record(event: Event) {
-    if ACTIVE.load(Ordering::Relaxed) {
-        record_slow(event);
+/// Records `event` into `tap`'s trace.
+#[cold]
+pub(crate) fn record(tap: Tap, event: Event) {
+    if let Some(log) = logs().get_mut(&tap.0) {
+        log.events.push(Traced {
+            thread: thread_tag(),
+            event,
+            data: None,
+        });
     }
 }
 
-/// Records a store of `len` bytes from `src` to `dst`, about to happen.
+/// Records into `tap`'s trace a store of `len` bytes from `src` to `dst`, about to happen.
 ///
 /// # Safety
 /// `src` must be valid for reads of `len` bytes.
-#[inline]
-pub(crate) unsafe fn record_store(dst: *const u8, src: *const u8, len: usize, non_temporal: bool) {
-    if ACTIVE.load(Ordering::Relaxed) {
-        // SAFETY: forwarded from this function's contract.
-        unsafe { record_store_slow(dst, src, len, non_temporal) };
-    }
-}
-
 #[cold]
-unsafe fn record_store_slow(dst: *const u8, src: *const u8, len: usize, non_temporal: bool) {
+pub(crate) unsafe fn record_store(
+    tap: Tap,
+    dst: *const u8,
+    src: *const u8,
+    len: usize,
+    non_temporal: bool,
+) {
+    let mut logs = logs();
+    let Some(log) = logs.get_mut(&tap.0) else {
+        return;
+    };
     let addr = dst as usize;
-    let captured = CAPTURE
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .any(|&(a, l)| addr < a + l && a < addr + len);
+    let captured = log
+        .capture
+        .is_some_and(|(a, l)| addr < a + l && a < addr + len);
     // SAFETY: the caller guarantees `src` is readable for `len` bytes.
     let data = captured.then(|| Arc::from(unsafe { std::slice::from_raw_parts(src, len) }));
-    push(
-        Event::Store {
+    log.events.push(Traced {
+        thread: thread_tag(),
+        event: Event::Store {
             addr,
             len,
             non_temporal,
         },
         data,
-    );
+    });
 }
 
-#[cold]
-fn record_slow(event: Event) {
-    push(event, None);
-}
-
-fn push(event: Event, data: Option<Arc<[u8]>>) {
-    let t = Traced {
-        thread: thread_tag(),
-        event,
-        data,
-    };
-    EVENTS.lock().unwrap_or_else(|e| e.into_inner()).push(t);
-}
-
-/// While alive, every kernel event in the process is recorded. Several recorders may be alive
-/// at once (tests run in parallel); each sees all events and filters by address.
+/// While alive, records every event of the [`Persist`](crate::Persist) values traced into it
+/// ([`Persist::traced`](crate::Persist::traced)), from whichever thread issues them; nothing
+/// else. Recorders are independent: tests running in parallel each see only their own.
 pub struct Recorder {
-    start: usize,
-    capture: Option<(usize, usize)>,
+    tap: Tap,
 }
 
 impl Recorder {
-    /// Starts recording.
-    pub fn install() -> Recorder {
-        let mut n = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
-        *n += 1;
-        ACTIVE.store(true, Ordering::SeqCst);
-        let start = EVENTS.lock().unwrap_or_else(|e| e.into_inner()).len();
-        Recorder {
-            start,
-            capture: None,
+    /// Starts a trace.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Recorder {
+        Recorder::with_capture(None)
+    }
+
+    /// Starts a trace that also keeps the bytes of every store overlapping
+    /// `[addr, addr + len)` (crash-image generation replays them).
+    pub fn capturing(addr: *const u8, len: usize) -> Recorder {
+        Recorder::with_capture(Some((addr as usize, len)))
+    }
+
+    fn with_capture(capture: Option<(usize, usize)>) -> Recorder {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let tap = Tap(NEXT.fetch_add(1, Ordering::Relaxed));
+        logs().insert(
+            tap.0,
+            Log {
+                events: Vec::new(),
+                capture,
+            },
+        );
+        Recorder { tap }
+    }
+
+    /// From now on, also keeps the bytes of every store overlapping `[addr, addr + len)`.
+    pub fn capture(&mut self, addr: *const u8, len: usize) {
+        if let Some(log) = logs().get_mut(&self.tap.0) {
+            log.capture = Some((addr as usize, len));
         }
     }
 
-    /// Starts recording, and records the bytes of every store that overlaps
-    /// `[addr, addr + len)` (crash-image generation replays them).
-    pub fn install_capturing(addr: *const u8, len: usize) -> Recorder {
-        let range = (addr as usize, len);
-        CAPTURE
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(range);
-        let mut r = Recorder::install();
-        r.capture = Some(range);
-        r
+    /// The handle a [`Persist`](crate::Persist) carries to record into this trace.
+    pub fn tap(&self) -> Tap {
+        self.tap
     }
 
-    /// Drops the events recorded so far by every recorder (their starts move to now).
-    /// Crash harnesses call it between workloads to bound memory.
+    /// Drops the events recorded so far (crash harnesses call it between workloads to bound
+    /// memory).
     pub fn reset(&mut self) {
-        self.start = EVENTS.lock().unwrap_or_else(|e| e.into_inner()).len();
+        if let Some(log) = logs().get_mut(&self.tap.0) {
+            log.events.clear();
+        }
     }
 
-    /// The events recorded since this recorder was installed (other recorders' included).
+    /// The events recorded since this recorder was installed (or last reset), in the order
+    /// they were issued.
     pub fn events(&self) -> Vec<Traced> {
-        let ev = EVENTS.lock().unwrap_or_else(|e| e.into_inner());
-        ev[self.start.min(ev.len())..].to_vec()
+        logs()
+            .get(&self.tap.0)
+            .map(|log| log.events.clone())
+            .unwrap_or_default()
     }
 
     /// Whether `[addr, addr + len)` was made durable: every byte was covered by a streaming
@@ -201,18 +230,7 @@ impl Recorder {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        if let Some(range) = self.capture {
-            let mut c = CAPTURE.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(i) = c.iter().position(|&r| r == range) {
-                c.swap_remove(i);
-            }
-        }
-        let mut n = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
-        *n -= 1;
-        if *n == 0 {
-            ACTIVE.store(false, Ordering::SeqCst);
-            EVENTS.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        }
+        logs().remove(&self.tap.0);
     }
 }
 
@@ -225,8 +243,8 @@ mod tests {
     proptest! {
         #[test]
         fn durable_copies_are_flushed_and_fenced(len in 1usize..9000, off in 0usize..64, nt in 0usize..2048) {
-            let rec = Recorder::install();
-            let p = Persist { nt_threshold: nt, ..Persist::detect() };
+            let rec = Recorder::new();
+            let p = Persist { nt_threshold: nt, ..Persist::detect() }.traced(&rec);
             let src = vec![1u8; len];
             let mut dst = vec![0u8; len + off];
             let d = dst[off..].as_mut_ptr();
@@ -237,8 +255,8 @@ mod tests {
 
         #[test]
         fn flushed_copies_are_durable_after_the_callers_fence(len in 1usize..9000, off in 0usize..64, nt in 0usize..2048) {
-            let rec = Recorder::install();
-            let p = Persist { nt_threshold: nt, ..Persist::detect() };
+            let rec = Recorder::new();
+            let p = Persist { nt_threshold: nt, ..Persist::detect() }.traced(&rec);
             let src = vec![1u8; len];
             let mut dst = vec![0u8; len + off];
             let d = dst[off..].as_mut_ptr();
@@ -251,9 +269,39 @@ mod tests {
     }
 
     #[test]
+    fn a_recorder_sees_only_the_values_traced_into_it() {
+        let (a, b) = (Recorder::new(), Recorder::new());
+        let (pa, plain) = (Persist::detect().traced(&a), Persist::detect());
+        let src = [7u8; 256];
+        let mut dst = [0u8; 256];
+        // SAFETY: equal-length distinct arrays.
+        unsafe { pa.copy(dst.as_mut_ptr(), src.as_ptr(), 256, CopyMode::Durable) };
+        // SAFETY: as above.
+        unsafe { plain.copy(dst.as_mut_ptr(), src.as_ptr(), 256, CopyMode::Durable) };
+        plain.fence();
+        let fences = |r: &Recorder| {
+            r.events()
+                .iter()
+                .filter(|t| t.event == Event::Fence)
+                .count()
+        };
+        assert_eq!(fences(&a), 1, "only the traced copy's fence");
+        assert!(b.events().is_empty(), "another recorder sees nothing");
+        let tap = a.tap();
+        drop(a);
+        // A value whose recorder is gone records nowhere (and does not fail).
+        Persist {
+            tap: Some(tap),
+            ..plain
+        }
+        .fence();
+        assert!(b.events().is_empty());
+    }
+
+    #[test]
     fn a_temporal_copy_is_not_durable() {
-        let rec = Recorder::install();
-        let p = Persist::detect();
+        let rec = Recorder::new();
+        let p = Persist::detect().traced(&rec);
         let src = vec![1u8; 4096];
         let mut dst = vec![0u8; 4096];
         // SAFETY: equal-length distinct vectors.

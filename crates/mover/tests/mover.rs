@@ -11,6 +11,25 @@ use switchyard_mover::profile::{
 use switchyard_mover::{Config, Direction, Hints, Mover, Path, Policy, Reason};
 
 fn mover(policy: Policy, faults: FaultPlan, tweak: impl FnOnce(&mut Config)) -> Mover {
+    mover_with(policy, faults, Persist::detect(), tweak)
+}
+
+/// A mover whose engine and CPU path both record into `rec`.
+fn traced_mover(policy: Policy, rec: &Recorder) -> Mover {
+    mover_with(
+        policy,
+        FaultPlan::default(),
+        Persist::detect().traced(rec),
+        |_| {},
+    )
+}
+
+fn mover_with(
+    policy: Policy,
+    faults: FaultPlan,
+    persist: Persist,
+    tweak: impl FnOnce(&mut Config),
+) -> Mover {
     let mut cfg = Config::default();
     cfg.mover.policy = policy;
     cfg.mover.thresholds.to_slow.local_aligned = 16 << 10;
@@ -19,7 +38,6 @@ fn mover(policy: Policy, faults: FaultPlan, tweak: impl FnOnce(&mut Config)) -> 
     cfg.mover.thresholds.from_slow.local_unaligned = 32 << 10;
     cfg.mover.split_min_bytes = 64 << 10;
     tweak(&mut cfg);
-    let persist = Persist::detect();
     let engine = ThreadsEngine::start(ThreadsConfig {
         pin: false,
         descriptor_bytes: 16 << 10,
@@ -66,8 +84,8 @@ proptest! {
         len in 0usize..400_000, so in 0usize..128, d_off in 0usize..128,
         dir in directions(), durable: bool, policy in policies(), same_offset: bool)
     {
-        let rec = Recorder::install();
-        let m = mover(policy, FaultPlan::default(), |_| {});
+        let rec = Recorder::new();
+        let m = traced_mover(policy, &rec);
         let d_off = if same_offset { so } else { d_off };
         let src = data(len + so, len as u64);
         let mut dst = vec![0x5Au8; len + d_off + 64];

@@ -34,7 +34,7 @@ use switchyard_mover::{Detached, Hints};
 
 use crate::error::Errno;
 use crate::fs::{Access, Fd, Fs};
-use crate::inflight::{PendingWrite, Readers};
+use crate::inflight::{gate, PendingWrite, Readers};
 use crate::inode::Content;
 use crate::store::{for_each_run, Order, Store};
 
@@ -339,11 +339,7 @@ impl<'s> ReadFuture<'s> {
         };
         let g = store.slot(ino).map_err(|_| None)?.read();
         let inode = g.as_ref().ok_or(None)?;
-        if let Some(p) = &inode.pending {
-            if !store.try_settle(p) {
-                return Err(Some(p.clone()));
-            }
-        }
+        gate(inode.pending.as_ref(), store).map_err(Some)?;
         let Content::File(pages) = &inode.content else {
             return Err(None);
         };

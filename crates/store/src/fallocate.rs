@@ -20,6 +20,7 @@ use crate::alloc::Extent;
 use crate::error::{Errno, Error, Op};
 use crate::format::{Entry, BLOCK, S_IFREG};
 use crate::inode::{Content, Inode};
+use crate::pm::Held;
 use crate::store::{now_ns, Order, Store, MAX_FILE_SIZE};
 
 /// What [`Store::fallocate`] does with a range.
@@ -153,7 +154,7 @@ impl Store {
                 let mut page = [0u8; BLOCK as usize];
                 page.copy_from_slice(self.pm.bytes(old * BLOCK, BLOCK));
                 page[(a % BLOCK) as usize..(b - pg * BLOCK) as usize].fill(0);
-                self.pm.write(e.start * BLOCK, &page);
+                self.pm.write_held(Held::Data, e.start * BLOCK, &page);
                 fresh.push(e);
                 entries.push(Entry::Write {
                     pgoff: pg,

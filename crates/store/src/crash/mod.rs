@@ -1,16 +1,21 @@
 //! Crash-state testing in the style of Vinter and Chipmunk.
 //!
-//! A workload runs on a store in a memory region while the media recorder captures every
-//! store (with its bytes), flush and fence. Replaying that trace over the image taken before
-//! the workload, the harness tracks, per 64-byte line, what is durable (flushed, then fenced
-//! by the flushing thread) and what is only in the cache. Just before every fence (the last
-//! moment before more becomes durable) it builds crash images: nothing in flight persisted, everything persisted, every subset when few lines are
-//! in flight, and seeded random subsets otherwise. Each distinct image is mounted (recovery
+//! A workload runs on a store in a memory region whose `Persist` — the one its media
+//! boundary, its mover and its engine all use — is traced into the workload's own recorder,
+//! which captures every store (with its bytes), flush and fence. Replaying that trace over the
+//! image taken before the workload, the harness tracks, per 64-byte line, what is durable
+//! (flushed, then fenced by the flushing thread) and what is only in the cache. Just before
+//! every fence (the last moment before more becomes durable) it builds crash images: nothing
+//! in flight persisted, everything persisted, every subset when few lines are in flight, and
+//! seeded random subsets otherwise. Each distinct image is mounted (recovery
 //! runs), checked with `fsck`, compared with the oracle — the logical state before or after
 //! the interrupted operation — and must stay usable (create, write, read, delete).
 //!
 //! Lines are the unit of persistence: a cache line is written back whole. The 8-byte commit
 //! words never straddle lines.
+//!
+//! The injected missing flush is a faulting media (`pm::Faulty`) put in place of the
+//! region's after the set-up: it drops the flush of every log entry.
 //!
 //! [`run_async`] does the same for asynchronous writes: the workload's store sends its copies
 //! to a threads engine whose worker waits before each batch, so the metadata commit of an
@@ -23,6 +28,7 @@ mod oracle;
 mod replay;
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +40,7 @@ use switchyard_mover::{Config, Mover, Policy};
 
 use crate::fs::Fs;
 use crate::fsck;
+use crate::pm::{Faulty, Held};
 use crate::store::{Owner, Store};
 pub use ops::{all_ops, async_ops, Op};
 use ops::{apply, setup};
@@ -47,9 +54,13 @@ const REGION: u64 = 2 << 20;
 /// (the workloads of [`run_async`] use a delay before each batch, so a write's metadata commits
 /// while its data is still unwritten).
 pub fn engine_mover(faults: FaultPlan) -> Arc<Mover> {
+    engine_mover_with(faults, Persist::detect())
+}
+
+/// [`engine_mover`] whose engine and CPU path use `persist`.
+fn engine_mover_with(faults: FaultPlan, persist: Persist) -> Arc<Mover> {
     let mut cfg = Config::default();
     cfg.mover.policy = Policy::Engine;
-    let persist = Persist::detect();
     let engine = ThreadsEngine::start(ThreadsConfig {
         pin: false,
         persist,
@@ -60,17 +71,24 @@ pub fn engine_mover(faults: FaultPlan) -> Arc<Mover> {
     Arc::new(Mover::with_engine(&cfg, Arc::new(engine), persist))
 }
 
-/// One CPU-only mover for every store the harness mounts: every copy runs on the calling
-/// thread, so the trace is one thread's program order.
+/// One CPU-only mover for the stores the harness mounts untraced (sample images, probes).
 fn mover() -> Arc<Mover> {
     static MOVER: std::sync::OnceLock<Arc<Mover>> = std::sync::OnceLock::new();
-    MOVER
-        .get_or_init(|| {
-            let mut cfg = Config::default();
-            cfg.mover.policy = Policy::Cpu;
-            Arc::new(Mover::start(&cfg).expect("default configuration is valid"))
-        })
-        .clone()
+    MOVER.get_or_init(|| cpu_mover(Persist::detect())).clone()
+}
+
+/// A mover that runs every copy on the calling thread with `persist`, so a traced workload's
+/// trace is one thread's program order.
+fn cpu_mover(persist: Persist) -> Arc<Mover> {
+    let mut cfg = Config::default();
+    cfg.mover.policy = Policy::Cpu;
+    let engine = ThreadsEngine::start(ThreadsConfig {
+        pin: false,
+        persist,
+        ..ThreadsConfig::default()
+    })
+    .expect("threads engine");
+    Arc::new(Mover::with_engine(&cfg, Arc::new(engine), persist))
 }
 
 /// What the harness explored.
@@ -145,26 +163,31 @@ impl Options {
 /// Runs every operation alone, every ordered pair (ACE-style, over the small namespace), and
 /// seeded random sequences.
 pub fn run(opts: &Options, progress: impl FnMut(&Report)) -> Report {
-    run_ops(&all_ops(), &mover(), opts, progress)
+    run_ops(&all_ops(), &cpu_mover, opts, progress)
 }
 
 /// [`run`] over the asynchronous writes and the operations they meet ([`async_ops`]), on a
 /// store whose copies go to a delayed threads engine.
 pub fn run_async(opts: &Options, progress: impl FnMut(&Report)) -> Report {
-    run_ops(
-        &async_ops(),
-        &engine_mover(FaultPlan {
-            delay: Duration::from_millis(1),
-            ..FaultPlan::default()
-        }),
-        opts,
-        progress,
-    )
+    let delayed = |persist| {
+        let delay = Duration::from_millis(1);
+        engine_mover_with(
+            FaultPlan {
+                delay,
+                ..FaultPlan::default()
+            },
+            persist,
+        )
+    };
+    run_ops(&async_ops(), &delayed, opts, progress)
 }
+
+/// Makes the mover of one traced workload from the region's traced `Persist`.
+type MakeMover<'a> = &'a dyn Fn(Persist) -> Arc<Mover>;
 
 fn run_ops(
     ops: &[Op],
-    mover: &Arc<Mover>,
+    mover: MakeMover<'_>,
     opts: &Options,
     mut progress: impl FnMut(&Report),
 ) -> Report {
@@ -195,40 +218,51 @@ fn run_ops(
     report
 }
 
-/// Runs one workload under the recorder and checks every crash image it produces.
+/// Runs one workload traced and checks every crash image it produces: the region, the
+/// engine and the mover all use one `Persist` traced into the workload's own recorder.
 pub fn run_workload(
     ops: &[Op],
-    mover: &Arc<Mover>,
+    make_mover: MakeMover<'_>,
     opts: &Options,
     rng: &mut rand::rngs::StdRng,
     seen: &mut HashSet<(u32, u32, usize)>,
     report: &mut Report,
 ) {
     report.workloads += 1;
-    let region = Region::memory(REGION, Persist::detect()).expect("memory region");
+    let mut recorder = Recorder::new();
+    let persist = Persist::detect().traced(&recorder);
+    let region = Region::memory(REGION, persist).expect("memory region");
     let base_ptr = region.as_ptr();
-    let mut fs = Fs::new(Store::format(region, mover.clone(), Owner::current()).expect("format"));
-    setup(&fs);
+    let mover = make_mover(persist);
+    let mut store = Store::format(region, mover.clone(), Owner::current()).expect("format");
+    let missing_flush = Arc::new(AtomicBool::new(false));
     if opts.inject_missing_flush {
-        fs.store().inject_missing_entry_flush();
+        let armed = missing_flush.clone();
+        store
+            .pm
+            .wrap_media(|m| Box::new(Faulty::new(m, Held::LogEntry, armed)));
     }
+    let mut fs = Fs::new(store);
+    setup(&fs);
+    missing_flush.store(true, Ordering::Relaxed);
     if opts.inject_unrecorded_orderless {
         fs.store().inject_unrecorded_orderless();
     }
     // SAFETY: the region is REGION bytes and nothing writes it while we copy (single thread).
     let base = unsafe { std::slice::from_raw_parts(base_ptr, REGION as usize) }.to_vec();
-    let recorder = Recorder::install_capturing(base_ptr, REGION as usize);
+    recorder.capture(base_ptr, REGION as usize);
+    recorder.reset();
     let mut states = vec![state(&fs).expect("state")];
     let mut bounds = Vec::new();
     for op in ops {
-        fs = apply(fs, op, mover, opts);
+        fs = apply(fs, op, &mover, opts);
         bounds.push(recorder.events().len());
         states.push(state(&fs).expect("state"));
     }
+    // The clean-unmount stores that follow are not part of the trace.
     let events = recorder.events();
-    drop(recorder);
-    // The recorder is gone, so the clean-unmount stores are not part of the trace.
     drop(fs);
+    drop(recorder);
     let mut replay = Replay::new(base, base_ptr as usize);
     let mut explorer = Explorer {
         opts,

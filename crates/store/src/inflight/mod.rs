@@ -115,6 +115,20 @@ impl<C> PendingWrite<C> {
     }
 }
 
+/// Level 2 of two-level locking, run under the inode's lock (level 1): `pending`, the last
+/// write's copies while they may still run, is settled if every copy has finished; otherwise
+/// it is returned, for the caller to release the lock and wait on or yield. Never blocks.
+/// (`P` is the shared pointer holding it: the standard `Arc`, or shuttle's in the model.)
+pub(crate) fn gate<C, P>(pending: Option<&P>, c: &impl Completions<Copy = C>) -> Result<(), P>
+where
+    P: std::ops::Deref<Target = PendingWrite<C>> + Clone,
+{
+    match pending {
+        Some(p) if !p.try_settle(c) => Err(p.clone()),
+        _ => Ok(()),
+    }
+}
+
 /// Asynchronous reads of one inode in flight, and the blocks freed while they run.
 #[derive(Debug, Default)]
 pub(crate) struct Readers {

@@ -3,8 +3,10 @@
 //! (`crate::sync` under `--cfg shuttle`): a write's pending copies are a [`PendingWrite`],
 //! settled by its own `try_settle` and `collect` (the code `src/store/lock.rs` calls), and the
 //! reads in flight with the limbo of blocks freed under them are [`Readers`]. Around them the
-//! model has the inode lock (an RwLock over the slot, as the store's), an engine channel
-//! answering [`Completions`] as the threads engine does, and the free list.
+//! model has the inode lock (an RwLock over the slot, as the store's), taken and then passed
+//! through level 2 by the store's own [`gate`] (the code `Store::try_lock` and the
+//! asynchronous read's start run), an engine channel answering [`Completions`] as the threads
+//! engine does, and the free list.
 //!
 //! Modelled, one file:
 //! - level 1: the inode lock (an RwLock over the mapping and the pending write);
@@ -27,7 +29,7 @@ use shuttle::future::{block_on, spawn, yield_now};
 use shuttle::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use shuttle::sync::{Arc, Mutex, RwLock};
 
-use super::{Completions, Part, PendingWrite, Readers};
+use super::{gate, Completions, Part, PendingWrite, Readers};
 
 const BLOCKS: usize = 6;
 
@@ -103,11 +105,7 @@ impl Model {
     fn try_write(&self, version: u64) -> Option<Arc<PendingWrite<u64>>> {
         let mut f = self.file.write().unwrap();
         // Level 2: the previous write's copy must have finished.
-        if let Some(p) = &f.pending {
-            if !p.try_settle(self) {
-                return None;
-            }
-        }
+        gate(f.pending.as_ref(), self).ok()?;
         // Space may be held by reads in flight; they finish without us.
         let block = self.free.lock().unwrap().pop()?;
         let pos = {
@@ -145,9 +143,7 @@ impl Model {
 
     fn try_read(&self) -> Option<(usize, u64)> {
         let f = self.file.read().unwrap();
-        if f.pending.as_ref().is_some_and(|p| !p.try_settle(self)) {
-            return None;
-        }
+        gate(f.pending.as_ref(), self).ok()?;
         self.readers.enter();
         Some(f.mapping)
     }

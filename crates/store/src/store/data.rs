@@ -123,7 +123,7 @@ impl Store {
                         let mut page = [0u8; BLOCK as usize];
                         let keep = (size % BLOCK) as usize;
                         page[..keep].copy_from_slice(&self.pm.bytes(ob * BLOCK, BLOCK)[..keep]);
-                        self.pm.write(e.start * BLOCK, &page);
+                        self.pm.write_held(Held::Data, e.start * BLOCK, &page);
                         entries.push(Entry::Write {
                             pgoff: size / BLOCK,
                             block: e.start,

@@ -32,12 +32,10 @@ impl Store {
     pub(crate) fn try_lock(&self, ino: u64) -> Result<Result<Guard<'_>, Arc<PendingWrite>>, Errno> {
         let mut g = self.slot(ino)?.write();
         if let Some(i) = g.as_mut() {
-            if let Some(p) = &i.pending {
-                if !self.try_settle(p) {
-                    return Ok(Err(p.clone()));
-                }
-                i.pending = None;
+            if let Err(p) = gate(i.pending.as_ref(), self) {
+                return Ok(Err(p));
             }
+            i.pending = None;
         }
         Ok(Ok(g))
     }

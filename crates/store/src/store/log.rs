@@ -42,11 +42,7 @@ impl Store {
                 new_pages.push(page);
                 pos = page * BLOCK + LOG_ENTRIES_AT;
             }
-            if self.skips_entry_flush() {
-                self.pm.write_unflushed(pos, &bytes);
-            } else {
-                self.pm.write(pos, &bytes);
-            }
+            self.pm.write_held(Held::LogEntry, pos, &bytes);
             pos += bytes.len() as u64;
             total += bytes.len() as u64;
         }

@@ -51,9 +51,9 @@ use crate::format::{
     LOG_NEXT_AT, NAME_MAX, RECORD_CHANNELS, ROOT, SLOT_GENERATION_AT, S_IFBLK, S_IFCHR, S_IFDIR,
     S_IFLNK, S_IFMT, S_IFREG,
 };
-use crate::inflight::{Completions, Part, PendingWrite};
+use crate::inflight::{gate, Completions, Part, PendingWrite};
 use crate::inode::{Content, Inode};
-use crate::pm::Pm;
+use crate::pm::{Held, Pm};
 use crate::recovery::{
     load_inode, read_checkpoint, scan_present, superblock, BlockMap, Present, Scan,
 };
