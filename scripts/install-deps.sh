@@ -3,7 +3,9 @@
 #
 #   bash scripts/install-deps.sh          what the main job needs: fuse3 (the mount), libpmem
 #                                         (the copy benchmark's peer baseline), fio (the file
-#                                         benchmarks' baselines)
+#                                         benchmarks' baselines), UCX (remote access; its
+#                                         headers, pkg-config and libclang generate the
+#                                         bindings at build time)
 #   bash scripts/install-deps.sh --test   also what the tests need: sqlite3, git and tar (real
 #                                         clients in the mount tests), chromium (renders the
 #                                         page of `switchyard report` in its test)
@@ -17,7 +19,7 @@ with_tests=0
 for arg in "$@"; do
   case "$arg" in
     --test) with_tests=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "install-deps.sh: unknown option $arg (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -40,6 +42,10 @@ quiet() {
 
 need=""
 ldconfig -p | grep -q 'libpmem.so.1' || need="$need libpmem1"
+[ -f /usr/include/ucp/api/ucp.h ] || need="$need libucx-dev"
+command -v ucx_info >/dev/null || need="$need ucx-utils"
+command -v pkg-config >/dev/null || need="$need pkg-config"
+compgen -G '/usr/lib/llvm-*/lib/libclang.so' >/dev/null || need="$need libclang-dev"
 tools="fio:fio fusermount3:fuse3"
 [ "$with_tests" -eq 1 ] && tools="$tools sqlite3:sqlite3 git:git tar:tar chromium:chromium"
 for tool in $tools; do

@@ -1,0 +1,861 @@
+//! One UCP context with one worker: connections, active messages, registered memory and
+//! one-sided access. See the crate docs for the contract.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, VecDeque};
+use std::ffi::c_void;
+use std::marker::PhantomData;
+use std::net::SocketAddr;
+use std::ptr;
+use std::time::{Duration, Instant};
+
+use crate::error::{check, Error};
+use crate::sys;
+
+/// The one active-message id every message travels on (the kind is in the header).
+const AM_ID: u32 = 0;
+
+/// What UCX's callbacks leave for the thread that drives the worker (they run inside
+/// `ucp_worker_progress`, on that thread).
+#[derive(Default)]
+struct Events {
+    connections: RefCell<VecDeque<sys::ucp_conn_request_h>>,
+    messages: RefCell<VecDeque<Incoming>>,
+    failed: RefCell<Vec<usize>>,
+}
+
+/// A message as the callback queued it.
+struct Incoming {
+    header: Vec<u8>,
+    body: Body,
+    from: usize,
+}
+
+enum Body {
+    /// The body, copied out of UCX's buffer.
+    Here(Vec<u8>),
+    /// A rendezvous descriptor: the body is fetched by [`Node::body`].
+    Rendezvous(*mut c_void, usize),
+    /// Taken.
+    Gone,
+}
+
+/// A UCP context and one worker, driven by one thread at a time (the worker runs in UCX's
+/// single-thread mode; `Node` is `Send` but not `Sync`).
+pub struct Node {
+    context: sys::ucp_context_h,
+    worker: sys::ucp_worker_h,
+    efd: i32,
+    events: Box<Events>,
+    listeners: RefCell<Vec<sys::ucp_listener_h>>,
+    /// Open endpoints by id, with whether they failed.
+    endpoints: RefCell<BTreeMap<usize, (sys::ucp_ep_h, bool)>>,
+    registrations: RefCell<Vec<sys::ucp_mem_h>>,
+    deadline: Cell<Duration>,
+}
+
+// SAFETY: every UCX handle in a `Node` is used only through `&Node` methods, and `Node` is not
+// `Sync` (its `RefCell`s), so one thread at a time drives the worker, which is what UCX's
+// single-thread mode requires; moving the whole node to another thread is allowed.
+unsafe impl Send for Node {}
+
+/// A connection to a peer. Its operations are [`Node`] methods; it is closed by
+/// [`Node::close`] or when the node is dropped.
+#[derive(Debug)]
+pub struct Endpoint {
+    h: sys::ucp_ep_h,
+}
+
+impl Endpoint {
+    /// A number naming this endpoint while it is open (what [`Message::from`] and
+    /// [`Node::failed`] report).
+    pub fn id(&self) -> usize {
+        self.h as usize
+    }
+}
+
+/// A received message: a header and a body, from an endpoint of this node.
+pub struct Message<'n> {
+    /// The header bytes.
+    pub header: Vec<u8>,
+    body: Body,
+    from: usize,
+    worker: sys::ucp_worker_h,
+    _node: PhantomData<&'n Node>,
+}
+
+impl Message<'_> {
+    /// The id of the endpoint it came on (answer with [`Node::send`] on that endpoint).
+    pub fn from(&self) -> usize {
+        self.from
+    }
+
+    /// The body's length in bytes.
+    pub fn body_len(&self) -> usize {
+        match &self.body {
+            Body::Here(v) => v.len(),
+            Body::Rendezvous(_, n) => *n,
+            Body::Gone => 0,
+        }
+    }
+}
+
+impl Drop for Message<'_> {
+    fn drop(&mut self) {
+        if let Body::Rendezvous(desc, _) = self.body {
+            // SAFETY: `desc` is a rendezvous descriptor the callback kept (it returned
+            // UCS_INPROGRESS) and nothing received it; the worker outlives the message (its
+            // lifetime is tied to the node's).
+            unsafe { sys::ucp_am_data_release(self.worker, desc) };
+        }
+    }
+}
+
+/// A peer's memory as this node may reach it: an unpacked remote key.
+pub struct RKey {
+    h: sys::ucp_rkey_h,
+}
+
+impl Drop for RKey {
+    fn drop(&mut self) {
+        // SAFETY: `h` came from `ucp_ep_rkey_unpack` and is destroyed once, here.
+        unsafe { sys::ucp_rkey_destroy(self.h) };
+    }
+}
+
+/// A range of this node's memory registered for peers' one-sided access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registration(usize);
+
+unsafe extern "C" fn on_connection(request: sys::ucp_conn_request_h, arg: *mut c_void) {
+    // SAFETY: `arg` is the node's boxed `Events`, alive as long as the listener that calls
+    // this; the callback runs on the thread driving the worker.
+    let events = unsafe { &*(arg as *const Events) };
+    events.connections.borrow_mut().push_back(request);
+}
+
+unsafe extern "C" fn on_failure(arg: *mut c_void, ep: sys::ucp_ep_h, _: sys::ucs_status_t) {
+    // SAFETY: as in `on_connection`: the endpoint's error handler holds the boxed `Events`.
+    let events = unsafe { &*(arg as *const Events) };
+    events.failed.borrow_mut().push(ep as usize);
+}
+
+unsafe extern "C" fn on_message(
+    arg: *mut c_void,
+    header: *const c_void,
+    header_len: usize,
+    data: *mut c_void,
+    len: usize,
+    param: *const sys::ucp_am_recv_param_t,
+) -> sys::ucs_status_t {
+    // SAFETY: `arg` is the node's boxed `Events` (registered with the handler); `param` is
+    // valid for the callback's duration (UCX's contract).
+    let (events, param) = unsafe { (&*(arg as *const Events), &*param) };
+    let copy = |p: *const c_void, n: usize| {
+        if n == 0 {
+            Vec::new()
+        } else {
+            // SAFETY: UCX passes `n` readable bytes at `p` for the callback's duration.
+            unsafe { std::slice::from_raw_parts(p as *const u8, n) }.to_vec()
+        }
+    };
+    let from = if param.recv_attr & sys::UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0 {
+        param.reply_ep as usize
+    } else {
+        0
+    };
+    let rendezvous = param.recv_attr & sys::UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
+    let (body, status) = if rendezvous {
+        (Body::Rendezvous(data, len), sys::UCS_INPROGRESS)
+    } else {
+        (Body::Here(copy(data, len)), sys::UCS_OK)
+    };
+    events.messages.borrow_mut().push_back(Incoming {
+        header: copy(header, header_len),
+        body,
+        from,
+    });
+    status
+}
+
+/// A `sockaddr` for `addr`, kept alive while UCX reads it.
+enum SockAddr {
+    V4(libc::sockaddr_in),
+    V6(libc::sockaddr_in6),
+}
+
+impl SockAddr {
+    fn new(addr: SocketAddr) -> SockAddr {
+        match addr {
+            SocketAddr::V4(a) => SockAddr::V4(libc::sockaddr_in {
+                sin_family: libc::AF_INET as _,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*a.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            }),
+            SocketAddr::V6(a) => SockAddr::V6(libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as _,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            }),
+        }
+    }
+
+    fn ucs(&self) -> sys::ucs_sock_addr_t {
+        let (addr, addrlen) = match self {
+            SockAddr::V4(a) => (
+                a as *const libc::sockaddr_in as *const sys::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in>(),
+            ),
+            SockAddr::V6(a) => (
+                a as *const libc::sockaddr_in6 as *const sys::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in6>(),
+            ),
+        };
+        sys::ucs_sock_addr_t {
+            addr,
+            addrlen: addrlen as _,
+        }
+    }
+}
+
+/// Reads the address in a `sockaddr_storage` UCX filled.
+fn from_storage(s: &sys::sockaddr_storage) -> Option<SocketAddr> {
+    let p = s as *const sys::sockaddr_storage;
+    // SAFETY: a `sockaddr_storage` is large and aligned enough for either family, and UCX
+    // filled it with the family its `ss_family` names.
+    unsafe {
+        match (*p).ss_family as i32 {
+            libc::AF_INET => {
+                let a = &*(p as *const libc::sockaddr_in);
+                let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
+                Some(SocketAddr::from((ip, u16::from_be(a.sin_port))))
+            }
+            libc::AF_INET6 => {
+                let a = &*(p as *const libc::sockaddr_in6);
+                let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
+                Some(SocketAddr::from((ip, u16::from_be(a.sin6_port))))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn is_err(p: sys::ucs_status_ptr_t) -> bool {
+    (p as usize) >= (sys::UCS_ERR_LAST as isize as usize)
+}
+
+fn status_of(p: sys::ucs_status_ptr_t) -> sys::ucs_status_t {
+    p as isize as sys::ucs_status_t
+}
+
+impl Node {
+    /// A context with active messages, one-sided access and wake-ups, and its worker.
+    pub fn new() -> Result<Node, Error> {
+        let params = sys::ucp_params_t {
+            field_mask: sys::UCP_PARAM_FIELD_FEATURES as u64,
+            features: (sys::UCP_FEATURE_AM | sys::UCP_FEATURE_RMA | sys::UCP_FEATURE_WAKEUP) as u64,
+            ..Default::default()
+        };
+        let mut context = ptr::null_mut();
+        // SAFETY: `params` is initialised for the fields its mask names; a null config makes
+        // UCX read its environment; `context` receives the handle.
+        check("init", unsafe {
+            sys::ucp_init_version(
+                sys::UCP_API_MAJOR,
+                sys::UCP_API_MINOR,
+                &params,
+                ptr::null(),
+                &mut context,
+            )
+        })?;
+        let wp = sys::ucp_worker_params_t {
+            field_mask: sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
+            thread_mode: sys::UCS_THREAD_MODE_SINGLE,
+            ..Default::default()
+        };
+        let mut worker = ptr::null_mut();
+        // SAFETY: `context` is a live context; `wp` is initialised for its mask.
+        if let Err(e) = check("worker", unsafe {
+            sys::ucp_worker_create(context, &wp, &mut worker)
+        }) {
+            // SAFETY: the context was created above and nothing else uses it.
+            unsafe { sys::ucp_cleanup(context) };
+            return Err(e);
+        }
+        let mut efd = -1;
+        let mut node = Node {
+            context,
+            worker,
+            efd: -1,
+            events: Box::default(),
+            listeners: RefCell::new(Vec::new()),
+            endpoints: RefCell::new(BTreeMap::new()),
+            registrations: RefCell::new(Vec::new()),
+            deadline: Cell::new(Duration::from_secs(10)),
+        };
+        // SAFETY: `worker` is live; `efd` receives a descriptor the worker owns.
+        check("event fd", unsafe {
+            sys::ucp_worker_get_efd(worker, &mut efd)
+        })?;
+        node.efd = efd;
+        let events = &*node.events as *const Events as *mut c_void;
+        let hp = sys::ucp_am_handler_param_t {
+            field_mask: (sys::UCP_AM_HANDLER_PARAM_FIELD_ID
+                | sys::UCP_AM_HANDLER_PARAM_FIELD_CB
+                | sys::UCP_AM_HANDLER_PARAM_FIELD_ARG) as u64,
+            id: AM_ID,
+            cb: Some(on_message),
+            arg: events,
+            ..Default::default()
+        };
+        // SAFETY: `worker` is live; the handler's `arg` is the boxed `Events`, which lives as
+        // long as the node (and so the worker).
+        check("message handler", unsafe {
+            sys::ucp_worker_set_am_recv_handler(worker, &hp)
+        })?;
+        Ok(node)
+    }
+
+    /// How long an operation may wait for its peer before the endpoint is closed and the
+    /// operation fails with a time-out (10 s unless set).
+    pub fn set_deadline(&self, d: Duration) {
+        self.deadline.set(d);
+    }
+
+    /// Makes progress on every operation and callback; true if anything happened.
+    pub fn progress(&self) -> bool {
+        // SAFETY: the worker is live and driven by this thread only (`Node` is not `Sync`).
+        unsafe { sys::ucp_worker_progress(self.worker) > 0 }
+    }
+
+    /// Progresses, and if nothing is pending sleeps until the worker has an event or
+    /// `timeout` passes (no busy waiting).
+    pub fn wait(&self, timeout: Duration) {
+        if self.progress() || !self.idle() {
+            return;
+        }
+        // SAFETY: the worker is live; arming asks for a wake-up on its event fd.
+        let armed = unsafe { sys::ucp_worker_arm(self.worker) };
+        if armed != sys::UCS_OK {
+            return; // UCS_ERR_BUSY: events are pending; the caller progresses again.
+        }
+        let mut fd = libc::pollfd {
+            fd: self.efd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: one valid `pollfd` for the worker's own event descriptor.
+        unsafe { libc::poll(&mut fd, 1, ms) };
+    }
+
+    /// Whether no callback left anything to collect.
+    fn idle(&self) -> bool {
+        self.events.connections.borrow().is_empty()
+            && self.events.messages.borrow().is_empty()
+            && self.events.failed.borrow().is_empty()
+    }
+
+    /// Listens on `addr` (port 0: any free port); returns the address bound. Connection
+    /// requests arrive through [`Node::next_connection`].
+    pub fn listen(&self, addr: SocketAddr) -> Result<SocketAddr, Error> {
+        let sa = SockAddr::new(addr);
+        let params = sys::ucp_listener_params_t {
+            field_mask: (sys::UCP_LISTENER_PARAM_FIELD_SOCK_ADDR
+                | sys::UCP_LISTENER_PARAM_FIELD_CONN_HANDLER) as u64,
+            sockaddr: sa.ucs(),
+            conn_handler: sys::ucp_listener_conn_handler_t {
+                cb: Some(on_connection),
+                arg: &*self.events as *const Events as *mut c_void,
+            },
+            ..Default::default()
+        };
+        let mut listener = ptr::null_mut();
+        // SAFETY: the worker is live; `params` and the address it points to live across the
+        // call; the handler's `arg` lives as long as the node.
+        check("listen", unsafe {
+            sys::ucp_listener_create(self.worker, &params, &mut listener)
+        })?;
+        self.listeners.borrow_mut().push(listener);
+        let mut attr = sys::ucp_listener_attr_t {
+            field_mask: sys::UCP_LISTENER_ATTR_FIELD_SOCKADDR as u64,
+            ..Default::default()
+        };
+        // SAFETY: `listener` was just created; `attr` is initialised for its mask.
+        check("listener address", unsafe {
+            sys::ucp_listener_query(listener, &mut attr)
+        })?;
+        Ok(from_storage(&attr.sockaddr).unwrap_or(addr))
+    }
+
+    /// The next connection request a listener received, if any (progress first).
+    pub fn next_connection(&self) -> Option<ConnectionRequest> {
+        self.events
+            .connections
+            .borrow_mut()
+            .pop_front()
+            .map(|h| ConnectionRequest { h })
+    }
+
+    /// Accepts a connection request: the endpoint to the client.
+    pub fn accept(&self, request: ConnectionRequest) -> Result<Endpoint, Error> {
+        let mut params = self.endpoint_params();
+        params.field_mask |= sys::UCP_EP_PARAM_FIELD_CONN_REQUEST as u64;
+        params.conn_request = request.h;
+        self.create_endpoint("accept", &params)
+    }
+
+    /// Refuses a connection request.
+    pub fn reject(&self, request: ConnectionRequest) {
+        if let Some(&l) = self.listeners.borrow().first() {
+            // SAFETY: `l` is this worker's listener, which received the request.
+            unsafe { sys::ucp_listener_reject(l, request.h) };
+        }
+    }
+
+    /// Connects to a node listening on `addr`.
+    pub fn connect(&self, addr: SocketAddr) -> Result<Endpoint, Error> {
+        let sa = SockAddr::new(addr);
+        let mut params = self.endpoint_params();
+        params.field_mask |=
+            (sys::UCP_EP_PARAM_FIELD_SOCK_ADDR | sys::UCP_EP_PARAM_FIELD_FLAGS) as u64;
+        params.flags = sys::UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+        params.sockaddr = sa.ucs();
+        let ep = self.create_endpoint("connect", &params)?;
+        // The connection is set up asynchronously: a round of flush confirms the peer is
+        // there (or fails).
+        self.flush(&ep)?;
+        Ok(ep)
+    }
+
+    /// This node's worker address: what a peer passes to [`Node::connect_address`]. It names
+    /// every transport the worker can be reached on (shared memory and cross-memory attach
+    /// for peers on this host, the network for others).
+    pub fn address(&self) -> Result<Vec<u8>, Error> {
+        let (mut addr, mut len) = (ptr::null_mut(), 0usize);
+        // SAFETY: the worker is live; UCX allocates the address and its length.
+        check("address", unsafe {
+            sys::ucp_worker_get_address(self.worker, &mut addr, &mut len)
+        })?;
+        // SAFETY: UCX returned `len` readable bytes at `addr`, released right after the copy.
+        let out = unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec();
+        // SAFETY: `addr` came from `ucp_worker_get_address` and is released once.
+        unsafe { sys::ucp_worker_release_address(self.worker, addr) };
+        Ok(out)
+    }
+
+    /// Connects to the worker whose [`Node::address`] is `address` (received over an
+    /// endpoint made by [`Node::connect`] or [`Node::accept`]). Unlike a socket-address
+    /// connection, which UCX 1.13 keeps on network transports, this one may use the best
+    /// transports the two workers share — see [`Failures`] for the choice that decides it.
+    pub fn connect_address(&self, address: &[u8], failures: Failures) -> Result<Endpoint, Error> {
+        let mut params = self.endpoint_params();
+        if failures == Failures::Undetected {
+            params.field_mask &= !((sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+                | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64);
+        }
+        params.field_mask |= sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS as u64;
+        params.address = address.as_ptr().cast();
+        // UCX reads the address during the call; it validates what it parses.
+        self.create_endpoint("connect", &params)
+    }
+
+    fn endpoint_params(&self) -> sys::ucp_ep_params_t {
+        sys::ucp_ep_params_t {
+            field_mask: (sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+                | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64,
+            err_mode: sys::UCP_ERR_HANDLING_MODE_PEER,
+            err_handler: sys::ucp_err_handler_t {
+                cb: Some(on_failure),
+                arg: &*self.events as *const Events as *mut c_void,
+            },
+            ..Default::default()
+        }
+    }
+
+    fn create_endpoint(
+        &self,
+        op: &'static str,
+        params: &sys::ucp_ep_params_t,
+    ) -> Result<Endpoint, Error> {
+        let mut ep = ptr::null_mut();
+        // SAFETY: the worker is live; `params` (and what it points to) lives across the call;
+        // the error handler's `arg` lives as long as the node.
+        check(op, unsafe {
+            sys::ucp_ep_create(self.worker, params, &mut ep)
+        })?;
+        self.endpoints.borrow_mut().insert(ep as usize, (ep, false));
+        Ok(Endpoint { h: ep })
+    }
+
+    /// UCX's description of `ep`'s configuration: its lanes, with the transport and device
+    /// each uses for messages, one-sided access and wire-up.
+    pub fn describe(&self, ep: &Endpoint) -> String {
+        if self.usable("describe", ep).is_err() {
+            return String::new();
+        }
+        let (mut buf, mut len) = (ptr::null_mut(), 0usize);
+        // SAFETY: `open_memstream` gives a FILE writing into a buffer it allocates.
+        let f = unsafe { libc::open_memstream(&mut buf, &mut len) };
+        if f.is_null() {
+            return String::new();
+        }
+        // SAFETY: `ep` is open; `f` is a live FILE; closing it finalises `buf` and `len`.
+        unsafe {
+            sys::ucp_ep_print_info(ep.h, f.cast());
+            libc::fclose(f);
+        }
+        // SAFETY: after `fclose`, `buf` holds `len` bytes, freed right after the copy.
+        let text = unsafe { std::slice::from_raw_parts(buf as *const u8, len) };
+        let out = String::from_utf8_lossy(text).into_owned();
+        // SAFETY: `buf` was allocated by `open_memstream` with malloc.
+        unsafe { libc::free(buf.cast()) };
+        out
+    }
+
+    /// Endpoints whose peer failed since the last call (by [`Endpoint::id`]); their
+    /// operations fail from now on. Close them with [`Node::close`].
+    pub fn failed(&self) -> Vec<usize> {
+        let ids: Vec<usize> = self.events.failed.borrow_mut().drain(..).collect();
+        let mut eps = self.endpoints.borrow_mut();
+        for id in &ids {
+            if let Some(e) = eps.get_mut(id) {
+                e.1 = true;
+            }
+        }
+        ids
+    }
+
+    /// Fails with "not connected" if `ep` failed or was closed.
+    fn usable(&self, op: &'static str, ep: &Endpoint) -> Result<(), Error> {
+        self.failed();
+        match self.endpoints.borrow().get(&ep.id()) {
+            Some((_, false)) => Ok(()),
+            _ => Err(Error::new(op, sys::UCS_ERR_NOT_CONNECTED)),
+        }
+    }
+
+    /// Closes `ep`: what was issued on it is first completed at the peer (when the peer is
+    /// alive), then the endpoint is released; the peer sees its endpoint fail.
+    pub fn close(&self, ep: Endpoint) {
+        if self.usable("close", &ep).is_ok() {
+            let _ = self.flush(&ep);
+        }
+        if let Some((h, _)) = self.endpoints.borrow_mut().remove(&ep.id()) {
+            self.force_close(h);
+        }
+    }
+
+    /// Releases an endpoint without waiting for its peer (which may be gone, or not
+    /// progressing): outstanding requests on it fail.
+    fn force_close(&self, h: sys::ucp_ep_h) {
+        let param = sys::ucp_request_param_t {
+            op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
+            flags: sys::UCP_EP_CLOSE_FLAG_FORCE,
+            ..Default::default()
+        };
+        // SAFETY: `h` is an endpoint of this worker, removed from the table so it is closed
+        // once.
+        let req = unsafe { sys::ucp_ep_close_nbx(h, &param) };
+        // A forced close completes locally.
+        let _ = self.complete("close", req, None);
+    }
+
+    /// Waits for `req` (progressing the worker) and frees it. Past the deadline the
+    /// endpoint is closed forcibly, which completes the request with an error.
+    fn complete(
+        &self,
+        op: &'static str,
+        req: sys::ucs_status_ptr_t,
+        ep: Option<&Endpoint>,
+    ) -> Result<(), Error> {
+        if req.is_null() {
+            return Ok(());
+        }
+        if is_err(req) {
+            return Err(Error::new(op, status_of(req)));
+        }
+        let deadline = Instant::now() + self.deadline.get();
+        let mut forced = false;
+        loop {
+            self.progress();
+            // SAFETY: `req` is a live request handle of this worker, not yet freed.
+            let status = unsafe { sys::ucp_request_check_status(req) };
+            if status != sys::UCS_INPROGRESS {
+                // SAFETY: the request is complete and freed once, here.
+                unsafe { sys::ucp_request_free(req) };
+                return if forced {
+                    Err(Error::new(op, sys::UCS_ERR_TIMED_OUT))
+                } else {
+                    check(op, status)
+                };
+            }
+            if !forced && Instant::now() > deadline {
+                forced = true;
+                let open = ep.and_then(|e| self.endpoints.borrow_mut().remove(&e.id()));
+                match open {
+                    // Closing the endpoint fails every request on it, this one included.
+                    Some((h, _)) => self.force_close(h),
+                    // SAFETY: `req` is live; cancelling completes it with an error.
+                    None => unsafe { sys::ucp_request_cancel(self.worker, req) },
+                }
+            }
+        }
+    }
+
+    /// Sends a message (header and body) on `ep` and waits until both buffers are reusable.
+    /// The receiver can answer on the endpoint the message came from.
+    pub fn send(&self, ep: &Endpoint, header: &[u8], body: &[u8]) -> Result<(), Error> {
+        self.usable("send", ep)?;
+        let param = sys::ucp_request_param_t {
+            op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
+            flags: sys::UCP_AM_SEND_FLAG_REPLY,
+            ..Default::default()
+        };
+        // SAFETY: `ep` is open; `header` and `body` stay borrowed until `complete` returns,
+        // which is after UCX is done with them.
+        let req = unsafe {
+            sys::ucp_am_send_nbx(
+                ep.h,
+                AM_ID,
+                header.as_ptr().cast(),
+                header.len(),
+                body.as_ptr().cast(),
+                body.len(),
+                &param,
+            )
+        };
+        self.complete("send", req, Some(ep))
+    }
+
+    /// The next message received, if any (progress first).
+    pub fn next_message(&self) -> Option<Message<'_>> {
+        let m = self.events.messages.borrow_mut().pop_front()?;
+        Some(Message {
+            header: m.header,
+            body: m.body,
+            from: m.from,
+            worker: self.worker,
+            _node: PhantomData,
+        })
+    }
+
+    /// Takes a message's body, fetching it from the sender if it was too large to come with
+    /// the header.
+    pub fn body(&self, m: &mut Message<'_>) -> Result<Vec<u8>, Error> {
+        match std::mem::replace(&mut m.body, Body::Gone) {
+            Body::Here(v) => Ok(v),
+            Body::Gone => Ok(Vec::new()),
+            Body::Rendezvous(desc, len) => {
+                let mut buf = vec![0u8; len];
+                let param = sys::ucp_request_param_t::default();
+                // SAFETY: `desc` is a rendezvous descriptor this node's callback kept; after
+                // this call UCX owns it; `buf` holds `len` bytes and outlives `complete`.
+                let req = unsafe {
+                    sys::ucp_am_recv_data_nbx(
+                        self.worker,
+                        desc,
+                        buf.as_mut_ptr().cast(),
+                        len,
+                        &param,
+                    )
+                };
+                self.complete("receive", req, None)?;
+                Ok(buf)
+            }
+        }
+    }
+
+    /// Registers `[addr, addr + len)` for peers' one-sided access: reads only, or reads and
+    /// writes.
+    ///
+    /// # Safety
+    /// The range must stay mapped until the node is dropped, and peers holding its key may
+    /// read (and, when `writable`, write) it at any time: the caller must be ready for that.
+    pub unsafe fn register(
+        &self,
+        addr: *mut u8,
+        len: usize,
+        writable: bool,
+    ) -> Result<Registration, Error> {
+        let mut prot = sys::UCP_MEM_MAP_PROT_LOCAL_READ
+            | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
+            | sys::UCP_MEM_MAP_PROT_REMOTE_READ;
+        if writable {
+            prot |= sys::UCP_MEM_MAP_PROT_REMOTE_WRITE;
+        }
+        let params = sys::ucp_mem_map_params_t {
+            field_mask: (sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+                | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                | sys::UCP_MEM_MAP_PARAM_FIELD_PROT) as u64,
+            address: addr.cast(),
+            length: len,
+            prot: prot as _,
+            ..Default::default()
+        };
+        let mut memh = ptr::null_mut();
+        // SAFETY: the context is live; the range is mapped (this function's contract).
+        check("register", unsafe {
+            sys::ucp_mem_map(self.context, &params, &mut memh)
+        })?;
+        let mut regs = self.registrations.borrow_mut();
+        regs.push(memh);
+        Ok(Registration(regs.len() - 1))
+    }
+
+    /// The packed remote key of a registration, to send to peers.
+    pub fn pack_rkey(&self, r: Registration) -> Result<Vec<u8>, Error> {
+        let memh = self.registrations.borrow()[r.0];
+        let (mut buf, mut len) = (ptr::null_mut(), 0usize);
+        // SAFETY: `memh` is a live registration of this context.
+        check("pack key", unsafe {
+            sys::ucp_rkey_pack(self.context, memh, &mut buf, &mut len)
+        })?;
+        // SAFETY: UCX returned `len` readable bytes at `buf`, released right after the copy.
+        let key = unsafe { std::slice::from_raw_parts(buf as *const u8, len) }.to_vec();
+        // SAFETY: `buf` came from `ucp_rkey_pack` and is released once.
+        unsafe { sys::ucp_rkey_buffer_release(buf) };
+        Ok(key)
+    }
+
+    /// A peer's packed remote key, usable on `ep`.
+    pub fn unpack_rkey(&self, ep: &Endpoint, packed: &[u8]) -> Result<RKey, Error> {
+        self.usable("unpack key", ep)?;
+        let mut h = ptr::null_mut();
+        // SAFETY: `ep` is open; UCX validates the packed bytes it reads.
+        check("unpack key", unsafe {
+            sys::ucp_ep_rkey_unpack(ep.h, packed.as_ptr().cast(), &mut h)
+        })?;
+        Ok(RKey { h })
+    }
+
+    /// Reads `buf.len()` bytes at the peer's address `remote` into `buf` (one-sided).
+    pub fn get(&self, ep: &Endpoint, buf: &mut [u8], remote: u64, key: &RKey) -> Result<(), Error> {
+        self.get_many(ep, &mut [(buf, remote)], key)
+    }
+
+    /// Several one-sided reads issued together; returns when all have arrived.
+    pub fn get_many(
+        &self,
+        ep: &Endpoint,
+        reads: &mut [(&mut [u8], u64)],
+        key: &RKey,
+    ) -> Result<(), Error> {
+        self.usable("get", ep)?;
+        let param = sys::ucp_request_param_t::default();
+        let mut reqs = Vec::with_capacity(reads.len());
+        for (buf, remote) in reads.iter_mut() {
+            // SAFETY: `ep` is open and `key` was unpacked for it; `buf` stays borrowed until
+            // every request below is complete.
+            reqs.push(unsafe {
+                sys::ucp_get_nbx(
+                    ep.h,
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    *remote,
+                    key.h,
+                    &param,
+                )
+            });
+        }
+        self.complete_all("get", reqs, ep)
+    }
+
+    /// Writes `buf` at the peer's address `remote` (one-sided); the data is at the peer once
+    /// a later [`Node::flush`] returns.
+    pub fn put(&self, ep: &Endpoint, buf: &[u8], remote: u64, key: &RKey) -> Result<(), Error> {
+        self.usable("put", ep)?;
+        let param = sys::ucp_request_param_t::default();
+        // SAFETY: `ep` is open and `key` was unpacked for it; `buf` stays borrowed until the
+        // request is complete (local completion: the buffer is reusable).
+        let req = unsafe {
+            sys::ucp_put_nbx(ep.h, buf.as_ptr().cast(), buf.len(), remote, key.h, &param)
+        };
+        self.complete("put", req, Some(ep))
+    }
+
+    /// Returns once every operation issued on `ep` is complete at the peer (remote
+    /// completion).
+    pub fn flush(&self, ep: &Endpoint) -> Result<(), Error> {
+        self.usable("flush", ep)?;
+        let param = sys::ucp_request_param_t::default();
+        // SAFETY: `ep` is open.
+        let req = unsafe { sys::ucp_ep_flush_nbx(ep.h, &param) };
+        self.complete("flush", req, Some(ep))
+    }
+
+    /// Waits for every request; the first failure is returned after all are complete (their
+    /// buffers are then free in every case).
+    fn complete_all(
+        &self,
+        op: &'static str,
+        reqs: Vec<sys::ucs_status_ptr_t>,
+        ep: &Endpoint,
+    ) -> Result<(), Error> {
+        let mut first = Ok(());
+        for r in reqs {
+            let res = self.complete(op, r, Some(ep));
+            if first.is_ok() {
+                first = res;
+            }
+        }
+        first
+    }
+}
+
+/// Whether an endpoint detects its peer's failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failures {
+    /// UCX's peer error handling: a dead peer fails the operations on the endpoint (and
+    /// [`Node::failed`] names it). UCX 1.13 offers it only on transports that detect failures
+    /// (tcp, RDMA verbs), so shared memory and cross-memory attach are not used.
+    Detected,
+    /// No failure detection, so every transport qualifies (shared memory and cross-memory
+    /// attach on one host). A peer's death is noticed only through another endpoint to it
+    /// that detects failures, or by the operation deadline ([`Node::set_deadline`]).
+    Undetected,
+}
+
+/// A connection request a listener received: [`Node::accept`] it or [`Node::reject`] it.
+pub struct ConnectionRequest {
+    h: sys::ucp_conn_request_h,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // Queued rendezvous bodies go back to UCX first.
+        for m in self.events.messages.borrow_mut().drain(..) {
+            if let Body::Rendezvous(desc, _) = m.body {
+                // SAFETY: a descriptor the callback kept and nothing received.
+                unsafe { sys::ucp_am_data_release(self.worker, desc) };
+            }
+        }
+        let eps: Vec<(sys::ucp_ep_h, bool)> = std::mem::take(&mut *self.endpoints.borrow_mut())
+            .into_values()
+            .collect();
+        for (h, _) in eps {
+            self.force_close(h);
+        }
+        for l in self.listeners.borrow_mut().drain(..) {
+            // SAFETY: a listener of this worker, destroyed once.
+            unsafe { sys::ucp_listener_destroy(l) };
+        }
+        for memh in self.registrations.borrow_mut().drain(..) {
+            // SAFETY: a registration of this context, released once.
+            unsafe { sys::ucp_mem_unmap(self.context, memh) };
+        }
+        // SAFETY: every endpoint and listener of the worker is gone; worker then context are
+        // destroyed once.
+        unsafe {
+            sys::ucp_worker_destroy(self.worker);
+            sys::ucp_cleanup(self.context);
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! Two nodes on loopback, each driven by its own thread: messages both ways (one large enough
+//! for rendezvous), worker-address endpoints, one-sided get, put and flush into registered
+//! memory, and peers that go away.
+
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use switchyard_ucx::{Failures, Message, Node};
+
+fn next_message(node: &Node) -> Message<'_> {
+    loop {
+        node.wait(Duration::from_millis(50));
+        if let Some(m) = node.next_message() {
+            return m;
+        }
+    }
+}
+
+fn serve_once(ready: mpsc::Sender<SocketAddr>, done: mpsc::Receiver<()>) -> Vec<u8> {
+    let mut area = vec![0u8; 1 << 20];
+    for (i, b) in area.iter_mut().enumerate() {
+        *b = (i % 251) as u8;
+    }
+    let node = Node::new().unwrap();
+    let addr = node.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+    ready.send(addr).unwrap();
+    // SAFETY: `area` is declared before the node, so it is dropped after it, and the peer may
+    // read and write it throughout.
+    let reg = unsafe { node.register(area.as_mut_ptr(), area.len(), true) }.unwrap();
+    let key = node.pack_rkey(reg).unwrap();
+    let ep = loop {
+        node.wait(Duration::from_millis(50));
+        if let Some(r) = node.next_connection() {
+            break node.accept(r).unwrap();
+        }
+    };
+    // Hello: the client's greeting.
+    let mut hello = next_message(&node);
+    assert_eq!(hello.header, b"hello");
+    assert_eq!(hello.from(), ep.id());
+    assert_eq!(node.body(&mut hello).unwrap(), b"client");
+    drop(hello);
+    let mut big = next_message(&node);
+    assert_eq!(big.header, b"big");
+    let body = node.body(&mut big).unwrap();
+    assert_eq!(
+        body.len(),
+        300_000,
+        "a body large enough for rendezvous arrives whole"
+    );
+    assert!(body.iter().all(|&b| b == 7));
+    drop(big);
+    // The answer: this node's worker address (for the client's data endpoint), the area's
+    // address and its key.
+    let mut header = (area.as_ptr() as u64).to_le_bytes().to_vec();
+    header.extend(node.address().unwrap());
+    node.send(&ep, &header, &key).unwrap();
+    // One-sided operations need no server code, but some transports need its progress.
+    while done.try_recv().is_err() {
+        node.wait(Duration::from_millis(10));
+    }
+    drop(node);
+    area[..4096].to_vec()
+}
+
+#[test]
+fn messages_and_one_sided_access_between_two_nodes() {
+    let (ready_tx, ready) = mpsc::channel();
+    let (done, done_rx) = mpsc::channel();
+    let server = std::thread::spawn(move || serve_once(ready_tx, done_rx));
+    let node = Node::new().unwrap();
+    let ep = node.connect(ready.recv().unwrap()).unwrap();
+    node.send(&ep, b"hello", b"client").unwrap();
+    node.send(&ep, b"big", &vec![7u8; 300_000]).unwrap();
+    let mut reply = next_message(&node);
+    let base = u64::from_le_bytes(reply.header[..8].try_into().unwrap());
+    let server_addr = reply.header[8..].to_vec();
+    let key_bytes = node.body(&mut reply).unwrap();
+    drop(reply);
+    let data = node
+        .connect_address(&server_addr, Failures::Undetected)
+        .unwrap();
+    let key = node.unpack_rkey(&data, &key_bytes).unwrap();
+    eprintln!("{}", node.describe(&data));
+    let mut buf = vec![0u8; 100_000];
+    node.get(&data, &mut buf, base + 1000, &key).unwrap();
+    assert!(buf
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == ((i + 1000) % 251) as u8));
+    let (mut a, mut b) = (vec![0u8; 64], vec![0u8; 64]);
+    node.get_many(&data, &mut [(&mut a, base), (&mut b, base + 64)], &key)
+        .unwrap();
+    assert_eq!((a[1], b[1]), (1, 65));
+    node.put(&data, &[0xAB; 512], base + 100, &key).unwrap();
+    node.flush(&data).unwrap();
+    drop(key);
+    node.close(data);
+    node.close(ep);
+    done.send(()).unwrap();
+    let area = server.join().unwrap();
+    assert!(area[100..612].iter().all(|&b| b == 0xAB));
+    assert_eq!(area[99], 99);
+    assert_eq!(area[612], (612 % 251) as u8);
+}
+
+#[test]
+fn a_server_that_is_gone_fails_the_client_instead_of_hanging() {
+    let (tx, rx) = mpsc::channel();
+    let server = std::thread::spawn(move || {
+        let node = Node::new().unwrap();
+        tx.send(node.listen("127.0.0.1:0".parse().unwrap()).unwrap())
+            .unwrap();
+        let _ep = loop {
+            node.wait(Duration::from_millis(50));
+            if let Some(r) = node.next_connection() {
+                break node.accept(r).unwrap();
+            }
+        };
+        // Wait for one message, then vanish without answering.
+        drop(next_message(&node));
+    });
+    let node = Node::new().unwrap();
+    node.set_deadline(Duration::from_secs(3));
+    let ep = node.connect(rx.recv().unwrap()).unwrap();
+    node.send(&ep, b"ping", b"").unwrap();
+    server.join().unwrap();
+    let t = std::time::Instant::now();
+    let mut failed = false;
+    while t.elapsed() < Duration::from_secs(10) {
+        if node.send(&ep, b"ping", &[1; 100_000]).is_err() {
+            failed = true;
+            break;
+        }
+        node.wait(Duration::from_millis(50));
+    }
+    assert!(failed, "sends to a vanished server kept succeeding");
+    assert!(
+        node.send(&ep, b"ping", b"").is_err(),
+        "a failed endpoint stays failed"
+    );
+    node.close(ep);
+}
+
+#[test]
+fn a_connection_to_nothing_fails() {
+    let node = Node::new().unwrap();
+    node.set_deadline(Duration::from_secs(3));
+    // A port nothing listens on (bound, then freed).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    assert!(node.connect(port).is_err());
+}
