@@ -15,6 +15,7 @@
 #![warn(missing_docs)]
 pub mod aio;
 pub mod alloc;
+pub mod changes;
 #[cfg(feature = "testing")]
 pub mod crash;
 pub mod error;
@@ -37,5 +38,7 @@ pub use error::{Corruption, Errno, Error, MountError, Object, Op};
 pub use fallocate::Falloc;
 pub use format::Attr;
 pub use fs::{Fd, Fs, OpenFlags, Whence};
-pub use store::{DirEntry, Owner, PreparedWrite, SetAttr, StatFs, Store, Target, MAX_FILE_SIZE};
+pub use store::{
+    DirEntry, Extents, Owner, PreparedWrite, Run, SetAttr, StatFs, Store, Target, MAX_FILE_SIZE,
+};
 pub use xattr::XattrMode;

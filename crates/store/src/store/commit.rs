@@ -15,6 +15,7 @@ impl Store {
         self.pm.fence();
         self.pm.store_u64(self.slot_offset(inode.ino) + 8, a.tail);
         self.pm.fence();
+        self.changes.bump(inode.ino);
         self.applied(inode, a, entries, freed);
     }
 
@@ -84,6 +85,7 @@ impl Store {
         self.commit_words(&words);
         let mut freed = Vec::new();
         for (i, a) in appended {
+            self.changes.bump(i);
             let inode = locks
                 .get_mut(&i)
                 .and_then(|g| g.as_mut())

@@ -17,6 +17,7 @@ impl Store {
 
     /// Returns the blocks and slot of an inode whose slot words are already zero on media.
     pub(super) fn forget_inode(&self, inode: Inode) {
+        self.changes.bump(inode.ino);
         self.free_blocks(&inode.pages);
         if let Content::File(pages) = &inode.content {
             self.retire(&inode, pages.values().copied().collect());

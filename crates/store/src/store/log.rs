@@ -138,6 +138,8 @@ impl Store {
     }
 
     pub(crate) fn retire(&self, inode: &Inode, blocks: Vec<u64>) {
+        // Readers outside the locks learn of the change before a block can be reused.
+        self.changes.bump(inode.ino);
         let now = inode.readers.retire(blocks);
         self.free_blocks(&now);
     }

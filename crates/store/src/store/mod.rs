@@ -19,6 +19,7 @@
 
 mod commit;
 mod data;
+mod extents;
 mod faults;
 mod lifetime;
 mod lock;
@@ -29,6 +30,7 @@ mod rename;
 mod write;
 
 pub(crate) use data::for_each_run;
+pub use extents::{Extents, Run};
 use lock::named;
 pub(crate) use log::Appended;
 pub use write::{PreparedWrite, Target};
@@ -44,6 +46,7 @@ use switchyard_media::Region;
 use switchyard_mover::{Direction, Hints, Mover};
 
 use crate::alloc::{Allocator, Extent};
+use crate::changes::Changes;
 use crate::error::{Corruption, Errno, Error, MountError, Op};
 use crate::format::{
     decode_journal, encode_checkpoint_page, encode_journal, is_special, log_page_header, Attr,
@@ -175,6 +178,8 @@ pub struct Store {
     pub(crate) reserved: AtomicU64,
     journal: Mutex<u64>,
     rename: Mutex<()>,
+    /// Bumped on every change of an inode ([`crate::changes`]).
+    changes: Changes,
     /// Set after an internal inconsistency: the store refuses further writes.
     failed: std::sync::atomic::AtomicBool,
     #[cfg(feature = "testing")]

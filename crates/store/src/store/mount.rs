@@ -129,6 +129,7 @@ impl Store {
             alloc,
             journal: Mutex::new(0),
             rename: Mutex::new(()),
+            changes: Changes::default(),
             failed: Default::default(),
             #[cfg(feature = "testing")]
             faults: Faults::default(),

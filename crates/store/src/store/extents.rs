@@ -1,0 +1,83 @@
+//! What a reader outside the store's locks needs to read a file's data in place: where its
+//! bytes lie in the region, with the change word that says when that stops being true
+//! ([`crate::changes`]), and where the data area is.
+
+use super::data::for_each_run;
+use super::*;
+
+/// Where a file's bytes lie: its attributes, the change word read with them, and the runs of
+/// a range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extents {
+    /// The inode's attributes.
+    pub attr: Attr,
+    /// Its change word when these were read ([`Store::changes`]).
+    pub change: u64,
+    /// Runs of the range asked for, in file order, clipped to the file's size; a hole has
+    /// no run (it reads as zeros).
+    pub runs: Vec<Run>,
+}
+
+/// Bytes of a file that lie contiguously in the region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// Offset in the file.
+    pub file_offset: u64,
+    /// Offset in the region.
+    pub region_offset: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+impl Store {
+    /// The runs of `[off, off + len)` of regular file `ino`, its attributes and its change
+    /// word, all read under its lock. The runs stay the file's bytes as long as the change
+    /// word of `ino` is unchanged.
+    pub fn extents(&self, ino: u64, off: u64, len: u64) -> Result<Extents, Error> {
+        (|| -> Result<Extents, Errno> {
+            let g = self.slot(ino)?.read();
+            let inode = g.as_ref().ok_or(Errno::ENOENT)?;
+            if let Some(p) = &inode.pending {
+                self.wait_settled(p);
+            }
+            let Content::File(pages) = &inode.content else {
+                return Err(Errno::EISDIR);
+            };
+            let change = self.changes.word(ino);
+            let size = inode.attr.size;
+            let n = if off >= size {
+                0
+            } else {
+                (size - off).min(len)
+            };
+            let mut runs = Vec::new();
+            for_each_run(pages, off, n as usize, |done, len, at| {
+                if let Some(at) = at {
+                    runs.push(Run {
+                        file_offset: off + done as u64,
+                        region_offset: at,
+                        len: len as u64,
+                    });
+                }
+            });
+            Ok(Extents {
+                attr: inode.attr,
+                change,
+                runs,
+            })
+        })()
+        .map_err(Error::on(Op::Read, ino))
+    }
+
+    /// The change words of this mount ([`crate::changes`]).
+    pub fn changes(&self) -> &Changes {
+        &self.changes
+    }
+
+    /// The data area: its offset in the region and its length. Every file byte (and every
+    /// block a [`PreparedWrite`] reserves) lies inside it; nothing else does.
+    pub fn data_area(&self) -> (u64, u64) {
+        let start = self.geo.data_block * BLOCK;
+        (start, self.pm.len() - start)
+    }
+}
