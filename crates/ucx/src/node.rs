@@ -533,6 +533,12 @@ impl Node {
         ids
     }
 
+    /// Whether `ep` is open and its peer has not failed (progress first to learn of
+    /// failures).
+    pub fn is_open(&self, ep: &Endpoint) -> bool {
+        self.usable("", ep).is_ok()
+    }
+
     /// Fails with "not connected" if `ep` failed or was closed.
     fn usable(&self, op: &'static str, ep: &Endpoint) -> Result<(), Error> {
         self.failed();

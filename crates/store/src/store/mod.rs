@@ -106,7 +106,7 @@ pub struct DirEntry {
 }
 
 /// Attribute changes for [`Store::setattr`]; `None` leaves a field alone.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SetAttr {
     /// Permission bits (the type bits are kept).
     pub mode: Option<u32>,

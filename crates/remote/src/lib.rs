@@ -1,0 +1,53 @@
+//! # switchyard-remote — a store reached from other processes and other machines (RIMFS)
+//!
+//! RIMFS (`../shared/papers/004_2457ddd7fc02527f.txt` §2.3, §6) keeps a file system's data
+//! and metadata in slow memory on one node; clients fetch metadata by RPC, cache it, and read
+//! data with one-sided remote reads, so the server's CPU stays out of the data path. This
+//! crate builds that on UCX ([`switchyard_ucx`]):
+//!
+//! - [`server::serve`]: the store's single owner. It registers the store's data area (and
+//!   nothing else of the region) and a small table of change words with UCX, and answers
+//!   metadata requests ([`proto`]).
+//! - [`Client`]: paths, descriptors and errnos like the local `Fs`. It caches lookups,
+//!   attributes and extent maps; a read on a cached map is one-sided gets of the data blocks
+//!   followed by an 8-byte get of the file's change word ([`switchyard_store::changes`]): if
+//!   the word moved, the map is fetched again and the read repeated, so a racing reader
+//!   never returns bytes the file did not hold. A write reserves copy-on-write blocks by RPC
+//!   (the store's `prepare_write`), puts the bytes one-sided, flushes the endpoint (remote
+//!   completion) and asks for the commit, which makes the blocks durable before its commit
+//!   point. A client that dies before the commit leaves nothing visible; its reservation
+//!   is given back when its connection fails.
+//! - Where the transport has no one-sided access (`tcp`: UCX would emulate it with the
+//!   server's CPU), the client moves data inside the requests instead, and says so
+//!   ([`Client::data_path`]).
+//!
+//! Each client holds two endpoints: a control endpoint made from the server's socket address
+//! with UCX's peer failure detection, which carries the requests and notices a dead server;
+//! and a data endpoint made from the server's worker address without it, which is the only
+//! kind UCX 1.13 lets use shared memory and cross-memory attach (`cma`) between processes of
+//! one host (on a cluster, both use RDMA verbs).
+//!
+//! ## Trust model
+//!
+//! `serve` creates a secret key file (readable by its owner only) on first start; a client
+//! must prove it holds the key (a keyed hash of a random challenge) before it receives
+//! anything, memory keys included. A memory key is a capability over the registered range:
+//! its holder can read the whole data area — every file's data, not only the files it opens
+//! — and, with a writer's key, write any of it. The design limits this: only the data area
+//! and the change words are registered (never the superblock, inode table or logs), readers
+//! and `--read-only` servers hand out read-only keys, and the server checks every request
+//! (types, bounds, that a commit names the client's own reservation). What it cannot limit:
+//! an authenticated writer can corrupt other files' data by putting outside its reservation;
+//! and on one host, the `cma` transport reads and writes through `process_vm_readv`/`writev`,
+//! which the kernel allows to any process of the same user, key or no key. Run `serve` as a
+//! user of its own when clients are not trusted. Verified here: `cma`, `posix`, `sysv` and
+//! `tcp` on one host; RDMA verbs are not available on these machines and are not verified.
+
+pub mod auth;
+mod client;
+pub mod proto;
+pub mod server;
+
+pub use auth::Key;
+pub use client::{Client, ClientStats, DataPath};
+pub use server::{serve, ServeOptions, ServerStats};

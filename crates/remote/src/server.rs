@@ -1,0 +1,366 @@
+//! The server: the store's single owner, answering clients' metadata requests and handing
+//! authenticated clients the keys to read (and fill) its data area one-sided.
+//!
+//! One thread drives one UCX worker: it accepts connections, sends each a challenge, checks
+//! the proof, and answers requests in arrival order. Data does not pass through this thread
+//! on transports with one-sided access: clients read the data area and put into reserved
+//! blocks themselves. What a client leaves behind when it goes — preparations it never
+//! committed, files it held open — is undone when its endpoint fails or closes.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use switchyard_store::format::{S_IFDIR, S_IFLNK, S_IFMT};
+use switchyard_store::{Errno, Owner, PreparedWrite, Store};
+use switchyard_ucx::{Endpoint, Node};
+
+use crate::auth::Key;
+use crate::proto::{Reply, Request, Welcome, MAX_BYTES, PROTOCOL_VERSION};
+
+/// How to serve.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Where to listen (port 0: any free port).
+    pub listen: SocketAddr,
+    /// Refuse every change, and register the data area for reads only.
+    pub read_only: bool,
+    /// The secret clients must prove.
+    pub key: Key,
+}
+
+/// What the server did, counted as it runs (readable from another thread).
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// Clients that proved the key.
+    pub authenticated: AtomicU64,
+    /// Connections refused (wrong key, malformed message, request before the proof).
+    pub refused: AtomicU64,
+    /// Requests answered.
+    pub requests: AtomicU64,
+    /// Data bytes moved inside requests and replies (the in-message data path).
+    pub message_bytes: AtomicU64,
+    /// Bytes committed by one-sided writes.
+    pub committed_bytes: AtomicU64,
+    /// Preparations given back because their client went away or aborted.
+    pub abandoned: AtomicU64,
+}
+
+/// Why serving stopped before it began.
+#[derive(Debug)]
+pub struct ServeError(pub String);
+
+impl std::fmt::Display for ServeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ServeError {}
+
+/// One connected client.
+struct Peer<'s> {
+    ep: Endpoint,
+    challenge: [u8; 32],
+    /// `None` until the client proved the key; then whether it may change the store.
+    writable: Option<bool>,
+    prepared: HashMap<u64, PreparedWrite<'s>>,
+    /// Open handles by inode, released when the client goes.
+    opens: HashMap<u64, u64>,
+}
+
+/// Serves `store` until `stop` is set: listens, calls `ready` with the address bound, and
+/// answers clients. Returns when stopped, after every client's leftovers are undone.
+pub fn serve(
+    store: &Store,
+    opts: &ServeOptions,
+    stats: &ServerStats,
+    stop: &AtomicBool,
+    ready: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| ServeError(format!("{what}: {e}"));
+    let node = Node::new().map_err(|e| fail("starting UCX", &e))?;
+    let (data_start, data_len) = store.data_area();
+    let data_ptr = store.region().as_mut_ptr().wrapping_add(data_start as usize);
+    // SAFETY: the data area lies inside the store's mapping, which outlives `node` (made in
+    // this function, dropped before it returns). Holders of the key may read it — the store
+    // never names a block to a reader before its commit — and, with the writable key, put
+    // into it: clients are told to put only into blocks reserved for them (the crate docs say
+    // what a key holder can reach).
+    let reg = |writable| unsafe { node.register(data_ptr, data_len as usize, writable) };
+    let reader = reg(false).map_err(|e| fail("registering the data area", &e))?;
+    let writer = if opts.read_only {
+        None
+    } else {
+        Some(reg(true).map_err(|e| fail("registering the data area", &e))?)
+    };
+    let (changes_ptr, changes_len) = store.changes().bytes();
+    // SAFETY: the change words live as long as the store; peers only read them.
+    let changes = unsafe { node.register(changes_ptr.cast_mut(), changes_len, false) }
+        .map_err(|e| fail("registering the change words", &e))?;
+    let pack = |r| node.pack_rkey(r).map_err(|e| fail("packing a memory key", &e));
+    let welcome = Welcome {
+        address: node.address().map_err(|e| fail("worker address", &e))?,
+        writable: false,
+        data_start,
+        data_len,
+        data_addr: data_ptr as u64,
+        data_key: pack(reader)?,
+        changes_addr: changes_ptr as u64,
+        changes_key: pack(changes)?,
+    };
+    let writer_key = writer.map(pack).transpose()?;
+    let bound = node
+        .listen(opts.listen)
+        .map_err(|e| fail(&format!("listening on {}", opts.listen), &e))?;
+    ready(bound);
+    let mut server = Server {
+        store,
+        opts,
+        stats,
+        welcome,
+        writer_key,
+        peers: HashMap::new(),
+        next_id: 1,
+    };
+    while !stop.load(Ordering::Relaxed) {
+        node.wait(Duration::from_millis(100));
+        server.turn(&node);
+    }
+    let peers: Vec<Peer<'_>> = server.peers.drain().map(|(_, p)| p).collect();
+    for p in peers {
+        server.leave(&node, p);
+    }
+    Ok(())
+}
+
+struct Server<'s, 'o> {
+    store: &'s Store,
+    opts: &'o ServeOptions,
+    stats: &'o ServerStats,
+    /// What every authenticated client receives (with the read-only data key).
+    welcome: Welcome,
+    /// The data area's writable key, for writers (none when serving read-only).
+    writer_key: Option<Vec<u8>>,
+    peers: HashMap<usize, Peer<'s>>,
+    next_id: u64,
+}
+
+impl<'s> Server<'s, '_> {
+    /// Accepts new connections, retires failed ones, answers what arrived.
+    fn turn(&mut self, node: &Node) {
+        while let Some(r) = node.next_connection() {
+            let Ok(ep) = node.accept(r) else { continue };
+            self.stats.connections.fetch_add(1, Ordering::Relaxed);
+            let challenge: [u8; 32] = rand::random();
+            let hello = Reply::Challenge {
+                version: PROTOCOL_VERSION,
+                nonce: challenge,
+            };
+            if node.send(&ep, &[], &hello.encode(0)).is_err() {
+                node.close(ep);
+                continue;
+            }
+            let peer = Peer {
+                ep,
+                challenge,
+                writable: None,
+                prepared: HashMap::new(),
+                opens: HashMap::new(),
+            };
+            self.peers.insert(peer.ep.id(), peer);
+        }
+        for id in node.failed() {
+            if let Some(p) = self.peers.remove(&id) {
+                self.leave(node, p);
+            }
+        }
+        while let Some(mut m) = node.next_message() {
+            let from = m.from();
+            let body = node.body(&mut m);
+            drop(m);
+            let Some(mut peer) = self.peers.remove(&from) else {
+                continue;
+            };
+            let keep = match body.map(|b| Request::decode(&b)) {
+                Ok(Ok((seq, req))) => {
+                    let (reply, keep) = self.answer(&mut peer, req);
+                    self.stats.requests.fetch_add(1, Ordering::Relaxed);
+                    node.send(&peer.ep, &[], &reply.encode(seq)).is_ok() && keep
+                }
+                _ => false,
+            };
+            if keep {
+                self.peers.insert(from, peer);
+            } else {
+                self.stats.refused.fetch_add(1, Ordering::Relaxed);
+                self.leave(node, peer);
+            }
+        }
+    }
+
+    /// Undoes what a departing client left: its preparations and open handles.
+    fn leave(&self, node: &Node, p: Peer<'s>) {
+        self.stats
+            .abandoned
+            .fetch_add(p.prepared.len() as u64, Ordering::Relaxed);
+        drop(p.prepared);
+        for (ino, n) in p.opens {
+            for _ in 0..n {
+                let _ = self.store.release(ino);
+            }
+        }
+        node.close(p.ep);
+    }
+
+    /// The reply to `req`, and whether the connection stays.
+    fn answer(&mut self, peer: &mut Peer<'s>, req: Request) -> (Reply, bool) {
+        let Some(writable) = peer.writable else {
+            return self.authenticate(peer, req);
+        };
+        if req.mutates() && !writable {
+            return (Reply::Error(libc::EROFS), true);
+        }
+        let reply = match self.execute(peer, req) {
+            Ok(r) => r,
+            Err(e) => Reply::Error(e.0),
+        };
+        (reply, true)
+    }
+
+    fn authenticate(&self, peer: &mut Peer<'s>, req: Request) -> (Reply, bool) {
+        match req {
+            Request::Auth { mac, write } if self.opts.key.verify(&peer.challenge, &mac) => {
+                let mut w = self.welcome.clone();
+                if write {
+                    // A reader gets the read-only key; a writer the writable one.
+                    let Some(key) = &self.writer_key else {
+                        return (Reply::Error(libc::EROFS), false);
+                    };
+                    w.data_key = key.clone();
+                    w.writable = true;
+                }
+                peer.writable = Some(write);
+                self.stats.authenticated.fetch_add(1, Ordering::Relaxed);
+                (Reply::Welcome(w), true)
+            }
+            Request::Auth { .. } => (Reply::Error(libc::EACCES), false),
+            _ => (Reply::Error(libc::EACCES), false),
+        }
+    }
+
+    fn execute(&mut self, peer: &mut Peer<'s>, req: Request) -> Result<Reply, Errno> {
+        let s = self.store;
+        let owner = Owner::current();
+        Ok(match req {
+            Request::Auth { .. } => Reply::Error(libc::EALREADY),
+            Request::Lookup { parent, name } => {
+                let (ino, attr) = s.lookup(parent, &name)?;
+                Reply::Entry { ino, attr }
+            }
+            Request::Getattr { ino } => Reply::Attr(s.getattr(ino)?),
+            Request::Readdir { ino } => Reply::Dir(s.readdir(ino)?),
+            Request::Make {
+                parent,
+                name,
+                mode,
+                target,
+            } => {
+                let (ino, attr) = match mode & S_IFMT {
+                    S_IFLNK => s.symlink(parent, &name, &target, owner)?,
+                    S_IFDIR => s.mkdir(parent, &name, mode, owner)?,
+                    _ => s.create(parent, &name, mode, owner)?,
+                };
+                Reply::Entry { ino, attr }
+            }
+            Request::Link { ino, parent, name } => Reply::Attr(s.link(ino, parent, &name)?),
+            Request::Remove { parent, name, dir } => {
+                if dir {
+                    s.rmdir(parent, &name)?;
+                } else {
+                    s.unlink(parent, &name)?;
+                }
+                Reply::Done
+            }
+            Request::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                noreplace,
+            } => {
+                if noreplace {
+                    s.rename_noreplace(parent, &name, new_parent, &new_name)?;
+                } else {
+                    s.rename(parent, &name, new_parent, &new_name)?;
+                }
+                Reply::Done
+            }
+            Request::Readlink { ino } => Reply::Bytes(s.readlink(ino)?),
+            Request::Setattr { ino, set } => Reply::Attr(s.setattr(ino, set)?),
+            Request::Open { ino } => {
+                let attr = s.open(ino)?;
+                *peer.opens.entry(ino).or_default() += 1;
+                Reply::Attr(attr)
+            }
+            Request::Close { ino } => {
+                let n = peer.opens.get_mut(&ino).ok_or(Errno::EBADF)?;
+                *n -= 1;
+                if *n == 0 {
+                    peer.opens.remove(&ino);
+                }
+                s.release(ino)?;
+                Reply::Done
+            }
+            Request::Fsync { ino } => {
+                s.fsync(ino)?;
+                Reply::Done
+            }
+            Request::Statfs => Reply::StatFs(s.statfs()),
+            Request::Map { ino, off, len } => Reply::Map(s.extents(ino, off, len)?),
+            Request::Read { ino, off, len } => {
+                let mut buf = vec![0u8; (len as usize).min(MAX_BYTES)];
+                let n = s.read(ino, off, &mut buf)?;
+                buf.truncate(n);
+                self.stats
+                    .message_bytes
+                    .fetch_add(n as u64, Ordering::Relaxed);
+                Reply::Bytes(buf)
+            }
+            Request::Prepare { ino, off, len } => {
+                if len as usize > MAX_BYTES {
+                    return Err(Errno::EINVAL);
+                }
+                let w = s.prepare_write(ino, off, len)?;
+                let targets = w.targets();
+                let id = self.next_id;
+                self.next_id += 1;
+                peer.prepared.insert(id, w);
+                Reply::Prepared { id, targets }
+            }
+            Request::Commit { id } => {
+                let w = peer.prepared.remove(&id).ok_or(Errno::EINVAL)?;
+                let n = s.commit_write(w)?;
+                self.stats
+                    .committed_bytes
+                    .fetch_add(n as u64, Ordering::Relaxed);
+                Reply::Written(n as u64)
+            }
+            Request::Abort { id } => {
+                peer.prepared.remove(&id).ok_or(Errno::EINVAL)?;
+                self.stats.abandoned.fetch_add(1, Ordering::Relaxed);
+                Reply::Done
+            }
+            Request::Write { ino, off, data } => {
+                let n = s.write(ino, off, &data)?;
+                self.stats
+                    .message_bytes
+                    .fetch_add(n as u64, Ordering::Relaxed);
+                Reply::Written(n as u64)
+            }
+        })
+    }
+}

@@ -1,0 +1,64 @@
+//! A server on loopback in a thread of the test, over a store in memory.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+
+use switchyard_media::{Persist, Region};
+use switchyard_mover::{Config, Mover};
+use switchyard_remote::{serve, Key, ServeOptions, ServerStats};
+use switchyard_store::{Owner, Store};
+
+pub struct Running {
+    pub addr: SocketAddr,
+    pub key: Key,
+    pub stats: Arc<ServerStats>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Store>>,
+}
+
+impl Running {
+    /// Stops the server and hands back its store.
+    pub fn stop(mut self) -> Store {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+pub fn start(read_only: bool) -> Running {
+    let key = Key::random();
+    let stats = Arc::new(ServerStats::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = mpsc::channel();
+    let opts = ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        read_only,
+        key: key.clone(),
+    };
+    let (s, st) = (stats.clone(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        let region = Region::memory(64 << 20, Persist::detect()).unwrap();
+        let mover = Arc::new(Mover::start(&Config::default()).unwrap());
+        let store = Store::format(region, mover, Owner::current()).unwrap();
+        serve(&store, &opts, &s, &st, |a| tx.send(a).unwrap()).unwrap();
+        store
+    });
+    let addr = rx.recv().unwrap();
+    Running {
+        addr,
+        key,
+        stats,
+        stop,
+        thread: Some(thread),
+    }
+}

@@ -1,0 +1,187 @@
+//! A client and a server in one process, over loopback: files round-trip, a second client sees
+//! committed writes and never a stale map, keys and read-only exports are enforced, a client
+//! that goes away mid-write leaves nothing, and a server that goes away fails calls.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use switchyard_remote::proto::{Reply, Request};
+use switchyard_remote::{Client, DataPath, Key};
+use switchyard_store::{Errno, Fs, OpenFlags, Whence};
+use switchyard_ucx::{Failures, Node};
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn files_round_trip_one_sided() {
+    let srv = common::start(false);
+    let c = Client::connect(srv.addr, &srv.key, true).unwrap();
+    assert!(
+        matches!(c.data_path(), DataPath::OneSided(_)),
+        "on one host the data path is one-sided: {}",
+        c.data_path()
+    );
+    c.mkdir("/d", 0o755).unwrap();
+    let fd = c.open("/d/f", OpenFlags::CREATE, 0o644).unwrap();
+    let mut model = Vec::new();
+    for (i, (off, len)) in [(0u64, 5000usize), (4090, 10), (70_000, 300_000), (1, 1), (12_345, 4096)]
+        .into_iter()
+        .enumerate()
+    {
+        let data = pattern(len, i as u8);
+        assert_eq!(c.pwrite(fd, &data, off).unwrap(), len);
+        let end = off as usize + len;
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[off as usize..end].copy_from_slice(&data);
+        let mut back = vec![0u8; model.len() + 10];
+        assert_eq!(c.pread(fd, &mut back, 0).unwrap(), model.len());
+        assert_eq!(&back[..model.len()], &model[..], "after write {i}");
+    }
+    assert_eq!(c.fstat(fd).unwrap().size, model.len() as u64);
+    assert_eq!(c.lseek(fd, 0, Whence::End).unwrap(), model.len() as u64);
+    c.write(fd, b"tail").unwrap();
+    model.extend_from_slice(b"tail");
+    c.close(fd).unwrap();
+    assert_eq!(c.read_all("/d/f").unwrap(), model);
+    c.symlink("/d/f", "/l").unwrap();
+    assert_eq!(c.readlink("/l").unwrap(), b"/d/f");
+    assert_eq!(c.stat("/l").unwrap().size, model.len() as u64);
+    c.rename("/d/f", "/d/g").unwrap();
+    assert_eq!(c.stat("/d/f").unwrap_err(), Errno::ENOENT);
+    c.link("/d/g", "/h").unwrap();
+    let names: Vec<Vec<u8>> = c.readdir("/d").unwrap().into_iter().map(|e| e.name).collect();
+    assert_eq!(names, vec![b"g".to_vec()]);
+    c.truncate("/h", 10).unwrap();
+    assert_eq!(c.read_all("/d/g").unwrap(), &model[..10]);
+    assert_eq!(c.rmdir("/d").unwrap_err(), Errno::ENOTEMPTY);
+    assert!(c.statfs().unwrap().free_blocks > 0);
+    let s = c.stats();
+    assert!(s.one_sided_bytes > 300_000 && s.message_bytes == 0, "{s:?}");
+    assert!(s.cache_hits > 0, "{s:?}");
+    drop(c);
+    // The server's own view is the same, and the store is consistent.
+    let fs = Fs::new(srv.stop());
+    assert_eq!(fs.read_all("/h").unwrap(), &model[..10]);
+    assert!(fs.lstat("/l").is_ok());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(6))]
+
+    /// Whatever one client writes, another reads exactly, even with the file's map cached
+    /// from before the write.
+    #[test]
+    fn a_second_client_sees_every_committed_write(
+        writes in prop::collection::vec((0u64..200_000, 1usize..50_000, any::<u8>()), 1..8))
+    {
+        let srv = common::start(false);
+        let a = Client::connect(srv.addr, &srv.key, true).unwrap();
+        let b = Client::connect(srv.addr, &srv.key, false).unwrap();
+        let fa = a.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+        let fb = b.open("/f", OpenFlags::READ, 0).unwrap();
+        let mut model = Vec::new();
+        for (off, len, seed) in writes {
+            let data = pattern(len, seed);
+            a.pwrite(fa, &data, off).unwrap();
+            let end = off as usize + len;
+            if model.len() < end {
+                model.resize(end, 0);
+            }
+            model[off as usize..end].copy_from_slice(&data);
+            let mut got = vec![0u8; model.len()];
+            prop_assert_eq!(b.pread(fb, &mut got, 0).unwrap(), model.len());
+            prop_assert!(got == model);
+        }
+        prop_assert!(b.stats().read_retries > 0 || b.stats().cache_misses > 1);
+    }
+}
+
+#[test]
+fn a_wrong_key_gets_nothing() {
+    let srv = common::start(false);
+    let e = Client::connect(srv.addr, &Key::random(), false).err().unwrap();
+    assert!(e.to_string().contains("wrong key"), "{e}");
+    assert_eq!(srv.stats.refused.load(Ordering::Relaxed), 1);
+    assert_eq!(srv.stats.authenticated.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_read_only_export_refuses_every_change() {
+    let srv = common::start(true);
+    let e = Client::connect(srv.addr, &srv.key, true).err().unwrap();
+    assert!(e.to_string().contains("read-only"), "{e}");
+    let c = Client::connect(srv.addr, &srv.key, false).unwrap();
+    assert!(!c.writable());
+    assert_eq!(c.mkdir("/d", 0o755).unwrap_err(), Errno(libc::EROFS));
+    assert_eq!(
+        c.open("/f", OpenFlags::CREATE, 0o644).unwrap_err(),
+        Errno(libc::EROFS)
+    );
+    assert!(c.readdir("/").unwrap().is_empty());
+}
+
+/// Speaks the protocol by hand: proves the key, reserves blocks, puts into them, and goes
+/// away without committing.
+#[test]
+fn a_client_gone_before_its_commit_leaves_nothing() {
+    let srv = common::start(false);
+    let c = Client::connect(srv.addr, &srv.key, true).unwrap();
+    let fd = c.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    c.write(fd, &[1u8; 100_000]).unwrap();
+    let free = c.statfs().unwrap().free_blocks;
+    {
+        let node = Node::new().unwrap();
+        let ep = node.connect(srv.addr).unwrap();
+        let next = |node: &Node| loop {
+            node.wait(Duration::from_millis(20));
+            if let Some(mut m) = node.next_message() {
+                let b = node.body(&mut m).unwrap();
+                break Reply::decode(&b).unwrap().1;
+            }
+        };
+        let Reply::Challenge { nonce, .. } = next(&node) else { panic!() };
+        let auth = Request::Auth { mac: srv.key.prove(&nonce), write: true };
+        node.send(&ep, &[], &auth.encode(1)).unwrap();
+        let Reply::Welcome(w) = next(&node) else { panic!() };
+        let ino = 2; // the first file made in a fresh store
+        node.send(&ep, &[], &Request::Prepare { ino, off: 0, len: 50_000 }.encode(2)).unwrap();
+        let Reply::Prepared { targets, .. } = next(&node) else { panic!() };
+        let data = node.connect_address(&w.address, Failures::Undetected).unwrap();
+        let key = node.unpack_rkey(&data, &w.data_key).unwrap();
+        for t in &targets {
+            let remote = w.data_addr + (t.region_offset - w.data_start);
+            node.put(&data, &vec![9u8; t.len as usize], remote, &key).unwrap();
+        }
+        node.flush(&data).unwrap();
+        // Gone, without a commit.
+    }
+    let t = Instant::now();
+    while srv.stats.abandoned.load(Ordering::Relaxed) == 0 {
+        assert!(t.elapsed() < Duration::from_secs(30), "the server never noticed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(c.read_all("/f").unwrap(), vec![1u8; 100_000]);
+    assert_eq!(c.statfs().unwrap().free_blocks, free, "the reservation was given back");
+}
+
+#[test]
+fn a_server_that_goes_away_fails_calls_instead_of_hanging() {
+    let srv = common::start(false);
+    let c = Client::connect(srv.addr, &srv.key, true).unwrap();
+    c.mkdir("/d", 0o755).unwrap();
+    drop(srv.stop());
+    let t = Instant::now();
+    let e = c.mkdir("/e", 0o755).unwrap_err();
+    assert!(
+        [libc::ENOTCONN, libc::ETIMEDOUT].contains(&e.0),
+        "{e:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(40));
+}
