@@ -37,7 +37,11 @@ impl std::fmt::Display for KeyError {
         match self {
             KeyError::Io(p, e) => write!(f, "key file {}: {e}", p.display()),
             KeyError::Malformed(p) => {
-                write!(f, "key file {}: not a Switchyard key (64 hex digits)", p.display())
+                write!(
+                    f,
+                    "key file {}: not a Switchyard key (64 hex digits)",
+                    p.display()
+                )
             }
             KeyError::Exposed(p, mode) => write!(
                 f,

@@ -120,9 +120,7 @@ impl Client {
             ConnectError(format!("switchyard server at {addr}: {what}: {e}"))
         };
         let node = Node::new().map_err(|e| fail("starting UCX", &e))?;
-        let ctl = node
-            .connect(addr)
-            .map_err(|e| fail("cannot connect", &e))?;
+        let ctl = node.connect(addr).map_err(|e| fail("cannot connect", &e))?;
         let deadline = Duration::from_secs(10);
         let (_, hello) =
             wait_reply(&node, &ctl, None, deadline).map_err(|e| fail("no greeting", &e))?;
@@ -267,7 +265,10 @@ impl Client {
                 Whence::Cur => f.offset as i64,
                 Whence::End => i.getattr(f.ino)?.size as i64,
             };
-            let to = base.checked_add(off).filter(|&t| t >= 0).ok_or(Errno::EINVAL)?;
+            let to = base
+                .checked_add(off)
+                .filter(|&t| t >= 0)
+                .ok_or(Errno::EINVAL)?;
             i.fds.get_mut(&fd.0).expect("checked").offset = to as u64;
             Ok(to as u64)
         })
@@ -325,7 +326,10 @@ impl Client {
 
     /// Creates a directory.
     pub fn mkdir(&self, path: &str, mode: u32) -> Result<(), Errno> {
-        self.with(|i| i.make(path, S_IFDIR | (mode & 0o7777), Vec::new()).map(|_| ()))
+        self.with(|i| {
+            i.make(path, S_IFDIR | (mode & 0o7777), Vec::new())
+                .map(|_| ())
+        })
     }
 
     /// Creates a symlink at `path` pointing to `target`.
@@ -414,14 +418,18 @@ fn size_only(size: u64) -> SetAttr {
     }
 }
 
-/// The data path UCX's description of the data endpoint implies: one-sided where its
+/// The data path UCX's description of the data endpoint (`ucp_ep_print_info`) implies: one-sided where its
 /// one-sided lanes use a transport other than `tcp` (which UCX emulates with the server's
 /// CPU).
 fn data_path(description: &str) -> DataPath {
     let rma: Vec<&str> = description
         .lines()
         .filter(|l| l.contains("rma_bw"))
-        .filter_map(|l| l.split(':').nth(1)?.trim().split('/').next())
+        // "lane[2]:  5:cma/memory.0 md[4] -> md[4]/cma/sysdev[255] rma_bw#0"
+        .filter_map(|l| {
+            let lane = l.split_once("]:")?.1.split_whitespace().next()?;
+            lane.split_once(':')?.1.split('/').next()
+        })
         .collect();
     match rma.iter().find(|t| **t != "tcp") {
         Some(t) => DataPath::OneSided(t.to_string()),
@@ -610,7 +618,10 @@ impl Inner {
         let mut rest = &mut out[..];
         let mut at = off;
         for r in &m.runs {
-            let (lo, hi) = (r.file_offset.max(at), (r.file_offset + r.len).min(off + n as u64));
+            let (lo, hi) = (
+                r.file_offset.max(at),
+                (r.file_offset + r.len).min(off + n as u64),
+            );
             if lo >= hi {
                 continue;
             }
@@ -807,7 +818,8 @@ impl Inner {
 
     fn remove(&mut self, path: &str, dir: bool) -> Result<(), Errno> {
         let (parent, name) = self.parent_and_name(path)?;
-        self.call(&Request::Remove { parent, name, dir }).map(|_| ())
+        self.call(&Request::Remove { parent, name, dir })
+            .map(|_| ())
     }
 
     fn components(path: &str) -> Result<Vec<&[u8]>, Errno> {
@@ -875,5 +887,20 @@ impl Inner {
     fn parent_and_name(&mut self, path: &str) -> Result<(u64, Vec<u8>), Errno> {
         let (dir, last) = self.parent_of(path, &mut 0)?;
         Ok((dir, last.ok_or(Errno::EEXIST)?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_data_path_is_read_from_the_one_sided_lanes() {
+        let cma = "#  lane[0]:  3:sysv/memory.0 md[2] -> md[2]/sysv/sysdev[255] am am_bw#0\n\
+                   #  lane[2]:  5:cma/memory.0 md[4] -> md[4]/cma/sysdev[255] rma_bw#0\n";
+        assert_eq!(data_path(cma), DataPath::OneSided("cma".into()));
+        let tcp = "#  lane[0]:  0:tcp/lo.0 md[0] -> md[0]/tcp/sysdev[255] rma_bw#0 am am_bw#0\n";
+        assert_eq!(data_path(tcp), DataPath::InMessages("tcp".into()));
+        assert_eq!(data_path(""), DataPath::InMessages("tcp".into()));
     }
 }

@@ -271,7 +271,11 @@ impl W {
         }
     }
     fn attr(&mut self, a: &Attr) -> &mut Self {
-        self.u32(a.mode).u32(a.uid).u32(a.gid).u32(a.nlink).u64(a.size);
+        self.u32(a.mode)
+            .u32(a.uid)
+            .u32(a.gid)
+            .u32(a.nlink)
+            .u64(a.size);
         self.i64(a.atime).i64(a.mtime).i64(a.ctime).u64(a.parent)
     }
 }
@@ -300,13 +304,19 @@ impl<'a> R<'a> {
         }
     }
     fn u32(&mut self) -> Result<u32, Malformed> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().map_err(|_| Malformed)?))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().map_err(|_| Malformed)?,
+        ))
     }
     fn u64(&mut self) -> Result<u64, Malformed> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| Malformed)?))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().map_err(|_| Malformed)?,
+        ))
     }
     fn i64(&mut self) -> Result<i64, Malformed> {
-        Ok(i64::from_le_bytes(self.take(8)?.try_into().map_err(|_| Malformed)?))
+        Ok(i64::from_le_bytes(
+            self.take(8)?.try_into().map_err(|_| Malformed)?,
+        ))
     }
     fn bytes(&mut self) -> Result<Vec<u8>, Malformed> {
         let n = self.u32()? as usize;
@@ -319,7 +329,11 @@ impl<'a> R<'a> {
         self.take(32)?.try_into().map_err(|_| Malformed)
     }
     fn opt_u64(&mut self) -> Result<Option<u64>, Malformed> {
-        Ok(if self.bool()? { Some(self.u64()?) } else { None })
+        Ok(if self.bool()? {
+            Some(self.u64()?)
+        } else {
+            None
+        })
     }
     /// A count of items at least `min` bytes each: never more than the bytes left allow.
     fn count(&mut self, min: usize) -> Result<usize, Malformed> {
@@ -567,7 +581,9 @@ impl Reply {
             Reply::Welcome(x) => {
                 w.bytes(&x.address).u8(x.writable as u8);
                 w.u64(x.data_start).u64(x.data_len).u64(x.data_addr);
-                w.bytes(&x.data_key).u64(x.changes_addr).bytes(&x.changes_key);
+                w.bytes(&x.data_key)
+                    .u64(x.changes_addr)
+                    .bytes(&x.changes_key);
             }
             Reply::Error(e) => {
                 w.u32(*e as u32);
@@ -701,19 +717,23 @@ mod tests {
     use proptest::prelude::*;
 
     fn attr() -> impl Strategy<Value = Attr> {
-        (any::<(u32, u32, u32, u32, u64)>(), any::<(i64, i64, i64, u64)>()).prop_map(
-            |((mode, uid, gid, nlink, size), (atime, mtime, ctime, parent))| Attr {
-                mode,
-                uid,
-                gid,
-                nlink,
-                size,
-                atime,
-                mtime,
-                ctime,
-                parent,
-            },
+        (
+            any::<(u32, u32, u32, u32, u64)>(),
+            any::<(i64, i64, i64, u64)>(),
         )
+            .prop_map(
+                |((mode, uid, gid, nlink, size), (atime, mtime, ctime, parent))| Attr {
+                    mode,
+                    uid,
+                    gid,
+                    nlink,
+                    size,
+                    atime,
+                    mtime,
+                    ctime,
+                    parent,
+                },
+            )
     }
 
     fn bytes() -> impl Strategy<Value = Vec<u8>> {
@@ -722,26 +742,56 @@ mod tests {
 
     fn request() -> impl Strategy<Value = Request> {
         prop_oneof![
-            (any::<[u8; 32]>(), any::<bool>()).prop_map(|(mac, write)| Request::Auth { mac, write }),
+            (any::<[u8; 32]>(), any::<bool>())
+                .prop_map(|(mac, write)| Request::Auth { mac, write }),
             (any::<u64>(), bytes()).prop_map(|(parent, name)| Request::Lookup { parent, name }),
             any::<u64>().prop_map(|ino| Request::Getattr { ino }),
             (any::<u64>(), bytes(), any::<u32>(), bytes()).prop_map(
-                |(parent, name, mode, target)| Request::Make { parent, name, mode, target }
+                |(parent, name, mode, target)| Request::Make {
+                    parent,
+                    name,
+                    mode,
+                    target
+                }
             ),
             (any::<u64>(), bytes(), any::<u64>(), bytes(), any::<bool>()).prop_map(
                 |(parent, name, new_parent, new_name, noreplace)| Request::Rename {
-                    parent, name, new_parent, new_name, noreplace
+                    parent,
+                    name,
+                    new_parent,
+                    new_name,
+                    noreplace
                 }
             ),
-            (any::<u64>(), any::<(Option<u32>, Option<u32>, Option<u32>)>(),
-             any::<(Option<u64>, Option<i64>, Option<i64>)>()).prop_map(
-                |(ino, (mode, uid, gid), (size, atime, mtime))| Request::Setattr {
-                    ino, set: SetAttr { mode, uid, gid, size, atime, mtime }
-                }
-            ),
+            (
+                any::<u64>(),
+                any::<(Option<u32>, Option<u32>, Option<u32>)>(),
+                any::<(Option<u64>, Option<i64>, Option<i64>)>()
+            )
+                .prop_map(|(ino, (mode, uid, gid), (size, atime, mtime))| {
+                    Request::Setattr {
+                        ino,
+                        set: SetAttr {
+                            mode,
+                            uid,
+                            gid,
+                            size,
+                            atime,
+                            mtime,
+                        },
+                    }
+                }),
             Just(Request::Statfs),
-            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(ino, off, len)| Request::Map { ino, off, len }),
-            (any::<u64>(), any::<u64>(), bytes()).prop_map(|(ino, off, data)| Request::Write { ino, off, data }),
+            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(ino, off, len)| Request::Map {
+                ino,
+                off,
+                len
+            }),
+            (any::<u64>(), any::<u64>(), bytes()).prop_map(|(ino, off, data)| Request::Write {
+                ino,
+                off,
+                data
+            }),
         ]
     }
 
@@ -751,32 +801,71 @@ mod tests {
             Just(Reply::Done),
             (any::<u64>(), attr()).prop_map(|(ino, attr)| Reply::Entry { ino, attr }),
             prop::collection::vec((bytes(), any::<u64>(), any::<u32>()), 0..5).prop_map(|v| {
-                Reply::Dir(v.into_iter().map(|(name, ino, kind)| DirEntry { name, ino, kind }).collect())
+                Reply::Dir(
+                    v.into_iter()
+                        .map(|(name, ino, kind)| DirEntry { name, ino, kind })
+                        .collect(),
+                )
             }),
-            (attr(), any::<u64>(), prop::collection::vec(any::<(u64, u64, u64)>(), 0..5)).prop_map(
-                |(attr, change, runs)| Reply::Map(Extents {
+            (
+                attr(),
+                any::<u64>(),
+                prop::collection::vec(any::<(u64, u64, u64)>(), 0..5)
+            )
+                .prop_map(|(attr, change, runs)| Reply::Map(Extents {
                     attr,
                     change,
-                    runs: runs.into_iter().map(|(file_offset, region_offset, len)| Run {
-                        file_offset, region_offset, len
-                    }).collect(),
-                })
-            ),
-            (any::<u64>(), prop::collection::vec(any::<(u64, u64, u64)>(), 0..5)).prop_map(
-                |(id, t)| Reply::Prepared {
+                    runs: runs
+                        .into_iter()
+                        .map(|(file_offset, region_offset, len)| Run {
+                            file_offset,
+                            region_offset,
+                            len
+                        })
+                        .collect(),
+                })),
+            (
+                any::<u64>(),
+                prop::collection::vec(any::<(u64, u64, u64)>(), 0..5)
+            )
+                .prop_map(|(id, t)| Reply::Prepared {
                     id,
-                    targets: t.into_iter().map(|(offset, region_offset, len)| Target {
-                        offset, region_offset, len
-                    }).collect(),
-                }
-            ),
-            (bytes(), any::<bool>(), any::<(u64, u64, u64, u64)>(), bytes(), bytes()).prop_map(
-                |(address, writable, (data_start, data_len, data_addr, changes_addr), data_key, changes_key)| {
-                    Reply::Welcome(Welcome {
-                        address, writable, data_start, data_len, data_addr, data_key, changes_addr, changes_key
-                    })
-                }
-            ),
+                    targets: t
+                        .into_iter()
+                        .map(|(offset, region_offset, len)| Target {
+                            offset,
+                            region_offset,
+                            len
+                        })
+                        .collect(),
+                }),
+            (
+                bytes(),
+                any::<bool>(),
+                any::<(u64, u64, u64, u64)>(),
+                bytes(),
+                bytes()
+            )
+                .prop_map(
+                    |(
+                        address,
+                        writable,
+                        (data_start, data_len, data_addr, changes_addr),
+                        data_key,
+                        changes_key,
+                    )| {
+                        Reply::Welcome(Welcome {
+                            address,
+                            writable,
+                            data_start,
+                            data_len,
+                            data_addr,
+                            data_key,
+                            changes_addr,
+                            changes_key,
+                        })
+                    }
+                ),
         ]
     }
 

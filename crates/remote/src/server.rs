@@ -84,7 +84,10 @@ pub fn serve(
     let fail = |what: &str, e: &dyn std::fmt::Display| ServeError(format!("{what}: {e}"));
     let node = Node::new().map_err(|e| fail("starting UCX", &e))?;
     let (data_start, data_len) = store.data_area();
-    let data_ptr = store.region().as_mut_ptr().wrapping_add(data_start as usize);
+    let data_ptr = store
+        .region()
+        .as_mut_ptr()
+        .wrapping_add(data_start as usize);
     // SAFETY: the data area lies inside the store's mapping, which outlives `node` (made in
     // this function, dropped before it returns). Holders of the key may read it — the store
     // never names a block to a reader before its commit — and, with the writable key, put
@@ -101,7 +104,10 @@ pub fn serve(
     // SAFETY: the change words live as long as the store; peers only read them.
     let changes = unsafe { node.register(changes_ptr.cast_mut(), changes_len, false) }
         .map_err(|e| fail("registering the change words", &e))?;
-    let pack = |r| node.pack_rkey(r).map_err(|e| fail("packing a memory key", &e));
+    let pack = |r| {
+        node.pack_rkey(r)
+            .map_err(|e| fail("packing a memory key", &e))
+    };
     let welcome = Welcome {
         address: node.address().map_err(|e| fail("worker address", &e))?,
         writable: false,

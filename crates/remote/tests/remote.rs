@@ -14,7 +14,9 @@ use switchyard_store::{Errno, Fs, OpenFlags, Whence};
 use switchyard_ucx::{Failures, Node};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
-    (0..n).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 #[test]
@@ -29,9 +31,15 @@ fn files_round_trip_one_sided() {
     c.mkdir("/d", 0o755).unwrap();
     let fd = c.open("/d/f", OpenFlags::CREATE, 0o644).unwrap();
     let mut model = Vec::new();
-    for (i, (off, len)) in [(0u64, 5000usize), (4090, 10), (70_000, 300_000), (1, 1), (12_345, 4096)]
-        .into_iter()
-        .enumerate()
+    for (i, (off, len)) in [
+        (0u64, 5000usize),
+        (4090, 10),
+        (70_000, 300_000),
+        (1, 1),
+        (12_345, 4096),
+    ]
+    .into_iter()
+    .enumerate()
     {
         let data = pattern(len, i as u8);
         assert_eq!(c.pwrite(fd, &data, off).unwrap(), len);
@@ -56,7 +64,12 @@ fn files_round_trip_one_sided() {
     c.rename("/d/f", "/d/g").unwrap();
     assert_eq!(c.stat("/d/f").unwrap_err(), Errno::ENOENT);
     c.link("/d/g", "/h").unwrap();
-    let names: Vec<Vec<u8>> = c.readdir("/d").unwrap().into_iter().map(|e| e.name).collect();
+    let names: Vec<Vec<u8>> = c
+        .readdir("/d")
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
     assert_eq!(names, vec![b"g".to_vec()]);
     c.truncate("/h", 10).unwrap();
     assert_eq!(c.read_all("/d/g").unwrap(), &model[..10]);
@@ -106,7 +119,9 @@ proptest! {
 #[test]
 fn a_wrong_key_gets_nothing() {
     let srv = common::start(false);
-    let e = Client::connect(srv.addr, &Key::random(), false).err().unwrap();
+    let e = Client::connect(srv.addr, &Key::random(), false)
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("wrong key"), "{e}");
     assert_eq!(srv.stats.refused.load(Ordering::Relaxed), 1);
     assert_eq!(srv.stats.authenticated.load(Ordering::Relaxed), 0);
@@ -146,29 +161,58 @@ fn a_client_gone_before_its_commit_leaves_nothing() {
                 break Reply::decode(&b).unwrap().1;
             }
         };
-        let Reply::Challenge { nonce, .. } = next(&node) else { panic!() };
-        let auth = Request::Auth { mac: srv.key.prove(&nonce), write: true };
+        let Reply::Challenge { nonce, .. } = next(&node) else {
+            panic!()
+        };
+        let auth = Request::Auth {
+            mac: srv.key.prove(&nonce),
+            write: true,
+        };
         node.send(&ep, &[], &auth.encode(1)).unwrap();
-        let Reply::Welcome(w) = next(&node) else { panic!() };
+        let Reply::Welcome(w) = next(&node) else {
+            panic!()
+        };
         let ino = 2; // the first file made in a fresh store
-        node.send(&ep, &[], &Request::Prepare { ino, off: 0, len: 50_000 }.encode(2)).unwrap();
-        let Reply::Prepared { targets, .. } = next(&node) else { panic!() };
-        let data = node.connect_address(&w.address, Failures::Undetected).unwrap();
+        node.send(
+            &ep,
+            &[],
+            &Request::Prepare {
+                ino,
+                off: 0,
+                len: 50_000,
+            }
+            .encode(2),
+        )
+        .unwrap();
+        let Reply::Prepared { targets, .. } = next(&node) else {
+            panic!()
+        };
+        let data = node
+            .connect_address(&w.address, Failures::Undetected)
+            .unwrap();
         let key = node.unpack_rkey(&data, &w.data_key).unwrap();
         for t in &targets {
             let remote = w.data_addr + (t.region_offset - w.data_start);
-            node.put(&data, &vec![9u8; t.len as usize], remote, &key).unwrap();
+            node.put(&data, &vec![9u8; t.len as usize], remote, &key)
+                .unwrap();
         }
         node.flush(&data).unwrap();
         // Gone, without a commit.
     }
     let t = Instant::now();
     while srv.stats.abandoned.load(Ordering::Relaxed) == 0 {
-        assert!(t.elapsed() < Duration::from_secs(30), "the server never noticed");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the server never noticed"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(c.read_all("/f").unwrap(), vec![1u8; 100_000]);
-    assert_eq!(c.statfs().unwrap().free_blocks, free, "the reservation was given back");
+    assert_eq!(
+        c.statfs().unwrap().free_blocks,
+        free,
+        "the reservation was given back"
+    );
 }
 
 #[test]
@@ -179,9 +223,6 @@ fn a_server_that_goes_away_fails_calls_instead_of_hanging() {
     drop(srv.stop());
     let t = Instant::now();
     let e = c.mkdir("/e", 0o755).unwrap_err();
-    assert!(
-        [libc::ENOTCONN, libc::ETIMEDOUT].contains(&e.0),
-        "{e:?}"
-    );
+    assert!([libc::ENOTCONN, libc::ETIMEDOUT].contains(&e.0), "{e:?}");
     assert!(t.elapsed() < Duration::from_secs(40));
 }

@@ -849,6 +849,19 @@ impl Drop for Node {
         for (h, _) in eps {
             self.force_close(h);
         }
+        // Let wire-up traffic in flight (of endpoints UCX made for peers that connected to
+        // this worker's address) finish: UCX 1.13 asserts on wire-up requests still pending
+        // when the worker is destroyed.
+        let quiet = Instant::now() + Duration::from_millis(200);
+        let mut idle_rounds = 0;
+        while Instant::now() < quiet && idle_rounds < 50 {
+            if self.progress() {
+                idle_rounds = 0;
+            } else {
+                idle_rounds += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
         for l in self.listeners.borrow_mut().drain(..) {
             // SAFETY: a listener of this worker, destroyed once.
             unsafe { sys::ucp_listener_destroy(l) };

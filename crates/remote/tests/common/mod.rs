@@ -1,4 +1,5 @@
 //! A server on loopback in a thread of the test, over a store in memory.
+#![allow(dead_code)] // each test binary uses part of it
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
