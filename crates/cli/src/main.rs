@@ -2,6 +2,7 @@
 
 mod config_cmd;
 mod mount_cmd;
+mod serve_cmd;
 mod stat;
 mod store_cmd;
 
@@ -49,6 +50,10 @@ enum Command {
     Mount(mount_cmd::MountArgs),
     /// Unmount a store mounted with `switchyard mount`.
     Umount(mount_cmd::UmountArgs),
+    /// Serve the store to other processes and machines (remote access over UCX: metadata
+    /// by request, data one-sided where the transport allows) in the foreground; Ctrl-C
+    /// stops and unmounts cleanly. `ls` and `cp` reach it with `ADDR:PORT:/path` operands.
+    Serve(serve_cmd::ServeArgs),
     /// Profile this machine's copy paths (CPU, engine, split; both directions; aligned and
     /// unaligned; 1..N threads) and write the engine profile every later command loads.
     Tune(tune::TuneArgs),
@@ -126,6 +131,7 @@ fn main() -> ExitCode {
         Command::Up(a) => mount_cmd::up(&a),
         Command::Mount(a) => mount_cmd::mount(&a),
         Command::Umount(a) => mount_cmd::umount(&a),
+        Command::Serve(a) => serve_cmd::run(&a),
     };
     match r.context("switchyard") {
         Ok(()) => ExitCode::SUCCESS,

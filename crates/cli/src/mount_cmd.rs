@@ -80,7 +80,7 @@ pub struct UmountArgs {
 
 /// Blocks the stop signals in this thread (and so in every thread it starts) and returns
 /// their set, to be taken with `sigwait` by the one thread that handles them.
-fn block_stop_signals() -> libc::sigset_t {
+pub(crate) fn block_stop_signals() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigemptyset initialises it before any other use.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a valid sigset_t; the signal numbers are valid; blocking signals in

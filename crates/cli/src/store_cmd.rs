@@ -8,7 +8,9 @@ use anyhow::{bail, Context};
 use clap::Args;
 use switchyard_media::{Region, MIN_REGION};
 use switchyard_mover::{Config, Mover};
-use switchyard_store::{fsck, Fs, OpenFlags, Owner, Store};
+use switchyard_store::{fsck, Files, Fs, OpenFlags, Owner, Store};
+
+use crate::serve_cmd::Remote;
 
 use switchyard_options::{size, MoverArgs};
 
@@ -211,34 +213,58 @@ pub fn fsck(a: &FsckArgs) -> anyhow::Result<()> {
 pub struct LsArgs {
     #[command(flatten)]
     at: StorePath,
-    /// Directory (or file) inside the store.
+    /// Directory (or file) inside the store, or `ADDR:PORT:/path` in a store another process
+    /// serves (`switchyard serve`).
     #[arg(default_value = "/")]
     path: String,
+    /// The served store's key, for an `ADDR:PORT:/path` operand [default: the store file's
+    /// path with `.key` added, as `serve` makes it].
+    #[arg(long)]
+    key: Option<PathBuf>,
+}
+
+impl LsArgs {
+    fn key(&self) -> PathBuf {
+        self.key
+            .clone()
+            .unwrap_or_else(|| crate::serve_cmd::default_key(&self.at.store))
+    }
 }
 
 /// Lists a directory: type and permissions, links, size, name.
 pub fn ls(a: &LsArgs) -> anyhow::Result<()> {
-    let fs = a.at.mount()?;
-    let attr = fs.stat(&a.path).with_context(|| a.path.clone())?;
-    let entries = if attr.kind() == switchyard_store::format::S_IFDIR {
-        fs.readdir(&a.path).with_context(|| a.path.clone())?
+    match Remote::parse(&a.path) {
+        Some(r) => list(&r.connect(&a.key(), false)?, &r.path),
+        None => {
+            let fs = a.at.mount()?;
+            list(&fs, &a.path)?;
+            fs.unmount()?;
+            Ok(())
+        }
+    }
+}
+
+fn list(fs: &dyn Files, path: &str) -> anyhow::Result<()> {
+    use switchyard_store::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFSOCK};
+    let attr = fs.stat(path).with_context(|| path.to_string())?;
+    let entries = if attr.kind() == S_IFDIR {
+        fs.readdir(path).with_context(|| path.to_string())?
     } else {
         vec![switchyard_store::DirEntry {
-            name: a.path.clone().into_bytes(),
-            ino: fs.ino(&a.path)?,
+            name: path.as_bytes().to_vec(),
+            ino: 0,
             kind: attr.kind(),
         }]
     };
-    let dir = a.path.trim_end_matches('/');
+    let dir = path.trim_end_matches('/');
     for e in entries {
         let name = String::from_utf8_lossy(&e.name).to_string();
-        let full = if attr.kind() == switchyard_store::format::S_IFDIR {
+        let full = if attr.kind() == S_IFDIR {
             format!("{dir}/{name}")
         } else {
             name.clone()
         };
         let at = fs.lstat(&full)?;
-        use switchyard_store::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFSOCK};
         let t = match at.kind() {
             S_IFDIR => 'd',
             S_IFLNK => 'l',
@@ -260,7 +286,6 @@ pub fn ls(a: &LsArgs) -> anyhow::Result<()> {
             at.size
         );
     }
-    fs.unmount()?;
     Ok(())
 }
 
@@ -269,10 +294,16 @@ pub fn ls(a: &LsArgs) -> anyhow::Result<()> {
 pub struct CpArgs {
     #[command(flatten)]
     at: StoreArgs,
-    /// Source: a host file, or `store:/path` for a file in the store.
+    /// Source: a host file, `store:/path` for a file in the store, or `ADDR:PORT:/path` for
+    /// a file in a store another process serves.
     from: String,
-    /// Destination: a host file, or `store:/path` in the store (created or truncated).
+    /// Destination: a host file, `store:/path` in the store, or `ADDR:PORT:/path` in a
+    /// served store (created or truncated).
     to: String,
+    /// The served store's key, for `ADDR:PORT:/path` operands [default: the store file's
+    /// path with `.key` added, as `serve` makes it].
+    #[arg(long)]
+    key: Option<PathBuf>,
 }
 
 /// Reads the next chunk of a `cp` source; 0 at the end.
@@ -280,30 +311,104 @@ type Reader<'a> = Box<dyn FnMut(&mut [u8]) -> anyhow::Result<usize> + 'a>;
 /// Writes a chunk to a `cp` destination.
 type Writer<'a> = Box<dyn FnMut(&[u8]) -> anyhow::Result<()> + 'a>;
 
-fn in_store(p: &str) -> Option<&str> {
-    p.strip_prefix("store:")
+/// Where a `cp` operand is.
+enum Place<'a> {
+    /// In a store: this process's (`store:`) or a served one; the path in it.
+    Store(&'a dyn Files, &'a str),
+    /// A host file.
+    Host(&'a str),
 }
 
-/// Copies a file into, out of or within the store, with a progress bar for large files.
-pub fn cp(a: &CpArgs) -> anyhow::Result<()> {
-    let mounted = a.at.mount()?;
-    let fs = &mounted;
-    let chunk = 1 << 20;
-    let mut buf = vec![0u8; chunk];
-    let (len, mut reader): (u64, Reader<'_>) = match in_store(&a.from) {
-        Some(p) => {
+/// The stores a `cp` reaches: this process's if an operand names it, and a client per
+/// served store named.
+struct Reached {
+    local: Option<Fs>,
+    remote: Vec<(switchyard_remote::Client, String)>,
+}
+
+impl Reached {
+    fn new(a: &CpArgs) -> anyhow::Result<Reached> {
+        let key = a
+            .key
+            .clone()
+            .unwrap_or_else(|| crate::serve_cmd::default_key(&a.at.store));
+        let local = if a.from.starts_with("store:") || a.to.starts_with("store:") {
+            Some(a.at.mount()?)
+        } else {
+            None
+        };
+        let mut remote = Vec::new();
+        for (op, write) in [(&a.from, false), (&a.to, true)] {
+            if let Some(r) = Remote::parse(op) {
+                remote.push((r.connect(&key, write)?, r.path));
+            }
+        }
+        Ok(Reached { local, remote })
+    }
+
+    fn place<'a>(&'a self, op: &'a str, nth_remote: &mut usize) -> Place<'a> {
+        if let (Some(p), Some(fs)) = (op.strip_prefix("store:"), &self.local) {
+            return Place::Store(fs, p);
+        }
+        if Remote::parse(op).is_some() {
+            let (c, p) = &self.remote[*nth_remote];
+            *nth_remote += 1;
+            return Place::Store(c, p);
+        }
+        Place::Host(op)
+    }
+}
+
+fn reader<'a>(from: &Place<'a>, label: &str) -> anyhow::Result<(u64, Reader<'a>)> {
+    Ok(match *from {
+        Place::Store(fs, p) => {
             let fd = fs
                 .open(p, OpenFlags::READ, 0)
-                .with_context(|| a.from.clone())?;
+                .with_context(|| label.to_string())?;
             let len = fs.fstat(fd)?.size;
             (len, Box::new(move |b: &mut [u8]| Ok(fs.read(fd, b)?)))
         }
-        None => {
-            let mut f = std::fs::File::open(&a.from).with_context(|| a.from.clone())?;
+        Place::Host(p) => {
+            let mut f = std::fs::File::open(p).with_context(|| label.to_string())?;
             let len = f.metadata()?.len();
             (len, Box::new(move |b: &mut [u8]| Ok(f.read(b)?)))
         }
-    };
+    })
+}
+
+fn writer<'a>(to: &Place<'a>, label: &str) -> anyhow::Result<Writer<'a>> {
+    Ok(match *to {
+        Place::Store(fs, p) => {
+            let flags = OpenFlags {
+                read: false,
+                ..OpenFlags::CREATE
+            };
+            let fd = fs
+                .open(p, flags, 0o644)
+                .with_context(|| label.to_string())?;
+            Box::new(move |b: &[u8]| {
+                fs.write(fd, b)?;
+                Ok(())
+            })
+        }
+        Place::Host(p) => {
+            let mut f = std::fs::File::create(Path::new(p)).with_context(|| label.to_string())?;
+            Box::new(move |b: &[u8]| Ok(f.write_all(b)?))
+        }
+    })
+}
+
+/// Copies a file between the host, the store and served stores, with a progress bar for
+/// large files.
+pub fn cp(a: &CpArgs) -> anyhow::Result<()> {
+    let reached = Reached::new(a)?;
+    let mut nth = 0;
+    let (from, to) = (
+        reached.place(&a.from, &mut nth),
+        reached.place(&a.to, &mut nth),
+    );
+    let mut buf = vec![0u8; 1 << 20];
+    let (len, mut reader) = reader(&from, &a.from)?;
     let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -315,28 +420,7 @@ pub fn cp(a: &CpArgs) -> anyhow::Result<()> {
     if len < 64 << 20 {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let mut writer: Writer<'_> = match in_store(&a.to) {
-        Some(p) => {
-            let fd = fs
-                .open(
-                    p,
-                    OpenFlags {
-                        read: false,
-                        ..OpenFlags::CREATE
-                    },
-                    0o644,
-                )
-                .with_context(|| a.to.clone())?;
-            Box::new(move |b: &[u8]| {
-                fs.write(fd, b)?;
-                Ok(())
-            })
-        }
-        None => {
-            let mut f = std::fs::File::create(Path::new(&a.to)).with_context(|| a.to.clone())?;
-            Box::new(move |b: &[u8]| Ok(f.write_all(b)?))
-        }
-    };
+    let mut writer = writer(&to, &a.to)?;
     let mut total = 0u64;
     loop {
         let n = reader(&mut buf)?;
@@ -350,8 +434,10 @@ pub fn cp(a: &CpArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
     drop(writer);
     drop(reader);
-    switchyard_options::counters::save(&a.at.stats_path(), "cp", mounted.store().mover())?;
-    mounted.unmount()?;
+    if let Some(fs) = reached.local {
+        switchyard_options::counters::save(&a.at.stats_path(), "cp", fs.store().mover())?;
+        fs.unmount()?;
+    }
     println!("copied {} from {} to {}", size::show(total), a.from, a.to);
     Ok(())
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use switchyard_store::changes::Changes;
 use switchyard_store::format::{ROOT, S_IFDIR, S_IFLNK, S_IFREG};
 use switchyard_store::{
-    Attr, DirEntry, Errno, Extents, Fd, OpenFlags, SetAttr, StatFs, Whence, MAX_FILE_SIZE,
+    Attr, DirEntry, Errno, Extents, Fd, Files, OpenFlags, SetAttr, StatFs, Whence, MAX_FILE_SIZE,
 };
 use switchyard_ucx::{Endpoint, Failures, Node, RKey};
 
@@ -153,6 +153,8 @@ impl Client {
         let data = node
             .connect_address(&welcome.address, Failures::Undetected)
             .map_err(|e| fail("data endpoint", &e))?;
+        // The data endpoint detects no failure itself: it fails with the control endpoint.
+        node.link(&data, &ctl);
         let data_key = node
             .unpack_rkey(&data, &welcome.data_key)
             .map_err(|e| fail("data key", &e))?;
@@ -200,16 +202,19 @@ impl Client {
     pub fn writable(&self) -> bool {
         self.with(|i| Ok(i.welcome.writable)).expect("infallible")
     }
+}
 
+/// The client is used as the local `Fs` is, through [`Files`].
+impl Files for Client {
     // ---- descriptors --------------------------------------------------------------------
 
     /// Opens (or creates) a file, as the local `Fs::open`.
-    pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> Result<Fd, Errno> {
+    fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> Result<Fd, Errno> {
         self.with(|i| i.open(path, flags, mode))
     }
 
     /// Closes a descriptor.
-    pub fn close(&self, fd: Fd) -> Result<(), Errno> {
+    fn close(&self, fd: Fd) -> Result<(), Errno> {
         self.with(|i| {
             let f = i.fds.remove(&fd.0).ok_or(Errno::EBADF)?;
             i.call(&Request::Close { ino: f.ino }).map(|_| ())
@@ -217,7 +222,7 @@ impl Client {
     }
 
     /// Reads at the descriptor's offset and advances it.
-    pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize, Errno> {
+    fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize, Errno> {
         self.with(|i| {
             let (ino, off) = i.file(fd, false)?;
             let n = i.read(ino, off, buf)?;
@@ -227,7 +232,7 @@ impl Client {
     }
 
     /// Reads at `off`.
-    pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
+    fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
         self.with(|i| {
             let (ino, _) = i.file(fd, false)?;
             i.read(ino, off, buf)
@@ -236,7 +241,7 @@ impl Client {
 
     /// Writes at the descriptor's offset (the end, for an append descriptor) and advances
     /// it. Durable and atomic on the server when it returns.
-    pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize, Errno> {
+    fn write(&self, fd: Fd, data: &[u8]) -> Result<usize, Errno> {
         self.with(|i| {
             let (ino, mut off) = i.file(fd, true)?;
             if i.fds[&fd.0].flags.append {
@@ -249,7 +254,7 @@ impl Client {
     }
 
     /// Writes at `off`.
-    pub fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize, Errno> {
+    fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize, Errno> {
         self.with(|i| {
             let (ino, _) = i.file(fd, true)?;
             i.write(ino, off, data)
@@ -257,7 +262,7 @@ impl Client {
     }
 
     /// Moves the descriptor's offset.
-    pub fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64, Errno> {
+    fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64, Errno> {
         self.with(|i| {
             let f = i.fds.get(&fd.0).ok_or(Errno::EBADF)?;
             let base = match whence {
@@ -275,7 +280,7 @@ impl Client {
     }
 
     /// Makes the file durable (every returned write already is).
-    pub fn fsync(&self, fd: Fd) -> Result<(), Errno> {
+    fn fsync(&self, fd: Fd) -> Result<(), Errno> {
         self.with(|i| {
             let ino = i.fds.get(&fd.0).ok_or(Errno::EBADF)?.ino;
             i.call(&Request::Fsync { ino }).map(|_| ())
@@ -283,7 +288,7 @@ impl Client {
     }
 
     /// Attributes of the open file.
-    pub fn fstat(&self, fd: Fd) -> Result<Attr, Errno> {
+    fn fstat(&self, fd: Fd) -> Result<Attr, Errno> {
         self.with(|i| {
             let ino = i.fds.get(&fd.0).ok_or(Errno::EBADF)?.ino;
             i.getattr(ino)
@@ -291,7 +296,7 @@ impl Client {
     }
 
     /// Sets the open file's size.
-    pub fn ftruncate(&self, fd: Fd, size: u64) -> Result<(), Errno> {
+    fn ftruncate(&self, fd: Fd, size: u64) -> Result<(), Errno> {
         self.with(|i| {
             let (ino, _) = i.file(fd, true)?;
             i.setattr(ino, size_only(size)).map(|_| ())
@@ -301,7 +306,7 @@ impl Client {
     // ---- paths --------------------------------------------------------------------------
 
     /// Attributes of `path`, following a final symlink.
-    pub fn stat(&self, path: &str) -> Result<Attr, Errno> {
+    fn stat(&self, path: &str) -> Result<Attr, Errno> {
         self.with(|i| {
             let ino = i.resolve(path, true)?;
             i.getattr(ino)
@@ -309,7 +314,7 @@ impl Client {
     }
 
     /// Attributes of `path` itself.
-    pub fn lstat(&self, path: &str) -> Result<Attr, Errno> {
+    fn lstat(&self, path: &str) -> Result<Attr, Errno> {
         self.with(|i| {
             let ino = i.resolve(path, false)?;
             i.getattr(ino)
@@ -317,7 +322,7 @@ impl Client {
     }
 
     /// Sets the size of `path`.
-    pub fn truncate(&self, path: &str, size: u64) -> Result<(), Errno> {
+    fn truncate(&self, path: &str, size: u64) -> Result<(), Errno> {
         self.with(|i| {
             let ino = i.resolve(path, true)?;
             i.setattr(ino, size_only(size)).map(|_| ())
@@ -325,7 +330,7 @@ impl Client {
     }
 
     /// Creates a directory.
-    pub fn mkdir(&self, path: &str, mode: u32) -> Result<(), Errno> {
+    fn mkdir(&self, path: &str, mode: u32) -> Result<(), Errno> {
         self.with(|i| {
             i.make(path, S_IFDIR | (mode & 0o7777), Vec::new())
                 .map(|_| ())
@@ -333,22 +338,22 @@ impl Client {
     }
 
     /// Creates a symlink at `path` pointing to `target`.
-    pub fn symlink(&self, target: &str, path: &str) -> Result<(), Errno> {
+    fn symlink(&self, target: &str, path: &str) -> Result<(), Errno> {
         self.with(|i| i.make(path, S_IFLNK | 0o777, target.into()).map(|_| ()))
     }
 
     /// Removes an empty directory.
-    pub fn rmdir(&self, path: &str) -> Result<(), Errno> {
+    fn rmdir(&self, path: &str) -> Result<(), Errno> {
         self.with(|i| i.remove(path, true))
     }
 
     /// Removes a name of a non-directory.
-    pub fn unlink(&self, path: &str) -> Result<(), Errno> {
+    fn unlink(&self, path: &str) -> Result<(), Errno> {
         self.with(|i| i.remove(path, false))
     }
 
     /// Renames `from` to `to`, replacing `to` as `rename(2)` does.
-    pub fn rename(&self, from: &str, to: &str) -> Result<(), Errno> {
+    fn rename(&self, from: &str, to: &str) -> Result<(), Errno> {
         self.with(|i| {
             let (parent, name) = i.parent_and_name(from)?;
             let (new_parent, new_name) = i.parent_and_name(to)?;
@@ -364,7 +369,7 @@ impl Client {
     }
 
     /// A new name `to` for the file at `from`.
-    pub fn link(&self, from: &str, to: &str) -> Result<(), Errno> {
+    fn link(&self, from: &str, to: &str) -> Result<(), Errno> {
         self.with(|i| {
             let ino = i.resolve(from, false)?;
             let (parent, name) = i.parent_and_name(to)?;
@@ -373,7 +378,7 @@ impl Client {
     }
 
     /// A symlink's target.
-    pub fn readlink(&self, path: &str) -> Result<Vec<u8>, Errno> {
+    fn readlink(&self, path: &str) -> Result<Vec<u8>, Errno> {
         self.with(|i| {
             let ino = i.resolve(path, false)?;
             i.readlink(ino)
@@ -381,7 +386,7 @@ impl Client {
     }
 
     /// A directory's entries.
-    pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, Errno> {
+    fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, Errno> {
         self.with(|i| {
             let ino = i.resolve(path, true)?;
             match i.call(&Request::Readdir { ino })? {
@@ -392,7 +397,7 @@ impl Client {
     }
 
     /// Space and inode counts.
-    pub fn statfs(&self) -> Result<StatFs, Errno> {
+    fn statfs(&self) -> Result<StatFs, Errno> {
         self.with(|i| match i.call(&Request::Statfs)? {
             Reply::StatFs(s) => Ok(s),
             _ => Err(Errno::EIO),
@@ -400,7 +405,7 @@ impl Client {
     }
 
     /// The whole content of the file at `path`.
-    pub fn read_all(&self, path: &str) -> Result<Vec<u8>, Errno> {
+    fn read_all(&self, path: &str) -> Result<Vec<u8>, Errno> {
         let fd = self.open(path, OpenFlags::READ, 0)?;
         let size = self.fstat(fd)?.size as usize;
         let mut buf = vec![0u8; size];

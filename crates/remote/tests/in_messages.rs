@@ -5,7 +5,7 @@
 mod common;
 
 use switchyard_remote::{Client, DataPath};
-use switchyard_store::OpenFlags;
+use switchyard_store::{Files, OpenFlags};
 
 #[test]
 fn without_one_sided_access_data_moves_in_messages() {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use switchyard_remote::proto::{Reply, Request};
 use switchyard_remote::{Client, DataPath, Key};
+use switchyard_store::Files;
 use switchyard_store::{Errno, Fs, OpenFlags, Whence};
 use switchyard_ucx::{Failures, Node};
 

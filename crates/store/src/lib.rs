@@ -20,6 +20,7 @@ pub mod changes;
 pub mod crash;
 pub mod error;
 pub mod fallocate;
+pub mod files;
 pub mod format;
 pub mod fs;
 pub mod fsck;
@@ -36,6 +37,7 @@ pub mod xattr;
 pub use aio::{ReadFuture, WriteFuture, WriteOrder};
 pub use error::{Corruption, Errno, Error, MountError, Object, Op};
 pub use fallocate::Falloc;
+pub use files::Files;
 pub use format::Attr;
 pub use fs::{Fd, Fs, OpenFlags, Whence};
 pub use store::{

@@ -52,6 +52,13 @@ pub struct Node {
     endpoints: RefCell<BTreeMap<usize, (sys::ucp_ep_h, bool)>>,
     registrations: RefCell<Vec<sys::ucp_mem_h>>,
     deadline: Cell<Duration>,
+    /// Endpoint id → the endpoints that fail with it ([`Node::link`]).
+    links: RefCell<BTreeMap<usize, Vec<usize>>>,
+    /// Set when a request outlived its endpoint's forced close: the worker is never
+    /// progressed (nor destroyed) again, so nothing touches the buffers that request names.
+    poisoned: Cell<bool>,
+    /// Failed endpoints not yet reported by [`Node::failed`].
+    unreported: RefCell<Vec<usize>>,
 }
 
 // SAFETY: every UCX handle in a `Node` is used only through `&Node` methods, and `Node` is not
@@ -299,6 +306,9 @@ impl Node {
             endpoints: RefCell::new(BTreeMap::new()),
             registrations: RefCell::new(Vec::new()),
             deadline: Cell::new(Duration::from_secs(10)),
+            links: RefCell::new(BTreeMap::new()),
+            poisoned: Cell::new(false),
+            unreported: RefCell::new(Vec::new()),
         };
         // SAFETY: `worker` is live; `efd` receives a descriptor the worker owns.
         check("event fd", unsafe {
@@ -331,6 +341,9 @@ impl Node {
 
     /// Makes progress on every operation and callback; true if anything happened.
     pub fn progress(&self) -> bool {
+        if self.poisoned.get() {
+            return false;
+        }
         // SAFETY: the worker is live and driven by this thread only (`Node` is not `Sync`).
         unsafe { sys::ucp_worker_progress(self.worker) > 0 }
     }
@@ -361,6 +374,7 @@ impl Node {
         self.events.connections.borrow().is_empty()
             && self.events.messages.borrow().is_empty()
             && self.events.failed.borrow().is_empty()
+            && self.unreported.borrow().is_empty()
     }
 
     /// Listens on `addr` (port 0: any free port); returns the address bound. Connection
@@ -523,14 +537,44 @@ impl Node {
     /// Endpoints whose peer failed since the last call (by [`Endpoint::id`]); their
     /// operations fail from now on. Close them with [`Node::close`].
     pub fn failed(&self) -> Vec<usize> {
-        let ids: Vec<usize> = self.events.failed.borrow_mut().drain(..).collect();
+        self.absorb_failures();
+        std::mem::take(&mut *self.unreported.borrow_mut())
+    }
+
+    /// Marks the endpoints the error callback named (and those linked to them) failed, and
+    /// keeps them for [`Node::failed`] to report.
+    fn absorb_failures(&self) {
+        let mut ids: Vec<usize> = self.events.failed.borrow_mut().drain(..).collect();
+        if ids.is_empty() {
+            return;
+        }
+        let links = self.links.borrow();
+        let linked: Vec<usize> = ids
+            .iter()
+            .filter_map(|i| links.get(i))
+            .flatten()
+            .copied()
+            .collect();
+        ids.extend(linked);
         let mut eps = self.endpoints.borrow_mut();
         for id in &ids {
             if let Some(e) = eps.get_mut(id) {
                 e.1 = true;
             }
         }
-        ids
+        self.unreported.borrow_mut().extend(ids);
+    }
+
+    /// Makes `dependent` fail when `watched` does: an endpoint without failure detection
+    /// ([`Failures::Undetected`]) learns of its peer's death from one to the same peer that
+    /// has it, and its operations in flight are abandoned at once rather than at the
+    /// deadline.
+    pub fn link(&self, dependent: &Endpoint, watched: &Endpoint) {
+        self.links
+            .borrow_mut()
+            .entry(watched.id())
+            .or_default()
+            .push(dependent.id());
     }
 
     /// Whether `ep` is open and its peer has not failed (progress first to learn of
@@ -541,7 +585,10 @@ impl Node {
 
     /// Fails with "not connected" if `ep` failed or was closed.
     fn usable(&self, op: &'static str, ep: &Endpoint) -> Result<(), Error> {
-        self.failed();
+        if self.poisoned.get() {
+            return Err(Error::new(op, sys::UCS_ERR_NOT_CONNECTED));
+        }
+        self.absorb_failures();
         match self.endpoints.borrow().get(&ep.id()) {
             Some((_, false)) => Ok(()),
             _ => Err(Error::new(op, sys::UCS_ERR_NOT_CONNECTED)),
@@ -574,8 +621,12 @@ impl Node {
         let _ = self.complete("close", req, None);
     }
 
-    /// Waits for `req` (progressing the worker) and frees it. Past the deadline the
-    /// endpoint is closed forcibly, which completes the request with an error.
+    /// Waits for `req` (progressing the worker) and frees it. Past the deadline, or as soon
+    /// as the endpoint is known to have failed, the endpoint is closed forcibly, which fails
+    /// every request on it. A request that does not complete even then (UCX 1.13 keeps some
+    /// on shared-memory transports to a dead peer) poisons the node: it returns an error and
+    /// the worker is never progressed again, so nothing writes or reads the request's
+    /// buffers after the caller gets them back.
     fn complete(
         &self,
         op: &'static str,
@@ -589,7 +640,7 @@ impl Node {
             return Err(Error::new(op, status_of(req)));
         }
         let deadline = Instant::now() + self.deadline.get();
-        let mut forced = false;
+        let mut forced: Option<(Instant, sys::ucs_status_t)> = None;
         loop {
             self.progress();
             // SAFETY: `req` is a live request handle of this worker, not yet freed.
@@ -597,14 +648,29 @@ impl Node {
             if status != sys::UCS_INPROGRESS {
                 // SAFETY: the request is complete and freed once, here.
                 unsafe { sys::ucp_request_free(req) };
-                return if forced {
-                    Err(Error::new(op, sys::UCS_ERR_TIMED_OUT))
-                } else {
-                    check(op, status)
+                return match forced {
+                    Some((_, why)) => Err(Error::new(op, why)),
+                    None => check(op, status),
                 };
             }
-            if !forced && Instant::now() > deadline {
-                forced = true;
+            if let Some((since, why)) = forced {
+                if since.elapsed() > Duration::from_secs(2) || self.poisoned.get() {
+                    self.poisoned.set(true);
+                    return Err(Error::new(op, why));
+                }
+                continue;
+            }
+            let dead = ep.is_some_and(|e| {
+                self.absorb_failures();
+                !matches!(self.endpoints.borrow().get(&e.id()), Some((_, false)))
+            });
+            if dead || Instant::now() > deadline {
+                let why = if dead {
+                    sys::UCS_ERR_NOT_CONNECTED
+                } else {
+                    sys::UCS_ERR_TIMED_OUT
+                };
+                forced = Some((Instant::now(), why));
                 let open = ep.and_then(|e| self.endpoints.borrow_mut().remove(&e.id()));
                 match open {
                     // Closing the endpoint fails every request on it, this one included.
@@ -836,6 +902,10 @@ pub struct ConnectionRequest {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        if self.poisoned.get() {
+            // A request may still name a buffer: leave UCX alone (its handles leak).
+            return;
+        }
         // Queued rendezvous bodies go back to UCX first.
         for m in self.events.messages.borrow_mut().drain(..) {
             if let Body::Rendezvous(desc, _) = m.body {

@@ -1,0 +1,235 @@
+//! `switchyard serve` in a process of its own, reached by `cp` and `ls` in others: files
+//! round-trip, a wrong key is refused, and a client or the server killed in the middle of a
+//! write leaves the store consistent with every acknowledged write in it.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command as Std, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::cargo::CommandCargoExt;
+use assert_cmd::Command;
+use predicates::str::contains;
+
+fn sy(dir: &Path) -> Command {
+    let mut c = Command::cargo_bin("switchyard").unwrap();
+    c.current_dir(dir);
+    c
+}
+
+/// A running `serve` on a fresh store in `dir`, and the address it listens on.
+struct Server {
+    child: Child,
+    addr: String,
+    /// Its standard output, kept open (a closed pipe would kill its last words).
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl Server {
+    fn start(dir: &Path, extra: &[&str]) -> Server {
+        sy(dir).args(["mkfs", "--size", "1G"]).assert().success();
+        let mut child = Std::cargo_bin("switchyard")
+            .unwrap()
+            .current_dir(dir)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut line).unwrap();
+        let addr = line
+            .split(" on ")
+            .nth(1)
+            .and_then(|s| s.split([' ', ',']).next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        Server {
+            child,
+            addr,
+            stdout,
+        }
+    }
+
+    fn path(&self, p: &str) -> String {
+        format!("{}:{p}", self.addr)
+    }
+
+    /// SIGTERM, and what it said on the way out (standard error, then output).
+    fn stop(mut self) -> String {
+        // SAFETY: signalling a child we started and still own.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let mut said = self.child.wait_with_output_stderr();
+        use std::io::Read;
+        self.stdout.read_to_string(&mut said).unwrap();
+        said
+    }
+}
+
+trait StderrOutput {
+    fn wait_with_output_stderr(&mut self) -> String;
+}
+
+impl StderrOutput for Child {
+    fn wait_with_output_stderr(&mut self) -> String {
+        let status = self.wait().unwrap();
+        let mut err = String::new();
+        use std::io::Read;
+        if let Some(mut e) = self.stderr.take() {
+            e.read_to_string(&mut err).unwrap();
+        }
+        assert!(status.success(), "serve failed: {err}");
+        err
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until the served `/big` has some bytes (a `cp` into it is under way).
+fn until_writing(dir: &Path, srv: &Server) {
+    let t = Instant::now();
+    loop {
+        let out = sy(dir).args(["ls", &srv.path("/")]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        if text
+            .lines()
+            .any(|l| l.ends_with(" big") && !l.contains(" 0 big"))
+        {
+            return;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "cp never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+#[test]
+fn cp_and_ls_reach_a_served_store() {
+    let d = tempfile::tempdir().unwrap();
+    let srv = Server::start(d.path(), &[]);
+    let data = pattern(3 << 20 | 123);
+    std::fs::write(d.path().join("in"), &data).unwrap();
+    sy(d.path())
+        .args(["cp", "in", &srv.path("/f")])
+        .assert()
+        .success();
+    sy(d.path())
+        .args(["ls", &srv.path("/")])
+        .assert()
+        .success()
+        .stdout(contains(format!("{} f", data.len())));
+    sy(d.path())
+        .args(["cp", &srv.path("/f"), "out"])
+        .assert()
+        .success();
+    assert_eq!(std::fs::read(d.path().join("out")).unwrap(), data);
+    let said = srv.stop();
+    assert!(said.contains("stopping"), "{said}");
+    // The store was unmounted cleanly and holds the file.
+    sy(d.path())
+        .args(["cp", "store:/f", "again"])
+        .assert()
+        .success();
+    assert_eq!(std::fs::read(d.path().join("again")).unwrap(), data);
+    sy(d.path()).args(["fsck"]).assert().success();
+}
+
+#[test]
+fn a_wrong_key_is_refused_and_a_read_only_store_refuses_writes() {
+    let d = tempfile::tempdir().unwrap();
+    let srv = Server::start(d.path(), &["--read-only"]);
+    std::fs::write(d.path().join("other.key"), format!("{}\n", "ab".repeat(32))).unwrap();
+    sy(d.path())
+        .args(["ls", &srv.path("/"), "--key", "other.key"])
+        .assert()
+        .failure()
+        .stderr(contains("wrong key"));
+    std::fs::write(d.path().join("in"), b"x").unwrap();
+    sy(d.path())
+        .args(["cp", "in", &srv.path("/f")])
+        .assert()
+        .failure()
+        .stderr(contains("read-only"));
+    sy(d.path()).args(["ls", &srv.path("/")]).assert().success();
+}
+
+/// Whether the store's `/big` holds a prefix of `data` (every acknowledged 1 MiB write of
+/// `cp`, in order, and nothing else), read by a fresh `cp` out of the store.
+fn holds_a_prefix(dir: &Path, from: &str, data: &[u8]) -> usize {
+    sy(dir).args(["cp", from, "back"]).assert().success();
+    let back = std::fs::read(dir.join("back")).unwrap();
+    assert!(back.len() <= data.len());
+    assert!(
+        back == data[..back.len()],
+        "not a prefix of what was written"
+    );
+    back.len()
+}
+
+#[test]
+fn a_client_killed_mid_write_leaves_committed_writes_and_nothing_else() {
+    let d = tempfile::tempdir().unwrap();
+    let srv = Server::start(d.path(), &[]);
+    let data = pattern(600 << 20);
+    std::fs::write(d.path().join("in"), &data).unwrap();
+    let mut cp = Std::cargo_bin("switchyard")
+        .unwrap()
+        .current_dir(d.path())
+        .args(["cp", "in", &srv.path("/big")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    until_writing(d.path(), &srv);
+    cp.kill().unwrap();
+    cp.wait().unwrap();
+    let n = holds_a_prefix(d.path(), &srv.path("/big"), &data);
+    assert!(n.is_multiple_of(1 << 20), "a torn write: {n} bytes");
+    assert!(n < data.len(), "the copy finished before it was killed");
+    let said = srv.stop();
+    assert!(said.contains("stopping"), "{said}");
+    sy(d.path()).args(["fsck"]).assert().success();
+}
+
+#[test]
+fn a_server_killed_mid_write_fails_the_client_and_recovers_every_acknowledged_write() {
+    let d = tempfile::tempdir().unwrap();
+    let mut srv = Server::start(d.path(), &[]);
+    let data = pattern(600 << 20);
+    std::fs::write(d.path().join("in"), &data).unwrap();
+    let cp = Std::cargo_bin("switchyard")
+        .unwrap()
+        .current_dir(d.path())
+        .args(["cp", "in", &srv.path("/big")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    until_writing(d.path(), &srv);
+    srv.child.kill().unwrap();
+    srv.child.wait().unwrap();
+    let t = Instant::now();
+    let out = cp.wait_with_output().unwrap();
+    assert!(!out.status.success(), "cp went on without its server");
+    assert!(t.elapsed() < Duration::from_secs(60), "cp hung");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.is_empty());
+    // Recovery on the next open; the file holds whole 1 MiB writes, in order.
+    sy(d.path()).args(["fsck"]).assert().success();
+    let n = holds_a_prefix(d.path(), "store:/big", &data);
+    assert!(n.is_multiple_of(1 << 20), "a torn write: {n} bytes");
+    assert!(
+        n < data.len(),
+        "the copy finished before the server was killed"
+    );
+}
