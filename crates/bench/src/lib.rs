@@ -20,5 +20,6 @@ pub mod meta;
 pub mod mix;
 pub mod mount;
 mod pmdk;
+pub mod remote;
 pub mod report;
 pub mod tune;

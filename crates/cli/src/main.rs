@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use switchyard_bench::{
-    aio, apps, copy, decide, fs, idle, large, meta, mix, mount as mount_bench, report, tune,
+    aio, apps, copy, decide, fs, idle, large, meta, mix, mount as mount_bench, remote, report, tune,
 };
 
 /// Switchyard: a userspace storage stack for slow memory that moves data with the cheapest
@@ -97,6 +97,10 @@ enum Bench {
     /// graph-walk mixes), reads and writes, 1..N threads, through cpu-only, engine-only,
     /// default and tuned scheduling; with --grid, the best static setting for comparison.
     Mix(mix::MixArgs),
+    /// Reading a served store (`serve`) over UCX: one-sided reads, reads with the data in
+    /// messages, the transport's raw gets and the store read in process, by request size;
+    /// CPU per GiB on client and server; `stat` with and without the metadata cache.
+    Remote(remote::RemoteArgs),
     /// Cost of one scheduling decision (median over batches).
     Decide(decide::DecideArgs),
     /// CPU used by an idle engine after a burst of work.
@@ -118,6 +122,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Large(a)) => large::run(&a),
         Command::Bench(Bench::Mix(a)) => mix::run(&a),
         Command::Bench(Bench::Decide(a)) => decide::run(&a),
+        Command::Bench(Bench::Remote(a)) => remote::run(&a),
         Command::Bench(Bench::Idle(a)) => idle::run(&a),
         Command::Stat(a) => stat::run(&a),
         Command::Config(a) => config_cmd::run(&a),

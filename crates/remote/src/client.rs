@@ -22,6 +22,8 @@ use crate::proto::{Reply, Request, Welcome, MAX_BYTES, PROTOCOL_VERSION};
 
 /// Symlinks followed in one path walk before `ELOOP` (as the local `Fs`).
 const SYMLOOP_MAX: u32 = 40;
+/// Bytes read to get one change word (its line; the table is page aligned).
+const WORD_LINE: usize = 64;
 /// Reads of a cached map retried after its file changed before asking the server to read.
 const READ_RETRIES: u32 = 8;
 
@@ -191,6 +193,29 @@ impl Client {
     /// How data moves (one-sided, or inside messages where the transport cannot).
     pub fn data_path(&self) -> DataPath {
         self.with(|i| Ok(i.path.clone())).expect("infallible")
+    }
+
+    /// From now on, moves data inside requests and replies even where one-sided access
+    /// exists, and caches nothing (to compare the two paths, as `bench remote` does).
+    pub fn force_in_messages(&self) {
+        self.with(|i| {
+            let t = match &i.path {
+                DataPath::OneSided(t) | DataPath::InMessages(t) => t.clone(),
+            };
+            i.path = DataPath::InMessages(t);
+            i.forget();
+            Ok(())
+        })
+        .expect("infallible")
+    }
+
+    /// Drops every cached name, attribute and map (the next calls ask the server).
+    pub fn forget(&self) {
+        self.with(|i| {
+            i.forget();
+            Ok(())
+        })
+        .expect("infallible")
     }
 
     /// Counters so far.
@@ -473,6 +498,12 @@ fn wait_reply(
 }
 
 impl Inner {
+    fn forget(&mut self) {
+        self.names.clear();
+        self.attrs.clear();
+        self.maps.clear();
+    }
+
     fn one_sided(&self) -> bool {
         matches!(self.path, DataPath::OneSided(_))
     }
@@ -490,14 +521,20 @@ impl Inner {
         }
     }
 
-    /// The change word of `ino` now (one-sided).
+    /// The change word of `ino` now (one-sided). The get covers the word's whole 64-byte
+    /// line: UCX 1.13 moves gets as small as 8 bytes through the server's CPU (an active
+    /// message it answers) even on `cma`, and a line-sized one directly.
     fn word(&mut self, ino: u64) -> Result<u64, Errno> {
-        let mut b = [0u8; 8];
+        let mut line = [0u8; WORD_LINE];
         let at = self.welcome.changes_addr + Changes::index(ino) as u64 * 8;
+        let start = at & !(WORD_LINE as u64 - 1);
         self.node
-            .get(&self.data, &mut b, at, &self.changes_key)
+            .get(&self.data, &mut line, start, &self.changes_key)
             .map_err(errno)?;
-        Ok(u64::from_le_bytes(b))
+        let i = (at - start) as usize;
+        Ok(u64::from_le_bytes(
+            line[i..i + 8].try_into().expect("8 bytes"),
+        ))
     }
 
     fn lookup(&mut self, parent: u64, name: &[u8]) -> Result<u64, Errno> {

@@ -47,6 +47,19 @@ pub struct ServerStats {
     pub committed_bytes: AtomicU64,
     /// Preparations given back because their client went away or aborted.
     pub abandoned: AtomicU64,
+    /// CPU time the serving thread has used, in nanoseconds (updated as it runs).
+    pub cpu_ns: AtomicU64,
+}
+
+/// CPU time the calling thread has used.
+fn thread_cpu_ns() -> u64 {
+    // SAFETY: clock_gettime writes the zeroed timespec we pass and reads nothing else.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+        ts
+    };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Why serving stopped before it began.
@@ -135,6 +148,7 @@ pub fn serve(
     while !stop.load(Ordering::Relaxed) {
         node.wait(Duration::from_millis(100));
         server.turn(&node);
+        stats.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
     }
     let peers: Vec<Peer<'_>> = server.peers.drain().map(|(_, p)| p).collect();
     for p in peers {

@@ -7,6 +7,7 @@ use std::ffi::c_void;
 use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::ptr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::{check, Error};
@@ -59,6 +60,8 @@ pub struct Node {
     poisoned: Cell<bool>,
     /// Failed endpoints not yet reported by [`Node::failed`].
     unreported: RefCell<Vec<usize>>,
+    /// The keys this node unpacked.
+    keys: Arc<Mutex<KeyShelf>>,
 }
 
 // SAFETY: every UCX handle in a `Node` is used only through `&Node` methods, and `Node` is not
@@ -118,15 +121,35 @@ impl Drop for Message<'_> {
     }
 }
 
-/// A peer's memory as this node may reach it: an unpacked remote key.
+/// A peer's memory as this node may reach it: an unpacked remote key. It may be dropped
+/// anywhere, before or after its node: the node destroys it on its own thread (UCX's single
+/// thread mode), and a node's other keys are refused.
 pub struct RKey {
     h: sys::ucp_rkey_h,
+    shelf: Arc<Mutex<KeyShelf>>,
+}
+
+// SAFETY: an `RKey` touches UCX only through its node's methods, on the node's thread; its
+// drop merely records the handle on the shared shelf, under its mutex.
+unsafe impl Send for RKey {}
+// SAFETY: as above; `&RKey` gives access to nothing but the handle's value.
+unsafe impl Sync for RKey {}
+
+/// The node's unpacked keys: those alive, those dropped and not yet destroyed.
+#[derive(Default)]
+struct KeyShelf {
+    /// Set when the node is gone (it destroyed every key).
+    closed: bool,
+    live: std::collections::BTreeSet<usize>,
+    dropped: Vec<usize>,
 }
 
 impl Drop for RKey {
     fn drop(&mut self) {
-        // SAFETY: `h` came from `ucp_ep_rkey_unpack` and is destroyed once, here.
-        unsafe { sys::ucp_rkey_destroy(self.h) };
+        let mut shelf = self.shelf.lock().unwrap_or_else(|e| e.into_inner());
+        if !shelf.closed && shelf.live.remove(&(self.h as usize)) {
+            shelf.dropped.push(self.h as usize);
+        }
     }
 }
 
@@ -309,6 +332,7 @@ impl Node {
             links: RefCell::new(BTreeMap::new()),
             poisoned: Cell::new(false),
             unreported: RefCell::new(Vec::new()),
+            keys: Arc::default(),
         };
         // SAFETY: `worker` is live; `efd` receives a descriptor the worker owns.
         check("event fd", unsafe {
@@ -343,6 +367,11 @@ impl Node {
     pub fn progress(&self) -> bool {
         if self.poisoned.get() {
             return false;
+        }
+        let dropped = std::mem::take(&mut self.shelf().dropped);
+        for h in dropped {
+            // SAFETY: a key this node unpacked, dropped by its owner, destroyed once here.
+            unsafe { sys::ucp_rkey_destroy(h as sys::ucp_rkey_h) };
         }
         // SAFETY: the worker is live and driven by this thread only (`Node` is not `Sync`).
         unsafe { sys::ucp_worker_progress(self.worker) > 0 }
@@ -805,7 +834,24 @@ impl Node {
         check("unpack key", unsafe {
             sys::ucp_ep_rkey_unpack(ep.h, packed.as_ptr().cast(), &mut h)
         })?;
-        Ok(RKey { h })
+        self.shelf().live.insert(h as usize);
+        Ok(RKey {
+            h,
+            shelf: self.keys.clone(),
+        })
+    }
+
+    fn shelf(&self) -> std::sync::MutexGuard<'_, KeyShelf> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fails unless `key` was unpacked by this node.
+    fn mine(&self, op: &'static str, key: &RKey) -> Result<(), Error> {
+        if Arc::ptr_eq(&key.shelf, &self.keys) {
+            Ok(())
+        } else {
+            Err(Error::new(op, sys::UCS_ERR_INVALID_PARAM))
+        }
     }
 
     /// Reads `buf.len()` bytes at the peer's address `remote` into `buf` (one-sided).
@@ -821,6 +867,7 @@ impl Node {
         key: &RKey,
     ) -> Result<(), Error> {
         self.usable("get", ep)?;
+        self.mine("get", key)?;
         let param = sys::ucp_request_param_t::default();
         let mut reqs = Vec::with_capacity(reads.len());
         for (buf, remote) in reads.iter_mut() {
@@ -844,6 +891,7 @@ impl Node {
     /// a later [`Node::flush`] returns.
     pub fn put(&self, ep: &Endpoint, buf: &[u8], remote: u64, key: &RKey) -> Result<(), Error> {
         self.usable("put", ep)?;
+        self.mine("put", key)?;
         let param = sys::ucp_request_param_t::default();
         // SAFETY: `ep` is open and `key` was unpacked for it; `buf` stays borrowed until the
         // request is complete (local completion: the buffer is reusable).
@@ -912,6 +960,18 @@ impl Drop for Node {
                 // SAFETY: a descriptor the callback kept and nothing received.
                 unsafe { sys::ucp_am_data_release(self.worker, desc) };
             }
+        }
+        // Every key goes before the endpoints it was unpacked on.
+        let keys = {
+            let mut shelf = self.shelf();
+            shelf.closed = true;
+            let mut all: Vec<usize> = std::mem::take(&mut shelf.dropped);
+            all.extend(std::mem::take(&mut shelf.live));
+            all
+        };
+        for h in keys {
+            // SAFETY: a key this node unpacked, destroyed once (the shelf is now closed).
+            unsafe { sys::ucp_rkey_destroy(h as sys::ucp_rkey_h) };
         }
         let eps: Vec<(sys::ucp_ep_h, bool)> = std::mem::take(&mut *self.endpoints.borrow_mut())
             .into_values()

@@ -95,9 +95,11 @@ fn messages_and_one_sided_access_between_two_nodes() {
     assert_eq!((a[1], b[1]), (1, 65));
     node.put(&data, &[0xAB; 512], base + 100, &key).unwrap();
     node.flush(&data).unwrap();
-    drop(key);
     node.close(data);
     node.close(ep);
+    // A key may outlive its node: the node destroyed it.
+    drop(node);
+    drop(key);
     done.send(()).unwrap();
     let area = server.join().unwrap();
     assert!(area[100..612].iter().all(|&b| b == 0xAB));

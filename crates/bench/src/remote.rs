@@ -1,0 +1,368 @@
+//! `switchyard bench remote`: reading a served store from another endpoint, against the
+//! transport's own ceiling and the store read in process, in one run.
+//!
+//! A server (the store's owner) runs in a thread of this process on a store in memory; the
+//! clients reach it over loopback through UCX like any other process would (on one host UCX
+//! picks cross-memory attach for one-sided access). For each request size, in rotated rounds:
+//!
+//! - `raw` — UCX one-sided gets of the same sizes from a registered buffer on the same
+//!   transport: the ceiling (RIMFS Table 1's "RDMA read");
+//! - `one-sided` — the client's reads: gets of the data blocks on its cached map, then the
+//!   8-byte change word that validates them;
+//! - `in-messages` — the same reads with the data moved inside requests and replies (the
+//!   RPC path RIMFS compares against);
+//! - `local` — the store read in this process (no transport at all).
+//!
+//! And the metadata cache (RIMFS Fig. 8): `stat` of a path three directories deep with the
+//! cache (each component checked by its change word) against without it (a request per
+//! component). CPU cost is per GiB for the client's thread and the server's thread apart.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde::Serialize;
+use switchyard_media::{Persist, Region};
+use switchyard_mover::{Config, Mover};
+use switchyard_remote::{serve, Client, Key, ServeOptions, ServerStats};
+use switchyard_store::{Files, OpenFlags, Owner, Store};
+use switchyard_ucx::{Failures, Node};
+
+/// `bench remote` options.
+#[derive(Args)]
+pub struct RemoteArgs {
+    /// A short run: fewer bytes per point and 3 rounds.
+    #[arg(long)]
+    quick: bool,
+    /// One JSON record per line instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Rounds (each runs every path once per size, in rotated order) [default: 5; 3 with
+    /// --quick].
+    #[arg(long)]
+    rounds: Option<usize>,
+}
+
+const SIZES: [usize; 4] = [512, 4 << 10, 128 << 10, 2 << 20];
+const PATHS: [&str; 4] = ["raw", "one-sided", "in-messages", "local"];
+
+/// One measured point.
+#[derive(Serialize, Clone)]
+struct Point {
+    path: &'static str,
+    size: usize,
+    gib_per_s: f64,
+    /// Median over rounds of the client thread's CPU seconds per GiB.
+    client_cpu_s_per_gib: f64,
+    /// The same for the server's thread (0 where no server is involved).
+    server_cpu_s_per_gib: f64,
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu() -> Duration {
+    // SAFETY: clock_gettime writes the zeroed timespec we pass and reads nothing else.
+    let ts = unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts);
+        ts
+    };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// A registered buffer served for raw gets, and the means to read it.
+struct Raw {
+    // The key goes before the node that unpacked it.
+    key: switchyard_ucx::RKey,
+    node: Node,
+    ep: switchyard_ucx::Endpoint,
+    base: u64,
+    /// CPU time of the thread serving the buffer, in nanoseconds.
+    cpu_ns: Arc<AtomicU64>,
+}
+
+impl Raw {
+    /// A thread that registers `len` bytes and hands their key to one peer, and the peer.
+    fn start(len: usize, stop: Arc<AtomicBool>) -> anyhow::Result<Raw> {
+        let cpu_ns = Arc::new(AtomicU64::new(0));
+        let cpu = cpu_ns.clone();
+        let (tx, rx) = mpsc::channel::<(SocketAddr, Vec<u8>, Vec<u8>, u64)>();
+        std::thread::spawn(move || -> anyhow::Result<()> {
+            let mut area = vec![7u8; len];
+            let node = Node::new()?;
+            // SAFETY: `area` outlives `node` (dropped first, below); peers only read it.
+            let reg = unsafe { node.register(area.as_mut_ptr(), len, false) }?;
+            let addr = node.listen("127.0.0.1:0".parse()?)?;
+            tx.send((
+                addr,
+                node.address()?,
+                node.pack_rkey(reg)?,
+                area.as_ptr() as u64,
+            ))?;
+            while !stop.load(Ordering::Relaxed) {
+                node.wait(Duration::from_millis(50));
+                while let Some(r) = node.next_connection() {
+                    node.accept(r)?;
+                }
+                cpu.store(thread_cpu().as_nanos() as u64, Ordering::Relaxed);
+            }
+            drop(node);
+            drop(area);
+            Ok(())
+        });
+        let (addr, worker, key, base) = rx.recv()?;
+        let node = Node::new()?;
+        let ctl = node.connect(addr)?;
+        let ep = node.connect_address(&worker, Failures::Undetected)?;
+        node.link(&ep, &ctl);
+        let key = node.unpack_rkey(&ep, &key)?;
+        Ok(Raw {
+            key,
+            node,
+            ep,
+            base,
+            cpu_ns,
+        })
+    }
+}
+
+/// Runs the benchmark.
+pub fn run(a: &RemoteArgs) -> anyhow::Result<()> {
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
+    let file = if a.quick { 64 << 20 } else { 256 << 20 };
+    let region = Region::memory(file as u64 * 2 + (64 << 20), Persist::detect())?;
+    let store = Store::format(
+        region,
+        Arc::new(Mover::start(&Config::default())?),
+        Owner::current(),
+    )?;
+    let key = Key::random();
+    let opts = ServeOptions {
+        listen: "127.0.0.1:0".parse()?,
+        read_only: false,
+        key: key.clone(),
+    };
+    let stats = ServerStats::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    std::thread::scope(|s| -> anyhow::Result<()> {
+        let (tx, rx) = mpsc::channel();
+        let (store, opts, stats, stop2) = (&store, &opts, &stats, &stop);
+        let server = s.spawn(move || serve(store, opts, stats, stop2, |b| tx.send(b).unwrap()));
+        let result = (|| {
+            let addr = rx.recv()?;
+            measure(a, rounds, file, addr, &key, store, stats, &stop)
+        })();
+        stop.store(true, Ordering::Relaxed);
+        server.join().expect("server thread")?;
+        result
+    })
+}
+
+/// Bytes a point reads: enough to time, bounded in requests for the small sizes.
+fn bytes_for(size: usize, file: usize, quick: bool) -> usize {
+    let ops = if quick { 4_000 } else { 20_000 };
+    (size * ops).min(file)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    a: &RemoteArgs,
+    rounds: usize,
+    file: usize,
+    addr: SocketAddr,
+    key: &Key,
+    store: &Store,
+    stats: &ServerStats,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<()> {
+    let one = Client::connect(addr, key, true)?;
+    let rpc = Client::connect(addr, key, false)?;
+    rpc.force_in_messages();
+    let fd = one.open("/data", OpenFlags::CREATE, 0o644)?;
+    let chunk = vec![0x5Au8; 4 << 20];
+    for off in (0..file).step_by(chunk.len()) {
+        one.pwrite(fd, &chunk[..chunk.len().min(file - off)], off as u64)?;
+    }
+    let rfd = rpc.open("/data", OpenFlags::READ, 0)?;
+    let ino = store.lookup(switchyard_store::format::ROOT, b"data")?.0;
+    let raw = Raw::start(file, stop.clone())?;
+    // The serving thread of each path: the raw buffer's, or the store's server.
+    let server_cpu = |path: &str| {
+        let c = if path == "raw" {
+            &raw.cpu_ns
+        } else {
+            &stats.cpu_ns
+        };
+        Duration::from_nanos(c.load(Ordering::Relaxed))
+    };
+    if !a.json {
+        println!(
+            "bench remote: server and clients in one process over loopback; data path {}",
+            one.data_path()
+        );
+    }
+    let mut samples: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); SIZES.len() * PATHS.len()];
+    let mut buf = vec![0u8; 2 << 20];
+    for round in 0..rounds {
+        for (si, &size) in SIZES.iter().enumerate() {
+            let total = bytes_for(size, file, a.quick);
+            for k in 0..PATHS.len() {
+                let pi = (k + round + si) % PATHS.len();
+                // Let the server's thread record its CPU time before and after.
+                std::thread::sleep(Duration::from_millis(120));
+                let (c0, s0, t0) = (thread_cpu(), server_cpu(PATHS[pi]), Instant::now());
+                let mut off = 0usize;
+                while off < total {
+                    let b = &mut buf[..size];
+                    match PATHS[pi] {
+                        "raw" => raw.node.get(&raw.ep, b, raw.base + off as u64, &raw.key)?,
+                        "one-sided" => {
+                            one.pread(fd, b, off as u64)?;
+                        }
+                        "in-messages" => {
+                            rpc.pread(rfd, b, off as u64)?;
+                        }
+                        _ => {
+                            store.read(ino, off as u64, b)?;
+                        }
+                    }
+                    off += size;
+                }
+                let (wall, cpu) = (t0.elapsed(), thread_cpu() - c0);
+                std::thread::sleep(Duration::from_millis(120));
+                let scpu = server_cpu(PATHS[pi]) - s0;
+                let gib = total as f64 / (1u64 << 30) as f64;
+                samples[si * PATHS.len() + pi].push((
+                    gib / wall.as_secs_f64(),
+                    cpu.as_secs_f64() / gib,
+                    scpu.as_secs_f64() / gib,
+                ));
+            }
+        }
+    }
+    let points: Vec<Point> = samples
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let med = |f: fn(&(f64, f64, f64)) -> f64| {
+                let mut x: Vec<f64> = v.iter().map(f).collect();
+                x.sort_by(f64::total_cmp);
+                x[x.len() / 2]
+            };
+            Point {
+                path: PATHS[i % PATHS.len()],
+                size: SIZES[i / PATHS.len()],
+                gib_per_s: med(|s| s.0),
+                client_cpu_s_per_gib: med(|s| s.1),
+                server_cpu_s_per_gib: med(|s| s.2),
+            }
+        })
+        .collect();
+    let reads = one.stats();
+    let cache = metadata_cache(&one, rounds)?;
+    if a.json {
+        for p in &points {
+            println!("{}", serde_json::to_string(p)?);
+        }
+        println!("{}", serde_json::to_string(&cache)?);
+    } else {
+        print_table(&points, &samples, &cache);
+        println!(
+            "one-sided client during the reads: {} requests, {} cache hits, {} misses, {} \
+             reads repeated",
+            reads.requests, reads.cache_hits, reads.cache_misses, reads.read_retries
+        );
+    }
+    drop(raw);
+    Ok(())
+}
+
+/// `stat` latency with and without the metadata cache.
+#[derive(Serialize)]
+struct Cache {
+    stat_hit_us: f64,
+    stat_miss_us: f64,
+}
+
+fn metadata_cache(c: &Client, rounds: usize) -> anyhow::Result<Cache> {
+    c.mkdir("/a", 0o755).ok();
+    c.mkdir("/a/b", 0o755).ok();
+    c.mkdir("/a/b/c", 0o755).ok();
+    let fd = c.open("/a/b/c/f", OpenFlags::CREATE, 0o644)?;
+    c.close(fd)?;
+    let n = 2_000;
+    let time = |forget: bool| -> anyhow::Result<f64> {
+        let mut v = Vec::new();
+        for _ in 0..rounds {
+            let t = Instant::now();
+            for _ in 0..n {
+                if forget {
+                    c.forget();
+                }
+                c.stat("/a/b/c/f")?;
+            }
+            v.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+        }
+        v.sort_by(f64::total_cmp);
+        Ok(v[v.len() / 2])
+    };
+    c.stat("/a/b/c/f")?;
+    Ok(Cache {
+        stat_hit_us: time(false)?,
+        stat_miss_us: time(true)?,
+    })
+}
+
+fn print_table(points: &[Point], samples: &[Vec<(f64, f64, f64)>], cache: &Cache) {
+    println!(
+        "{:>7}  {:>12} {:>9} {:>14} {:>14}  {:>10} {:>10} {:>10}",
+        "size",
+        "path",
+        "GiB/s",
+        "client cpu/GiB",
+        "server cpu/GiB",
+        "÷ raw",
+        "÷ local",
+        "rpc ÷ this"
+    );
+    for (si, &size) in SIZES.iter().enumerate() {
+        let at = |path: &str| {
+            let pi = PATHS.iter().position(|p| *p == path).expect("a path");
+            si * PATHS.len() + pi
+        };
+        let ratio = |a: usize, b: usize| {
+            let mut r: Vec<f64> = samples[a]
+                .iter()
+                .zip(&samples[b])
+                .map(|(x, y)| x.0 / y.0)
+                .collect();
+            r.sort_by(f64::total_cmp);
+            r[r.len() / 2]
+        };
+        for path in PATHS {
+            let p = &points[at(path)];
+            println!(
+                "{:>7}  {:>12} {:>9.3} {:>13.3}s {:>13.3}s  {:>10.2} {:>10.2} {:>10}",
+                switchyard_options::size::show(size as u64),
+                path,
+                p.gib_per_s,
+                p.client_cpu_s_per_gib,
+                p.server_cpu_s_per_gib,
+                ratio(at(path), at("raw")),
+                ratio(at(path), at("local")),
+                if path == "one-sided" {
+                    format!("{:.2}", ratio(at("in-messages"), at("one-sided")))
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    println!(
+        "stat of a path 4 deep: {:.1} µs with the metadata cache, {:.1} µs without ({:.2}×)",
+        cache.stat_hit_us,
+        cache.stat_miss_us,
+        cache.stat_miss_us / cache.stat_hit_us
+    );
+}
