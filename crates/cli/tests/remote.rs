@@ -17,6 +17,17 @@ fn sy(dir: &Path) -> Command {
     c
 }
 
+/// The address in `serve`'s first line ("serving S on ADDR …").
+fn listening_on(out: &mut impl BufRead) -> String {
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    line.split(" on ")
+        .nth(1)
+        .and_then(|s| s.split([' ', ',']).next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string()
+}
+
 /// A running `serve` on a fresh store in `dir`, and the address it listens on.
 struct Server {
     child: Child,
@@ -37,15 +48,8 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut line = String::new();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        stdout.read_line(&mut line).unwrap();
-        let addr = line
-            .split(" on ")
-            .nth(1)
-            .and_then(|s| s.split([' ', ',']).next())
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .to_string();
+        let addr = listening_on(&mut stdout);
         Server {
             child,
             addr,
@@ -232,4 +236,105 @@ fn a_server_killed_mid_write_fails_the_client_and_recovers_every_acknowledged_wr
         n < data.len(),
         "the copy finished before the server was killed"
     );
+}
+
+/// A network namespace with a veth pair to this one, removed when dropped.
+struct Namespace {
+    name: String,
+    /// The server's address inside it.
+    inside: String,
+    /// The veth ends: this namespace's and the other's.
+    here: String,
+    there: String,
+}
+
+impl Namespace {
+    fn create() -> Namespace {
+        let pid = std::process::id();
+        let name = format!("sy{pid}");
+        let (here, there) = (format!("sya{pid}"), format!("syb{pid}"));
+        let net = format!("10.77.{}", pid % 250);
+        let ns = Namespace {
+            name: name.clone(),
+            inside: format!("{net}.2"),
+            here: here.clone(),
+            there: there.clone(),
+        };
+        let ip = |args: &[&str]| {
+            let st = Std::new("ip").args(args).status().unwrap();
+            assert!(st.success(), "ip {args:?} failed");
+        };
+        ip(&["netns", "add", &name]);
+        ip(&["link", "add", &here, "type", "veth", "peer", "name", &there]);
+        ip(&["link", "set", &there, "netns", &name]);
+        ip(&["addr", "add", &format!("{net}.1/24"), "dev", &here]);
+        ip(&["link", "set", &here, "up"]);
+        let inside = |args: &[&str]| {
+            let mut a = vec!["netns", "exec", &name, "ip"];
+            a.extend_from_slice(args);
+            ip(&a);
+        };
+        inside(&["addr", "add", &format!("{net}.2/24"), "dev", &there]);
+        inside(&["link", "set", &there, "up"]);
+        inside(&["link", "set", "lo", "up"]);
+        ns
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes the veth pair with it.
+        let _ = Std::new("ip").args(["netns", "del", &self.name]).status();
+    }
+}
+
+#[test]
+fn cp_reaches_a_server_in_another_network_namespace() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: making a network namespace needs root");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    sy(d.path())
+        .args(["mkfs", "--size", "256M"])
+        .assert()
+        .success();
+    let ns = Namespace::create();
+    let bin = assert_cmd::cargo::cargo_bin("switchyard");
+    let listen = format!("{}:0", ns.inside);
+    // As two machines would be: TCP only (UCX would otherwise see one host and try shared
+    // memory), each side on its end of the veth pair.
+    let mut child = Std::new("ip")
+        .args(["netns", "exec", &ns.name])
+        .arg(&bin)
+        .args(["serve", "--listen", &listen])
+        .env("UCX_TLS", "tcp")
+        .env("UCX_NET_DEVICES", &ns.there)
+        .current_dir(d.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let addr = listening_on(&mut out);
+    assert!(addr.starts_with(&ns.inside), "{addr}");
+    let data = pattern(5 << 20 | 77);
+    std::fs::write(d.path().join("in"), &data).unwrap();
+    let remote = format!("{addr}:/f");
+    let client = |args: &[&str]| {
+        sy(d.path())
+            .args(args)
+            .env("UCX_TLS", "tcp")
+            .env("UCX_NET_DEVICES", &ns.here)
+            .assert()
+            .success();
+    };
+    client(&["cp", "in", &remote]);
+    client(&["cp", &remote, "out"]);
+    assert_eq!(std::fs::read(d.path().join("out")).unwrap(), data);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    drop(out);
 }

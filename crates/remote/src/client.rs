@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use switchyard_store::changes::Changes;
 use switchyard_store::format::{ROOT, S_IFDIR, S_IFLNK, S_IFREG};
+use switchyard_store::fs::components;
 use switchyard_store::{
     Attr, DirEntry, Errno, Extents, Fd, Files, OpenFlags, SetAttr, StatFs, Whence, MAX_FILE_SIZE,
 };
@@ -864,20 +865,9 @@ impl Inner {
             .map(|_| ())
     }
 
-    fn components(path: &str) -> Result<Vec<&[u8]>, Errno> {
-        if path.is_empty() {
-            return Err(Errno::ENOENT);
-        }
-        Ok(path
-            .split('/')
-            .filter(|c| !c.is_empty())
-            .map(str::as_bytes)
-            .collect())
-    }
-
     /// Resolves `path` to (parent directory, last name); the name is `None` for the root.
     fn parent_of(&mut self, path: &str, depth: &mut u32) -> Result<(u64, Option<Vec<u8>>), Errno> {
-        let comps = Self::components(path)?;
+        let comps = components(path)?;
         let Some((last, dirs)) = comps.split_last() else {
             return Ok((ROOT, None));
         };
@@ -906,7 +896,7 @@ impl Inner {
         }
         let target = String::from_utf8(self.readlink(link)?).map_err(|_| Errno::EINVAL)?;
         let mut cur = if target.starts_with('/') { ROOT } else { dir };
-        for c in Self::components(&target)? {
+        for c in components(&target)? {
             if self.getattr(cur)?.kind() != S_IFDIR {
                 return Err(Errno::ENOTDIR);
             }

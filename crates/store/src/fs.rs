@@ -89,6 +89,19 @@ pub struct Fs {
 }
 
 const SYMLOOP_MAX: u32 = 40;
+
+/// The names of `path`'s components, in order (empty for the root; `ENOENT` for an empty
+/// path): what every path walk over a store steps through.
+pub fn components(path: &str) -> Result<Vec<&[u8]>, Errno> {
+    if path.is_empty() {
+        return Err(Errno::ENOENT);
+    }
+    Ok(path
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .map(str::as_bytes)
+        .collect())
+}
 const OPEN_MAX: usize = 1 << 20;
 
 impl Fs {
@@ -121,20 +134,9 @@ impl Fs {
         Ok(self.store)
     }
 
-    fn components(path: &str) -> Result<Vec<&[u8]>, Errno> {
-        if path.is_empty() {
-            return Err(Errno::ENOENT);
-        }
-        Ok(path
-            .split('/')
-            .filter(|c| !c.is_empty())
-            .map(str::as_bytes)
-            .collect())
-    }
-
     /// Resolves `path` to (parent directory, last name). The last name is `None` for the root.
     fn parent_of(&self, path: &str, depth: &mut u32) -> Result<(u64, Option<Vec<u8>>), Errno> {
-        let comps = Self::components(path)?;
+        let comps = components(path)?;
         let Some((last, dirs)) = comps.split_last() else {
             return Ok((ROOT, None));
         };
@@ -166,7 +168,7 @@ impl Fs {
         let target = String::from_utf8(target).map_err(|_| Errno::EINVAL)?;
         let start = if target.starts_with('/') { ROOT } else { dir };
         let mut cur = start;
-        for c in Self::components(&target)? {
+        for c in components(&target)? {
             if self.store.getattr(cur)?.kind() != S_IFDIR {
                 return Err(Errno::ENOTDIR);
             }
