@@ -4,7 +4,6 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
 use std::ffi::c_void;
-use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::ptr;
 use std::sync::{Arc, Mutex};
@@ -12,6 +11,16 @@ use std::time::{Duration, Instant};
 
 use crate::error::{check, Error};
 use crate::sys;
+
+mod addr;
+mod memory;
+mod message;
+
+use addr::{from_storage, SockAddr};
+use memory::KeyShelf;
+pub use memory::{RKey, Registration};
+use message::on_message;
+pub use message::Message;
 
 /// The one active-message id every message travels on (the kind is in the header).
 const AM_ID: u32 = 0;
@@ -84,79 +93,6 @@ impl Endpoint {
     }
 }
 
-/// A received message: a header and a body, from an endpoint of this node.
-pub struct Message<'n> {
-    /// The header bytes.
-    pub header: Vec<u8>,
-    body: Body,
-    from: usize,
-    worker: sys::ucp_worker_h,
-    _node: PhantomData<&'n Node>,
-}
-
-impl Message<'_> {
-    /// The id of the endpoint it came on (answer with [`Node::send`] on that endpoint).
-    pub fn from(&self) -> usize {
-        self.from
-    }
-
-    /// The body's length in bytes.
-    pub fn body_len(&self) -> usize {
-        match &self.body {
-            Body::Here(v) => v.len(),
-            Body::Rendezvous(_, n) => *n,
-            Body::Gone => 0,
-        }
-    }
-}
-
-impl Drop for Message<'_> {
-    fn drop(&mut self) {
-        if let Body::Rendezvous(desc, _) = self.body {
-            // SAFETY: `desc` is a rendezvous descriptor the callback kept (it returned
-            // UCS_INPROGRESS) and nothing received it; the worker outlives the message (its
-            // lifetime is tied to the node's).
-            unsafe { sys::ucp_am_data_release(self.worker, desc) };
-        }
-    }
-}
-
-/// A peer's memory as this node may reach it: an unpacked remote key. It may be dropped
-/// anywhere, before or after its node: the node destroys it on its own thread (UCX's single
-/// thread mode), and a node's other keys are refused.
-pub struct RKey {
-    h: sys::ucp_rkey_h,
-    shelf: Arc<Mutex<KeyShelf>>,
-}
-
-// SAFETY: an `RKey` touches UCX only through its node's methods, on the node's thread; its
-// drop merely records the handle on the shared shelf, under its mutex.
-unsafe impl Send for RKey {}
-// SAFETY: as above; `&RKey` gives access to nothing but the handle's value.
-unsafe impl Sync for RKey {}
-
-/// The node's unpacked keys: those alive, those dropped and not yet destroyed.
-#[derive(Default)]
-struct KeyShelf {
-    /// Set when the node is gone (it destroyed every key).
-    closed: bool,
-    live: std::collections::BTreeSet<usize>,
-    dropped: Vec<usize>,
-}
-
-impl Drop for RKey {
-    fn drop(&mut self) {
-        let mut shelf = self.shelf.lock().unwrap_or_else(|e| e.into_inner());
-        if !shelf.closed && shelf.live.remove(&(self.h as usize)) {
-            shelf.dropped.push(self.h as usize);
-        }
-    }
-}
-
-/// A range of this node's memory registered for peers' one-sided access.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Registration(usize);
-
 unsafe extern "C" fn on_connection(request: sys::ucp_conn_request_h, arg: *mut c_void) {
     // SAFETY: `arg` is the node's boxed `Events`, alive as long as the listener that calls
     // this; the callback runs on the thread driving the worker.
@@ -168,113 +104,6 @@ unsafe extern "C" fn on_failure(arg: *mut c_void, ep: sys::ucp_ep_h, _: sys::ucs
     // SAFETY: as in `on_connection`: the endpoint's error handler holds the boxed `Events`.
     let events = unsafe { &*(arg as *const Events) };
     events.failed.borrow_mut().push(ep as usize);
-}
-
-unsafe extern "C" fn on_message(
-    arg: *mut c_void,
-    header: *const c_void,
-    header_len: usize,
-    data: *mut c_void,
-    len: usize,
-    param: *const sys::ucp_am_recv_param_t,
-) -> sys::ucs_status_t {
-    // SAFETY: `arg` is the node's boxed `Events` (registered with the handler); `param` is
-    // valid for the callback's duration (UCX's contract).
-    let (events, param) = unsafe { (&*(arg as *const Events), &*param) };
-    let copy = |p: *const c_void, n: usize| {
-        if n == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: UCX passes `n` readable bytes at `p` for the callback's duration.
-            unsafe { std::slice::from_raw_parts(p as *const u8, n) }.to_vec()
-        }
-    };
-    let from = if param.recv_attr & sys::UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0 {
-        param.reply_ep as usize
-    } else {
-        0
-    };
-    let rendezvous = param.recv_attr & sys::UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
-    let (body, status) = if rendezvous {
-        (Body::Rendezvous(data, len), sys::UCS_INPROGRESS)
-    } else {
-        (Body::Here(copy(data, len)), sys::UCS_OK)
-    };
-    events.messages.borrow_mut().push_back(Incoming {
-        header: copy(header, header_len),
-        body,
-        from,
-    });
-    status
-}
-
-/// A `sockaddr` for `addr`, kept alive while UCX reads it.
-enum SockAddr {
-    V4(libc::sockaddr_in),
-    V6(libc::sockaddr_in6),
-}
-
-impl SockAddr {
-    fn new(addr: SocketAddr) -> SockAddr {
-        match addr {
-            SocketAddr::V4(a) => SockAddr::V4(libc::sockaddr_in {
-                sin_family: libc::AF_INET as _,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from(*a.ip()).to_be(),
-                },
-                sin_zero: [0; 8],
-            }),
-            SocketAddr::V6(a) => SockAddr::V6(libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as _,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            }),
-        }
-    }
-
-    fn ucs(&self) -> sys::ucs_sock_addr_t {
-        let (addr, addrlen) = match self {
-            SockAddr::V4(a) => (
-                a as *const libc::sockaddr_in as *const sys::sockaddr,
-                std::mem::size_of::<libc::sockaddr_in>(),
-            ),
-            SockAddr::V6(a) => (
-                a as *const libc::sockaddr_in6 as *const sys::sockaddr,
-                std::mem::size_of::<libc::sockaddr_in6>(),
-            ),
-        };
-        sys::ucs_sock_addr_t {
-            addr,
-            addrlen: addrlen as _,
-        }
-    }
-}
-
-/// Reads the address in a `sockaddr_storage` UCX filled.
-fn from_storage(s: &sys::sockaddr_storage) -> Option<SocketAddr> {
-    let p = s as *const sys::sockaddr_storage;
-    // SAFETY: a `sockaddr_storage` is large and aligned enough for either family, and UCX
-    // filled it with the family its `ss_family` names.
-    unsafe {
-        match (*p).ss_family as i32 {
-            libc::AF_INET => {
-                let a = &*(p as *const libc::sockaddr_in);
-                let ip = std::net::Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr));
-                Some(SocketAddr::from((ip, u16::from_be(a.sin_port))))
-            }
-            libc::AF_INET6 => {
-                let a = &*(p as *const libc::sockaddr_in6);
-                let ip = std::net::Ipv6Addr::from(a.sin6_addr.s6_addr);
-                Some(SocketAddr::from((ip, u16::from_be(a.sin6_port))))
-            }
-            _ => None,
-        }
-    }
 }
 
 fn is_err(p: sys::ucs_status_ptr_t) -> bool {
@@ -709,224 +538,6 @@ impl Node {
                 }
             }
         }
-    }
-
-    /// Sends a message (header and body) on `ep` and waits until both buffers are reusable.
-    /// The receiver can answer on the endpoint the message came from.
-    pub fn send(&self, ep: &Endpoint, header: &[u8], body: &[u8]) -> Result<(), Error> {
-        self.usable("send", ep)?;
-        let param = sys::ucp_request_param_t {
-            op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
-            flags: sys::UCP_AM_SEND_FLAG_REPLY,
-            ..Default::default()
-        };
-        // SAFETY: `ep` is open; `header` and `body` stay borrowed until `complete` returns,
-        // which is after UCX is done with them.
-        let req = unsafe {
-            sys::ucp_am_send_nbx(
-                ep.h,
-                AM_ID,
-                header.as_ptr().cast(),
-                header.len(),
-                body.as_ptr().cast(),
-                body.len(),
-                &param,
-            )
-        };
-        self.complete("send", req, Some(ep))
-    }
-
-    /// The next message received, if any (progress first).
-    pub fn next_message(&self) -> Option<Message<'_>> {
-        let m = self.events.messages.borrow_mut().pop_front()?;
-        Some(Message {
-            header: m.header,
-            body: m.body,
-            from: m.from,
-            worker: self.worker,
-            _node: PhantomData,
-        })
-    }
-
-    /// Takes a message's body, fetching it from the sender if it was too large to come with
-    /// the header.
-    pub fn body(&self, m: &mut Message<'_>) -> Result<Vec<u8>, Error> {
-        match std::mem::replace(&mut m.body, Body::Gone) {
-            Body::Here(v) => Ok(v),
-            Body::Gone => Ok(Vec::new()),
-            Body::Rendezvous(desc, len) => {
-                let mut buf = vec![0u8; len];
-                let param = sys::ucp_request_param_t::default();
-                // SAFETY: `desc` is a rendezvous descriptor this node's callback kept; after
-                // this call UCX owns it; `buf` holds `len` bytes and outlives `complete`.
-                let req = unsafe {
-                    sys::ucp_am_recv_data_nbx(
-                        self.worker,
-                        desc,
-                        buf.as_mut_ptr().cast(),
-                        len,
-                        &param,
-                    )
-                };
-                self.complete("receive", req, None)?;
-                Ok(buf)
-            }
-        }
-    }
-
-    /// Registers `[addr, addr + len)` for peers' one-sided access: reads only, or reads and
-    /// writes.
-    ///
-    /// # Safety
-    /// The range must stay mapped until the node is dropped, and peers holding its key may
-    /// read (and, when `writable`, write) it at any time: the caller must be ready for that.
-    pub unsafe fn register(
-        &self,
-        addr: *mut u8,
-        len: usize,
-        writable: bool,
-    ) -> Result<Registration, Error> {
-        let mut prot = sys::UCP_MEM_MAP_PROT_LOCAL_READ
-            | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
-            | sys::UCP_MEM_MAP_PROT_REMOTE_READ;
-        if writable {
-            prot |= sys::UCP_MEM_MAP_PROT_REMOTE_WRITE;
-        }
-        let params = sys::ucp_mem_map_params_t {
-            field_mask: (sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
-                | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
-                | sys::UCP_MEM_MAP_PARAM_FIELD_PROT) as u64,
-            address: addr.cast(),
-            length: len,
-            prot: prot as _,
-            ..Default::default()
-        };
-        let mut memh = ptr::null_mut();
-        // SAFETY: the context is live; the range is mapped (this function's contract).
-        check("register", unsafe {
-            sys::ucp_mem_map(self.context, &params, &mut memh)
-        })?;
-        let mut regs = self.registrations.borrow_mut();
-        regs.push(memh);
-        Ok(Registration(regs.len() - 1))
-    }
-
-    /// The packed remote key of a registration, to send to peers.
-    pub fn pack_rkey(&self, r: Registration) -> Result<Vec<u8>, Error> {
-        let memh = self.registrations.borrow()[r.0];
-        let (mut buf, mut len) = (ptr::null_mut(), 0usize);
-        // SAFETY: `memh` is a live registration of this context.
-        check("pack key", unsafe {
-            sys::ucp_rkey_pack(self.context, memh, &mut buf, &mut len)
-        })?;
-        // SAFETY: UCX returned `len` readable bytes at `buf`, released right after the copy.
-        let key = unsafe { std::slice::from_raw_parts(buf as *const u8, len) }.to_vec();
-        // SAFETY: `buf` came from `ucp_rkey_pack` and is released once.
-        unsafe { sys::ucp_rkey_buffer_release(buf) };
-        Ok(key)
-    }
-
-    /// A peer's packed remote key, usable on `ep`.
-    pub fn unpack_rkey(&self, ep: &Endpoint, packed: &[u8]) -> Result<RKey, Error> {
-        self.usable("unpack key", ep)?;
-        let mut h = ptr::null_mut();
-        // SAFETY: `ep` is open; UCX validates the packed bytes it reads.
-        check("unpack key", unsafe {
-            sys::ucp_ep_rkey_unpack(ep.h, packed.as_ptr().cast(), &mut h)
-        })?;
-        self.shelf().live.insert(h as usize);
-        Ok(RKey {
-            h,
-            shelf: self.keys.clone(),
-        })
-    }
-
-    fn shelf(&self) -> std::sync::MutexGuard<'_, KeyShelf> {
-        self.keys.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Fails unless `key` was unpacked by this node.
-    fn mine(&self, op: &'static str, key: &RKey) -> Result<(), Error> {
-        if Arc::ptr_eq(&key.shelf, &self.keys) {
-            Ok(())
-        } else {
-            Err(Error::new(op, sys::UCS_ERR_INVALID_PARAM))
-        }
-    }
-
-    /// Reads `buf.len()` bytes at the peer's address `remote` into `buf` (one-sided).
-    pub fn get(&self, ep: &Endpoint, buf: &mut [u8], remote: u64, key: &RKey) -> Result<(), Error> {
-        self.get_many(ep, &mut [(buf, remote)], key)
-    }
-
-    /// Several one-sided reads issued together; returns when all have arrived.
-    pub fn get_many(
-        &self,
-        ep: &Endpoint,
-        reads: &mut [(&mut [u8], u64)],
-        key: &RKey,
-    ) -> Result<(), Error> {
-        self.usable("get", ep)?;
-        self.mine("get", key)?;
-        let param = sys::ucp_request_param_t::default();
-        let mut reqs = Vec::with_capacity(reads.len());
-        for (buf, remote) in reads.iter_mut() {
-            // SAFETY: `ep` is open and `key` was unpacked for it; `buf` stays borrowed until
-            // every request below is complete.
-            reqs.push(unsafe {
-                sys::ucp_get_nbx(
-                    ep.h,
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    *remote,
-                    key.h,
-                    &param,
-                )
-            });
-        }
-        self.complete_all("get", reqs, ep)
-    }
-
-    /// Writes `buf` at the peer's address `remote` (one-sided); the data is at the peer once
-    /// a later [`Node::flush`] returns.
-    pub fn put(&self, ep: &Endpoint, buf: &[u8], remote: u64, key: &RKey) -> Result<(), Error> {
-        self.usable("put", ep)?;
-        self.mine("put", key)?;
-        let param = sys::ucp_request_param_t::default();
-        // SAFETY: `ep` is open and `key` was unpacked for it; `buf` stays borrowed until the
-        // request is complete (local completion: the buffer is reusable).
-        let req = unsafe {
-            sys::ucp_put_nbx(ep.h, buf.as_ptr().cast(), buf.len(), remote, key.h, &param)
-        };
-        self.complete("put", req, Some(ep))
-    }
-
-    /// Returns once every operation issued on `ep` is complete at the peer (remote
-    /// completion).
-    pub fn flush(&self, ep: &Endpoint) -> Result<(), Error> {
-        self.usable("flush", ep)?;
-        let param = sys::ucp_request_param_t::default();
-        // SAFETY: `ep` is open.
-        let req = unsafe { sys::ucp_ep_flush_nbx(ep.h, &param) };
-        self.complete("flush", req, Some(ep))
-    }
-
-    /// Waits for every request; the first failure is returned after all are complete (their
-    /// buffers are then free in every case).
-    fn complete_all(
-        &self,
-        op: &'static str,
-        reqs: Vec<sys::ucs_status_ptr_t>,
-        ep: &Endpoint,
-    ) -> Result<(), Error> {
-        let mut first = Ok(());
-        for r in reqs {
-            let res = self.complete(op, r, Some(ep));
-            if first.is_ok() {
-                first = res;
-            }
-        }
-        first
     }
 }
 

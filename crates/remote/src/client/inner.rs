@@ -1,0 +1,450 @@
+//! The client's work behind its calls: requests, the checked caches, one-sided and
+//! in-message data, and path walks.
+
+use switchyard_store::changes::Changes;
+use switchyard_store::format::{ROOT, S_IFDIR, S_IFLNK, S_IFREG};
+use switchyard_store::fs::components;
+use switchyard_store::{Attr, Errno, Extents, Fd, OpenFlags, SetAttr, MAX_FILE_SIZE};
+
+use super::{
+    errno, size_only, wait_reply, DataPath, Inner, Open, READ_RETRIES, SYMLOOP_MAX, WORD_LINE,
+};
+use crate::proto::{Reply, Request, MAX_BYTES};
+
+impl Inner {
+    pub(super) fn forget(&mut self) {
+        self.names.clear();
+        self.attrs.clear();
+        self.maps.clear();
+    }
+
+    pub(super) fn one_sided(&self) -> bool {
+        matches!(self.path, DataPath::OneSided(_))
+    }
+
+    /// Sends a request and waits for its reply; an error reply is its errno.
+    pub(super) fn call(&mut self, req: &Request) -> Result<Reply, Errno> {
+        self.seq += 1;
+        self.stats.requests += 1;
+        self.node
+            .send(&self.ctl, &[], &req.encode(self.seq))
+            .map_err(errno)?;
+        match wait_reply(&self.node, &self.ctl, Some(self.seq), self.timeout)? {
+            (_, Reply::Error(e)) => Err(Errno(e)),
+            (_, r) => Ok(r),
+        }
+    }
+
+    /// The change word of `ino` now (one-sided). The get covers the word's whole 64-byte
+    /// line: UCX 1.13 moves gets as small as 8 bytes through the server's CPU (an active
+    /// message it answers) even on `cma`, and a line-sized one directly.
+    pub(super) fn word(&mut self, ino: u64) -> Result<u64, Errno> {
+        let mut line = [0u8; WORD_LINE];
+        let at = self.welcome.changes_addr + Changes::index(ino) as u64 * 8;
+        let start = at & !(WORD_LINE as u64 - 1);
+        self.node
+            .get(&self.data, &mut line, start, &self.changes_key)
+            .map_err(errno)?;
+        let i = (at - start) as usize;
+        Ok(u64::from_le_bytes(
+            line[i..i + 8].try_into().expect("8 bytes"),
+        ))
+    }
+
+    pub(super) fn lookup(&mut self, parent: u64, name: &[u8]) -> Result<u64, Errno> {
+        if !self.one_sided() {
+            return self.lookup_rpc(parent, name);
+        }
+        let w = self.word(parent)?;
+        let key = (parent, name.to_vec());
+        if let Some(&(ino, seen)) = self.names.get(&key) {
+            if seen == w {
+                self.stats.cache_hits += 1;
+                return Ok(ino);
+            }
+        }
+        self.stats.cache_misses += 1;
+        let ino = self.lookup_rpc(parent, name)?;
+        self.names.insert(key, (ino, w));
+        Ok(ino)
+    }
+
+    pub(super) fn lookup_rpc(&mut self, parent: u64, name: &[u8]) -> Result<u64, Errno> {
+        match self.call(&Request::Lookup {
+            parent,
+            name: name.to_vec(),
+        })? {
+            Reply::Entry { ino, .. } => Ok(ino),
+            _ => Err(Errno::EIO),
+        }
+    }
+
+    pub(super) fn getattr(&mut self, ino: u64) -> Result<Attr, Errno> {
+        if !self.one_sided() {
+            return self.getattr_rpc(ino);
+        }
+        let w = self.word(ino)?;
+        if let Some(&(a, seen)) = self.attrs.get(&ino) {
+            if seen == w {
+                self.stats.cache_hits += 1;
+                return Ok(a);
+            }
+        }
+        self.stats.cache_misses += 1;
+        let a = self.getattr_rpc(ino)?;
+        self.attrs.insert(ino, (a, w));
+        Ok(a)
+    }
+
+    pub(super) fn getattr_rpc(&mut self, ino: u64) -> Result<Attr, Errno> {
+        match self.call(&Request::Getattr { ino })? {
+            Reply::Attr(a) => Ok(a),
+            _ => Err(Errno::EIO),
+        }
+    }
+
+    pub(super) fn readlink(&mut self, ino: u64) -> Result<Vec<u8>, Errno> {
+        match self.call(&Request::Readlink { ino })? {
+            Reply::Bytes(b) => Ok(b),
+            _ => Err(Errno::EIO),
+        }
+    }
+
+    pub(super) fn setattr(&mut self, ino: u64, set: SetAttr) -> Result<Attr, Errno> {
+        match self.call(&Request::Setattr { ino, set })? {
+            Reply::Attr(a) => Ok(a),
+            _ => Err(Errno::EIO),
+        }
+    }
+
+    // ---- data ---------------------------------------------------------------------------
+
+    /// The cached map of `ino`, or a fresh one.
+    pub(super) fn map(&mut self, ino: u64) -> Result<Extents, Errno> {
+        if let Some(m) = self.maps.get(&ino) {
+            self.stats.cache_hits += 1;
+            return Ok(m.clone());
+        }
+        self.stats.cache_misses += 1;
+        match self.call(&Request::Map {
+            ino,
+            off: 0,
+            len: u64::MAX,
+        })? {
+            Reply::Map(m) => {
+                self.maps.insert(ino, m.clone());
+                Ok(m)
+            }
+            _ => Err(Errno::EIO),
+        }
+    }
+
+    pub(super) fn read(&mut self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        if off > MAX_FILE_SIZE {
+            return Err(Errno::EINVAL);
+        }
+        if self.one_sided() {
+            for _ in 0..READ_RETRIES {
+                if let Some(n) = self.read_one_sided(ino, off, buf)? {
+                    return Ok(n);
+                }
+                self.stats.read_retries += 1;
+                self.maps.remove(&ino);
+            }
+        }
+        self.read_in_messages(ino, off, buf)
+    }
+
+    /// One attempt at a one-sided read on the cached map: `None` if the file changed.
+    pub(super) fn read_one_sided(
+        &mut self,
+        ino: u64,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>, Errno> {
+        let m = self.map(ino)?;
+        if m.attr.kind() == S_IFDIR {
+            return Err(Errno::EISDIR);
+        }
+        let n = m.attr.size.saturating_sub(off).min(buf.len() as u64) as usize;
+        let out = &mut buf[..n];
+        out.fill(0);
+        let (start, base) = (self.welcome.data_start, self.welcome.data_addr);
+        let mut pieces: Vec<(&mut [u8], u64)> = Vec::new();
+        let mut rest = &mut out[..];
+        let mut at = off;
+        for r in &m.runs {
+            let (lo, hi) = (
+                r.file_offset.max(at),
+                (r.file_offset + r.len).min(off + n as u64),
+            );
+            if lo >= hi {
+                continue;
+            }
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut((lo - at) as usize);
+            let (piece, tail) = tail.split_at_mut((hi - lo) as usize);
+            let remote = base + (r.region_offset - start) + (lo - r.file_offset);
+            pieces.push((piece, remote));
+            rest = tail;
+            at = hi;
+        }
+        if !pieces.is_empty() {
+            self.node
+                .get_many(&self.data, &mut pieces, &self.data_key)
+                .map_err(errno)?;
+        }
+        if self.word(ino)? != m.change {
+            return Ok(None);
+        }
+        self.stats.one_sided_bytes += n as u64;
+        Ok(Some(n))
+    }
+
+    pub(super) fn read_in_messages(
+        &mut self,
+        ino: u64,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<usize, Errno> {
+        let mut done = 0;
+        while done < buf.len() {
+            let want = (buf.len() - done).min(MAX_BYTES) as u64;
+            let Reply::Bytes(b) = self.call(&Request::Read {
+                ino,
+                off: off + done as u64,
+                len: want,
+            })?
+            else {
+                return Err(Errno::EIO);
+            };
+            buf[done..done + b.len()].copy_from_slice(&b);
+            done += b.len();
+            self.stats.message_bytes += b.len() as u64;
+            if (b.len() as u64) < want {
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    pub(super) fn write(&mut self, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
+        let end = off.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        if end > MAX_FILE_SIZE {
+            return Err(Errno::EFBIG);
+        }
+        self.maps.remove(&ino);
+        self.attrs.remove(&ino);
+        let mut done = 0;
+        while done < data.len() {
+            let piece = &data[done..(done + MAX_BYTES).min(data.len())];
+            let at = off + done as u64;
+            let n = if self.one_sided() {
+                self.write_one_sided(ino, at, piece)?
+            } else {
+                let n = match self.call(&Request::Write {
+                    ino,
+                    off: at,
+                    data: piece.to_vec(),
+                })? {
+                    Reply::Written(n) => n as usize,
+                    _ => return Err(Errno::EIO),
+                };
+                self.stats.message_bytes += n as u64;
+                n
+            };
+            done += n;
+        }
+        Ok(done)
+    }
+
+    /// Reserve, put, flush, commit.
+    pub(super) fn write_one_sided(
+        &mut self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+    ) -> Result<usize, Errno> {
+        let Reply::Prepared { id, targets } = self.call(&Request::Prepare {
+            ino,
+            off,
+            len: data.len() as u64,
+        })?
+        else {
+            return Err(Errno::EIO);
+        };
+        let (start, base) = (self.welcome.data_start, self.welcome.data_addr);
+        let put = (|| {
+            for t in &targets {
+                let src = data
+                    .get(t.offset as usize..(t.offset + t.len) as usize)
+                    .ok_or(Errno::EIO)?;
+                if t.region_offset < start
+                    || t.region_offset + t.len > start + self.welcome.data_len
+                {
+                    return Err(Errno::EIO);
+                }
+                let remote = base + (t.region_offset - start);
+                self.node
+                    .put(&self.data, src, remote, &self.data_key)
+                    .map_err(errno)?;
+            }
+            // Remote completion: every byte is in the server's memory before the commit.
+            self.node.flush(&self.data).map_err(errno)
+        })();
+        if let Err(e) = put {
+            let _ = self.call(&Request::Abort { id });
+            return Err(e);
+        }
+        match self.call(&Request::Commit { id })? {
+            Reply::Written(n) => {
+                self.stats.one_sided_bytes += n;
+                Ok(n as usize)
+            }
+            _ => Err(Errno::EIO),
+        }
+    }
+
+    // ---- paths --------------------------------------------------------------------------
+
+    pub(super) fn file(&self, fd: Fd, write: bool) -> Result<(u64, u64), Errno> {
+        let f = self.fds.get(&fd.0).ok_or(Errno::EBADF)?;
+        if (write && !f.flags.write) || (!write && !f.flags.read) {
+            return Err(Errno::EBADF);
+        }
+        Ok((f.ino, f.offset))
+    }
+
+    pub(super) fn open(&mut self, path: &str, flags: OpenFlags, mode: u32) -> Result<Fd, Errno> {
+        let (parent, name) = self.parent_of(path, &mut 0)?;
+        let ino = match name {
+            None => ROOT,
+            Some(name) => match self.lookup(parent, &name) {
+                Ok(_) if flags.create && flags.exclusive => return Err(Errno::EEXIST),
+                Ok(ino) => {
+                    let a = self.getattr(ino)?;
+                    if a.kind() == S_IFLNK {
+                        self.follow(parent, ino, &mut 0)?
+                    } else {
+                        ino
+                    }
+                }
+                Err(e) if e == Errno::ENOENT && flags.create => {
+                    match self.call(&Request::Make {
+                        parent,
+                        name,
+                        mode: S_IFREG | (mode & 0o7777),
+                        target: Vec::new(),
+                    })? {
+                        Reply::Entry { ino, .. } => ino,
+                        _ => return Err(Errno::EIO),
+                    }
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let attr = match self.call(&Request::Open { ino })? {
+            Reply::Attr(a) => a,
+            _ => return Err(Errno::EIO),
+        };
+        if attr.kind() == S_IFDIR && flags.write {
+            let _ = self.call(&Request::Close { ino });
+            return Err(Errno::EISDIR);
+        }
+        if flags.truncate && flags.write && attr.kind() == S_IFREG && attr.size > 0 {
+            if let Err(e) = self.setattr(ino, size_only(0)) {
+                let _ = self.call(&Request::Close { ino });
+                return Err(e);
+            }
+        }
+        let fd = self.next_fd;
+        self.next_fd += 1;
+        self.fds.insert(
+            fd,
+            Open {
+                ino,
+                flags,
+                offset: 0,
+            },
+        );
+        Ok(Fd(fd))
+    }
+
+    pub(super) fn make(&mut self, path: &str, mode: u32, target: Vec<u8>) -> Result<u64, Errno> {
+        let (parent, name) = self.parent_and_name(path)?;
+        match self.call(&Request::Make {
+            parent,
+            name,
+            mode,
+            target,
+        })? {
+            Reply::Entry { ino, .. } => Ok(ino),
+            _ => Err(Errno::EIO),
+        }
+    }
+
+    pub(super) fn remove(&mut self, path: &str, dir: bool) -> Result<(), Errno> {
+        let (parent, name) = self.parent_and_name(path)?;
+        self.call(&Request::Remove { parent, name, dir })
+            .map(|_| ())
+    }
+
+    /// Resolves `path` to (parent directory, last name); the name is `None` for the root.
+    pub(super) fn parent_of(
+        &mut self,
+        path: &str,
+        depth: &mut u32,
+    ) -> Result<(u64, Option<Vec<u8>>), Errno> {
+        let comps = components(path)?;
+        let Some((last, dirs)) = comps.split_last() else {
+            return Ok((ROOT, None));
+        };
+        let mut dir = ROOT;
+        for c in dirs {
+            dir = self.step(dir, c, depth)?;
+            if self.getattr(dir)?.kind() != S_IFDIR {
+                return Err(Errno::ENOTDIR);
+            }
+        }
+        Ok((dir, Some(last.to_vec())))
+    }
+
+    pub(super) fn step(&mut self, dir: u64, name: &[u8], depth: &mut u32) -> Result<u64, Errno> {
+        let ino = self.lookup(dir, name)?;
+        if self.getattr(ino)?.kind() == S_IFLNK {
+            return self.follow(dir, ino, depth);
+        }
+        Ok(ino)
+    }
+
+    pub(super) fn follow(&mut self, dir: u64, link: u64, depth: &mut u32) -> Result<u64, Errno> {
+        *depth += 1;
+        if *depth > SYMLOOP_MAX {
+            return Err(Errno::ELOOP);
+        }
+        let target = String::from_utf8(self.readlink(link)?).map_err(|_| Errno::EINVAL)?;
+        let mut cur = if target.starts_with('/') { ROOT } else { dir };
+        for c in components(&target)? {
+            if self.getattr(cur)?.kind() != S_IFDIR {
+                return Err(Errno::ENOTDIR);
+            }
+            cur = self.step(cur, c, depth)?;
+        }
+        Ok(cur)
+    }
+
+    pub(super) fn resolve(&mut self, path: &str, follow: bool) -> Result<u64, Errno> {
+        let mut depth = 0;
+        let (dir, last) = self.parent_of(path, &mut depth)?;
+        let Some(last) = last else { return Ok(ROOT) };
+        let ino = self.lookup(dir, &last)?;
+        if follow && self.getattr(ino)?.kind() == S_IFLNK {
+            return self.follow(dir, ino, &mut depth);
+        }
+        Ok(ino)
+    }
+
+    pub(super) fn parent_and_name(&mut self, path: &str) -> Result<(u64, Vec<u8>), Errno> {
+        let (dir, last) = self.parent_of(path, &mut 0)?;
+        Ok((dir, last.ok_or(Errno::EEXIST)?))
+    }
+}

@@ -1,0 +1,189 @@
+//! Round trips, refusals and bounds of the wire format.
+
+use super::*;
+use proptest::prelude::*;
+
+fn attr() -> impl Strategy<Value = Attr> {
+    (
+        any::<(u32, u32, u32, u32, u64)>(),
+        any::<(i64, i64, i64, u64)>(),
+    )
+        .prop_map(
+            |((mode, uid, gid, nlink, size), (atime, mtime, ctime, parent))| Attr {
+                mode,
+                uid,
+                gid,
+                nlink,
+                size,
+                atime,
+                mtime,
+                ctime,
+                parent,
+            },
+        )
+}
+
+fn bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 0..40)
+}
+
+fn request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        (any::<[u8; 32]>(), any::<bool>()).prop_map(|(mac, write)| Request::Auth { mac, write }),
+        (any::<u64>(), bytes()).prop_map(|(parent, name)| Request::Lookup { parent, name }),
+        any::<u64>().prop_map(|ino| Request::Getattr { ino }),
+        (any::<u64>(), bytes(), any::<u32>(), bytes()).prop_map(|(parent, name, mode, target)| {
+            Request::Make {
+                parent,
+                name,
+                mode,
+                target,
+            }
+        }),
+        (any::<u64>(), bytes(), any::<u64>(), bytes(), any::<bool>()).prop_map(
+            |(parent, name, new_parent, new_name, noreplace)| Request::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                noreplace
+            }
+        ),
+        (
+            any::<u64>(),
+            any::<(Option<u32>, Option<u32>, Option<u32>)>(),
+            any::<(Option<u64>, Option<i64>, Option<i64>)>()
+        )
+            .prop_map(|(ino, (mode, uid, gid), (size, atime, mtime))| {
+                Request::Setattr {
+                    ino,
+                    set: SetAttr {
+                        mode,
+                        uid,
+                        gid,
+                        size,
+                        atime,
+                        mtime,
+                    },
+                }
+            }),
+        Just(Request::Statfs),
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(ino, off, len)| Request::Map {
+            ino,
+            off,
+            len
+        }),
+        (any::<u64>(), any::<u64>(), bytes()).prop_map(|(ino, off, data)| Request::Write {
+            ino,
+            off,
+            data
+        }),
+    ]
+}
+
+fn reply() -> impl Strategy<Value = Reply> {
+    prop_oneof![
+        any::<i32>().prop_map(Reply::Error),
+        Just(Reply::Done),
+        (any::<u64>(), attr()).prop_map(|(ino, attr)| Reply::Entry { ino, attr }),
+        prop::collection::vec((bytes(), any::<u64>(), any::<u32>()), 0..5).prop_map(|v| {
+            Reply::Dir(
+                v.into_iter()
+                    .map(|(name, ino, kind)| DirEntry { name, ino, kind })
+                    .collect(),
+            )
+        }),
+        (
+            attr(),
+            any::<u64>(),
+            prop::collection::vec(any::<(u64, u64, u64)>(), 0..5)
+        )
+            .prop_map(|(attr, change, runs)| Reply::Map(Extents {
+                attr,
+                change,
+                runs: runs
+                    .into_iter()
+                    .map(|(file_offset, region_offset, len)| Run {
+                        file_offset,
+                        region_offset,
+                        len
+                    })
+                    .collect(),
+            })),
+        (
+            any::<u64>(),
+            prop::collection::vec(any::<(u64, u64, u64)>(), 0..5)
+        )
+            .prop_map(|(id, t)| Reply::Prepared {
+                id,
+                targets: t
+                    .into_iter()
+                    .map(|(offset, region_offset, len)| Target {
+                        offset,
+                        region_offset,
+                        len
+                    })
+                    .collect(),
+            }),
+        (
+            bytes(),
+            any::<bool>(),
+            any::<(u64, u64, u64, u64)>(),
+            bytes(),
+            bytes()
+        )
+            .prop_map(
+                |(
+                    address,
+                    writable,
+                    (data_start, data_len, data_addr, changes_addr),
+                    data_key,
+                    changes_key,
+                )| {
+                    Reply::Welcome(Welcome {
+                        address,
+                        writable,
+                        data_start,
+                        data_len,
+                        data_addr,
+                        data_key,
+                        changes_addr,
+                        changes_key,
+                    })
+                }
+            ),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn requests_round_trip(seq: u64, req in request()) {
+        prop_assert_eq!(Request::decode(&req.encode(seq)), Ok((seq, req)));
+    }
+
+    #[test]
+    fn replies_round_trip(seq: u64, rep in reply()) {
+        prop_assert_eq!(Reply::decode(&rep.encode(seq)), Ok((seq, rep)));
+    }
+
+    #[test]
+    fn any_bytes_decode_or_are_refused(b in prop::collection::vec(any::<u8>(), 0..200)) {
+        let _ = Request::decode(&b);
+        let _ = Reply::decode(&b);
+    }
+
+    #[test]
+    fn a_cut_message_is_refused(seq: u64, req in request(), cut in 1usize..8) {
+        let b = req.encode(seq);
+        let n = b.len().saturating_sub(cut);
+        prop_assert!(Request::decode(&b[..n]).is_err());
+    }
+}
+
+#[test]
+fn a_huge_count_allocates_nothing() {
+    let mut b = Reply::Dir(Vec::new()).encode(1);
+    b.truncate(9);
+    b.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert_eq!(Reply::decode(&b), Err(Malformed));
+}

@@ -1,0 +1,130 @@
+//! Little-endian writing and bounds-checked reading of message fields.
+
+use switchyard_store::Attr;
+
+use super::{Malformed, MAX_BYTES};
+
+pub(super) struct W(pub(super) Vec<u8>);
+
+impl W {
+    pub(super) fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    pub(super) fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub(super) fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub(super) fn i64(&mut self, v: i64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub(super) fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.u32(v.len() as u32);
+        self.0.extend_from_slice(v);
+        self
+    }
+    pub(super) fn opt_u64(&mut self, v: Option<u64>) -> &mut Self {
+        match v {
+            Some(x) => self.u8(1).u64(x),
+            None => self.u8(0),
+        }
+    }
+    pub(super) fn attr(&mut self, a: &Attr) -> &mut Self {
+        self.u32(a.mode)
+            .u32(a.uid)
+            .u32(a.gid)
+            .u32(a.nlink)
+            .u64(a.size);
+        self.i64(a.atime).i64(a.mtime).i64(a.ctime).u64(a.parent)
+    }
+}
+
+pub(super) struct R<'a> {
+    pub(super) b: &'a [u8],
+}
+
+impl<'a> R<'a> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
+        if self.b.len() < n {
+            return Err(Malformed);
+        }
+        let (head, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(head)
+    }
+    pub(super) fn u8(&mut self) -> Result<u8, Malformed> {
+        Ok(self.take(1)?[0])
+    }
+    pub(super) fn bool(&mut self) -> Result<bool, Malformed> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(Malformed),
+        }
+    }
+    pub(super) fn u32(&mut self) -> Result<u32, Malformed> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().map_err(|_| Malformed)?,
+        ))
+    }
+    pub(super) fn u64(&mut self) -> Result<u64, Malformed> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().map_err(|_| Malformed)?,
+        ))
+    }
+    pub(super) fn i64(&mut self) -> Result<i64, Malformed> {
+        Ok(i64::from_le_bytes(
+            self.take(8)?.try_into().map_err(|_| Malformed)?,
+        ))
+    }
+    pub(super) fn bytes(&mut self) -> Result<Vec<u8>, Malformed> {
+        let n = self.u32()? as usize;
+        if n > MAX_BYTES {
+            return Err(Malformed);
+        }
+        Ok(self.take(n)?.to_vec())
+    }
+    pub(super) fn array32(&mut self) -> Result<[u8; 32], Malformed> {
+        self.take(32)?.try_into().map_err(|_| Malformed)
+    }
+    pub(super) fn opt_u64(&mut self) -> Result<Option<u64>, Malformed> {
+        Ok(if self.bool()? {
+            Some(self.u64()?)
+        } else {
+            None
+        })
+    }
+    /// A count of items at least `min` bytes each: never more than the bytes left allow.
+    pub(super) fn count(&mut self, min: usize) -> Result<usize, Malformed> {
+        let n = self.u32()? as usize;
+        if n > self.b.len() / min {
+            return Err(Malformed);
+        }
+        Ok(n)
+    }
+    pub(super) fn attr(&mut self) -> Result<Attr, Malformed> {
+        Ok(Attr {
+            mode: self.u32()?,
+            uid: self.u32()?,
+            gid: self.u32()?,
+            nlink: self.u32()?,
+            size: self.u64()?,
+            atime: self.i64()?,
+            mtime: self.i64()?,
+            ctime: self.i64()?,
+            parent: self.u64()?,
+        })
+    }
+    pub(super) fn end<T>(self, v: T) -> Result<T, Malformed> {
+        if self.b.is_empty() {
+            Ok(v)
+        } else {
+            Err(Malformed)
+        }
+    }
+}
