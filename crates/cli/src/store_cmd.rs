@@ -439,6 +439,19 @@ pub fn cp(a: &CpArgs) -> anyhow::Result<()> {
         fs.unmount()?;
     }
     println!("copied {} from {} to {}", size::show(total), a.from, a.to);
+    for (client, path) in &reached.remote {
+        let s = client.stats();
+        println!(
+            "{path} on the server: data {}; {} requests, {} one-sided, {} in messages, cache \
+             {} hits / {} misses",
+            client.data_path(),
+            s.requests,
+            size::show(s.one_sided_bytes),
+            size::show(s.message_bytes),
+            s.cache_hits,
+            s.cache_misses
+        );
+    }
     Ok(())
 }
 

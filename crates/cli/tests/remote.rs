@@ -126,7 +126,8 @@ fn cp_and_ls_reach_a_served_store() {
     sy(d.path())
         .args(["cp", "in", &srv.path("/f")])
         .assert()
-        .success();
+        .success()
+        .stdout(contains("data one-sided over"));
     sy(d.path())
         .args(["ls", &srv.path("/")])
         .assert()
