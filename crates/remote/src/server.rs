@@ -267,7 +267,7 @@ impl<'s> Server<'s, '_> {
                 self.stats.authenticated.fetch_add(1, Ordering::Relaxed);
                 (Reply::Welcome(w), true)
             }
-            Request::Auth { .. } => (Reply::Error(libc::EACCES), false),
+            // A wrong proof, or any request before the proof.
             _ => (Reply::Error(libc::EACCES), false),
         }
     }

@@ -4,7 +4,7 @@
 use switchyard_store::changes::Changes;
 use switchyard_store::format::{ROOT, S_IFDIR, S_IFLNK, S_IFREG};
 use switchyard_store::fs::components;
-use switchyard_store::{Attr, Errno, Extents, Fd, OpenFlags, SetAttr, MAX_FILE_SIZE};
+use switchyard_store::{Attr, Errno, Fd, OpenFlags, SetAttr, MAX_FILE_SIZE};
 
 use super::{
     errno, size_only, wait_reply, DataPath, Inner, Open, READ_RETRIES, SYMLOOP_MAX, WORD_LINE,
@@ -38,7 +38,7 @@ impl Inner {
     /// The change word of `ino` now (one-sided). The get covers the word's whole 64-byte
     /// line: UCX 1.13 moves gets as small as 8 bytes through the server's CPU (an active
     /// message it answers) even on `cma`, and a line-sized one directly.
-    pub(super) fn word(&mut self, ino: u64) -> Result<u64, Errno> {
+    pub(super) fn word(&self, ino: u64) -> Result<u64, Errno> {
         let mut line = [0u8; WORD_LINE];
         let at = self.welcome.changes_addr + Changes::index(ino) as u64 * 8;
         let start = at & !(WORD_LINE as u64 - 1);
@@ -120,10 +120,11 @@ impl Inner {
     // ---- data ---------------------------------------------------------------------------
 
     /// The cached map of `ino`, or a fresh one.
-    pub(super) fn map(&mut self, ino: u64) -> Result<Extents, Errno> {
-        if let Some(m) = self.maps.get(&ino) {
+    /// Caches the map of `ino` if it is not cached (the cache is checked where it is used).
+    pub(super) fn cache_map(&mut self, ino: u64) -> Result<(), Errno> {
+        if self.maps.contains_key(&ino) {
             self.stats.cache_hits += 1;
-            return Ok(m.clone());
+            return Ok(());
         }
         self.stats.cache_misses += 1;
         match self.call(&Request::Map {
@@ -132,8 +133,8 @@ impl Inner {
             len: u64::MAX,
         })? {
             Reply::Map(m) => {
-                self.maps.insert(ino, m.clone());
-                Ok(m)
+                self.maps.insert(ino, m);
+                Ok(())
             }
             _ => Err(Errno::EIO),
         }
@@ -162,7 +163,8 @@ impl Inner {
         off: u64,
         buf: &mut [u8],
     ) -> Result<Option<usize>, Errno> {
-        let m = self.map(ino)?;
+        self.cache_map(ino)?;
+        let m = &self.maps[&ino];
         if m.attr.kind() == S_IFDIR {
             return Err(Errno::EISDIR);
         }
@@ -173,14 +175,16 @@ impl Inner {
         let mut pieces: Vec<(&mut [u8], u64)> = Vec::new();
         let mut rest = &mut out[..];
         let mut at = off;
-        for r in &m.runs {
+        // Runs are in file order: start at the first that ends past `off`.
+        let first = m.runs.partition_point(|r| r.file_offset + r.len <= off);
+        for r in &m.runs[first..] {
+            if r.file_offset >= off + n as u64 {
+                break;
+            }
             let (lo, hi) = (
                 r.file_offset.max(at),
                 (r.file_offset + r.len).min(off + n as u64),
             );
-            if lo >= hi {
-                continue;
-            }
             let (_, tail) = std::mem::take(&mut rest).split_at_mut((lo - at) as usize);
             let (piece, tail) = tail.split_at_mut((hi - lo) as usize);
             let remote = base + (r.region_offset - start) + (lo - r.file_offset);
@@ -193,7 +197,8 @@ impl Inner {
                 .get_many(&self.data, &mut pieces, &self.data_key)
                 .map_err(errno)?;
         }
-        if self.word(ino)? != m.change {
+        let change = m.change;
+        if self.word(ino)? != change {
             return Ok(None);
         }
         self.stats.one_sided_bytes += n as u64;

@@ -47,17 +47,27 @@ impl Store {
         .map_err(Error::on(Op::Getattr, ino))
     }
 
+    /// The regular file in `slot` (read-locked by the caller) with its pages, once its last
+    /// write's copies have finished: what a reader of its data needs.
+    pub(super) fn settled_file<'g>(
+        &self,
+        slot: &'g Option<Inode>,
+    ) -> Result<(&'g Inode, &'g BTreeMap<u64, u64>), Errno> {
+        let inode = slot.as_ref().ok_or(Errno::ENOENT)?;
+        if let Some(p) = &inode.pending {
+            self.wait_settled(p);
+        }
+        match &inode.content {
+            Content::File(pages) => Ok((inode, pages)),
+            Content::Dir(_) => Err(Errno::EISDIR),
+        }
+    }
+
     /// Reads up to `buf.len()` bytes at `off`; returns how many (0 at or past the end).
     pub fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize, Error> {
         (|| -> Result<usize, Errno> {
             let g = self.slot(ino)?.read();
-            let inode = g.as_ref().ok_or(Errno::ENOENT)?;
-            if let Some(p) = &inode.pending {
-                self.wait_settled(p);
-            }
-            let Content::File(pages) = &inode.content else {
-                return Err(Errno::EISDIR);
-            };
+            let (inode, pages) = self.settled_file(&g)?;
             let size = inode.attr.size;
             if off >= size || buf.is_empty() {
                 return Ok(0);

@@ -36,13 +36,7 @@ impl Store {
     pub fn extents(&self, ino: u64, off: u64, len: u64) -> Result<Extents, Error> {
         (|| -> Result<Extents, Errno> {
             let g = self.slot(ino)?.read();
-            let inode = g.as_ref().ok_or(Errno::ENOENT)?;
-            if let Some(p) = &inode.pending {
-                self.wait_settled(p);
-            }
-            let Content::File(pages) = &inode.content else {
-                return Err(Errno::EISDIR);
-            };
+            let (inode, pages) = self.settled_file(&g)?;
             let change = self.changes.word(ino);
             let size = inode.attr.size;
             let n = if off >= size {
