@@ -40,6 +40,18 @@ pub struct MountArgs {
     /// available space. [default: the configuration's `store.reserved_percent`, 5]
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=50))]
     reserved_percent: Option<u32>,
+    /// Mount the store that `switchyard serve` serves at ADDR:PORT (another process, or
+    /// another machine) instead of opening a store file: names and attributes come from the
+    /// server, data moves one-sided where the transport allows. Several machines and
+    /// processes can mount one served store at once; each sees another's changes within the
+    /// attribute lifetime (`fuse.attr_ttl_ms`, 1 s by default), and a file's data as of its
+    /// latest open (close-to-open, as NFS). A read-only export is mounted read-only.
+    #[arg(long, value_name = "ADDR:PORT", conflicts_with = "reserved_percent")]
+    remote: Option<String>,
+    /// The served store's key, for --remote [default: the store file's path with `.key`
+    /// added, as `serve` makes it].
+    #[arg(long, requires = "remote")]
+    key: Option<PathBuf>,
 }
 
 /// `up` options.
@@ -158,16 +170,112 @@ fn start_background_tune(
     scratch
 }
 
-fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<()> {
+/// Who may use the mount `a` asks for (checking that `--allow-other` can be had).
+fn access(a: &MountArgs) -> anyhow::Result<switchyard_fuse::Access> {
     if !a.dir.is_dir() {
         bail!("{} is not a directory", a.dir.display());
     }
-    let access = if a.allow_other {
+    Ok(if a.allow_other {
         check_allow_other()?;
         switchyard_fuse::Access::AllUsers
     } else {
         switchyard_fuse::Access::Owner
+    })
+}
+
+/// `mount --remote`: the FUSE front end over a client of a `serve`.
+fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
+    let access = access(a)?;
+    let set = block_stop_signals();
+    let at = std::net::ToSocketAddrs::to_socket_addrs(addr)
+        .with_context(|| format!("--remote {addr}: not ADDR:PORT"))?
+        .next()
+        .with_context(|| format!("--remote {addr}: no address"))?;
+    let key_path = a
+        .key
+        .clone()
+        .unwrap_or_else(|| crate::serve_cmd::default_key(&a.at.store));
+    let key = switchyard_remote::Key::load(&key_path).with_context(|| {
+        format!(
+            "the server's key {} (give it with --key)",
+            key_path.display()
+        )
+    })?;
+    // Writable if the server allows it; a read-only export is mounted read-only.
+    let client = match switchyard_remote::Client::connect(at, &key, true) {
+        Ok(c) => c,
+        Err(e) if e.0.contains("read-only") => switchyard_remote::Client::connect(at, &key, false)?,
+        Err(e) => return Err(e.into()),
     };
+    let read_only = !client.writable();
+    let path = client.data_path();
+    let cfg = a.at.mover.load_config()?;
+    let fuse_cfg = switchyard_fuse::FuseConfig {
+        workers: a.workers.unwrap_or(cfg.fuse.workers),
+        ..cfg.fuse
+    };
+    let m = switchyard_fuse::mount_inodes(client, &a.dir, &fuse_cfg, access, read_only)
+        .with_context(|| format!("mounting on {}", a.dir.display()))?;
+    println!(
+        "mounted the store served at {at} on {}{}; data moves {path}.",
+        a.dir.display(),
+        if read_only { " read-only" } else { "" },
+    );
+    println!(
+        "stop with Ctrl-C, `kill {}`, or `switchyard umount {}`",
+        std::process::id(),
+        a.dir.display()
+    );
+    wait_for_unmount(m, &a.dir, set, |_| {})?;
+    println!("unmounted");
+    Ok(())
+}
+
+/// Serves mount `m` until it ends: a stop signal (from the set `set`) unmounts it, unless it
+/// is busy; `tick` runs about every 100 ms with `false`, and once at the end with `true`.
+fn wait_for_unmount(
+    m: switchyard_fuse::Mount,
+    dir: &Path,
+    set: libc::sigset_t,
+    mut tick: impl FnMut(bool),
+) -> anyhow::Result<()> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || loop {
+        let mut sig = 0;
+        // SAFETY: `set` is an initialised signal set blocked in every thread of the process.
+        unsafe { libc::sigwait(&set, &mut sig) };
+        if tx.send(sig).is_err() {
+            break;
+        }
+    });
+    loop {
+        tick(false);
+        if let Ok(sig) = rx.recv_timeout(Duration::from_millis(100)) {
+            eprintln!("signal {sig}: unmounting");
+            // As umount(8) does: a busy mount (files open under it, a working directory in
+            // it) stays mounted and served, rather than left behind broken.
+            if let Err(e) = umount(&UmountArgs {
+                dir: dir.to_owned(),
+            }) {
+                eprintln!(
+                    "{e:#}\nstill mounted and serving: close what is open under {} and stop \
+                     it again",
+                    dir.display()
+                );
+            }
+        }
+        if m.finished() {
+            tick(true);
+            return m.join().context("the mount ended");
+        }
+    }
+}
+
+fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<()> {
+    if let Some(addr) = &a.remote {
+        return mount_remote(a, addr);
+    }
+    let access = access(a)?;
     let set = block_stop_signals();
     let cfg = a.at.mover.load_config()?;
     let store = a.at.path.open_with(&cfg)?;
@@ -204,48 +312,21 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
     );
     // Removed (if the tune still runs, from under it) when the mount ends.
     let _scratch = tune.map(|t| start_background_tune(t, mover.clone()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || loop {
-        let mut sig = 0;
-        // SAFETY: `set` is an initialised signal set blocked in every thread of the process.
-        unsafe { libc::sigwait(&set, &mut sig) };
-        if tx.send(sig).is_err() {
-            break;
-        }
-    });
     let stats = a.at.stats_path();
-    let mut saved = std::time::Instant::now();
+    // Saved at the first tick, every STATS_EVERY, and at the end.
+    let mut saved: Option<std::time::Instant> = None;
     let mut warned = false;
-    let mut save = |command: &str| {
-        if let Err(e) = switchyard_options::counters::save(&stats, command, &mover) {
+    wait_for_unmount(m, &a.dir, set, |last| {
+        if !last && saved.is_some_and(|t| t.elapsed() < STATS_EVERY) {
+            return;
+        }
+        if let Err(e) = switchyard_options::counters::save(&stats, "mount", &mover) {
             if !std::mem::replace(&mut warned, true) {
                 eprintln!("counters not saved for `switchyard stat`: {e:#}");
             }
         }
-    };
-    loop {
-        if saved.elapsed() >= STATS_EVERY {
-            save("mount");
-            saved = std::time::Instant::now();
-        }
-        if let Ok(sig) = rx.recv_timeout(Duration::from_millis(100)) {
-            eprintln!("signal {sig}: unmounting");
-            // As umount(8) does: a busy mount (files open under it, a working directory in
-            // it) stays mounted and served, rather than left behind broken.
-            if let Err(e) = umount(&UmountArgs { dir: a.dir.clone() }) {
-                eprintln!(
-                    "{e:#}\nstill mounted and serving: close what is open under {} and stop \
-                     it again",
-                    a.dir.display()
-                );
-            }
-        }
-        if m.finished() {
-            save("mount");
-            m.join().context("the mount ended")?;
-            break;
-        }
-    }
+        saved = Some(std::time::Instant::now());
+    })?;
     println!("unmounted; the store is clean");
     Ok(())
 }
@@ -308,6 +389,8 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
             workers: a.workers,
             allow_other: a.allow_other,
             reserved_percent: a.reserved_percent,
+            remote: None,
+            key: None,
         },
         background,
     )

@@ -3,233 +3,29 @@
 
 mod common;
 
-use std::io::ErrorKind;
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, errno, fsck, mounted, run, Mount};
+use common::{bin, errno, fsck, mounted, programs, run, Mount};
 
 #[test]
 fn posix_operations_and_errnos_through_the_mount() {
-    let work = tempfile::tempdir().unwrap();
-    let m = Mount::new(work.path());
-    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 31 % 251) as u8).collect();
-    std::fs::write(m.path("a"), &data).unwrap();
-    std::fs::create_dir(m.path("d")).unwrap();
-    std::fs::write(m.path("d/x"), b"x").unwrap();
-    std::os::unix::fs::symlink("a", m.path("s")).unwrap();
-    std::fs::hard_link(m.path("a"), m.path("h")).unwrap();
-    std::fs::rename(m.path("d/x"), m.path("d/y")).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(m.path("d/y"), std::fs::Permissions::from_mode(0o600)).unwrap();
-    let f = std::fs::OpenOptions::new()
-        .append(true)
-        .open(m.path("d/y"))
-        .unwrap();
-    std::io::Write::write_all(&mut &f, b"yz").unwrap();
-    drop(f);
-    assert_eq!(errno(std::fs::read(m.path("nope"))), libc::ENOENT);
-    assert_eq!(errno(std::fs::create_dir(m.path("d"))), libc::EEXIST);
-    assert_eq!(errno(std::fs::remove_dir(m.path("d"))), libc::ENOTEMPTY);
-    assert_eq!(errno(std::fs::read(m.path("a/b"))), libc::ENOTDIR);
-    assert_eq!(errno(std::fs::write(m.path("d"), b"")), libc::EISDIR);
-    let long = "n".repeat(300);
-    assert_eq!(
-        errno(std::fs::write(m.path(&long), b"")),
-        libc::ENAMETOOLONG
-    );
-    let mut names: Vec<String> = std::fs::read_dir(&m.dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["a", "d", "h", "s"]);
-    let m = m.remount();
-    assert_eq!(std::fs::read(m.path("a")).unwrap(), data);
-    assert_eq!(std::fs::read(m.path("s")).unwrap(), data);
-    assert_eq!(std::fs::read_link(m.path("s")).unwrap(), Path::new("a"));
-    assert_eq!(std::fs::read(m.path("d/y")).unwrap(), b"xyz");
-    let meta = std::fs::metadata(m.path("h")).unwrap();
-    use std::os::unix::fs::MetadataExt;
-    assert_eq!((meta.nlink(), meta.len()), (2, data.len() as u64));
-    assert_eq!(
-        std::fs::metadata(m.path("d/y")).unwrap().mode() & 0o777,
-        0o600
-    );
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(m.path("a"))
-        .unwrap();
-    f.set_len(10).unwrap();
-    drop(f);
-    assert_eq!(std::fs::read(m.path("a")).unwrap(), &data[..10]);
-    assert_eq!(
-        std::fs::read_dir(m.path("missing")).unwrap_err().kind(),
-        ErrorKind::NotFound
-    );
-    m.fsck();
+    programs::posix_operations_and_errnos(Mount::new);
 }
 
 #[test]
 fn tar_cp_and_git_on_the_mount() {
-    let work = tempfile::tempdir().unwrap();
-    let m = Mount::new(work.path());
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    // cp -a of a source tree, and a tar archive of it extracted on the mount.
-    run(Command::new("cp").arg("-a").arg(&src).arg(m.path("tree")));
-    let tar_args = |c: &mut Command| {
-        c.args([
-            "--sort=name",
-            "--mtime=2020-01-01",
-            "--owner=0",
-            "--group=0",
-            "--numeric-owner",
-            "--format=gnu",
-        ]);
-    };
-    let archive = work.path().join("a.tar");
-    let mut c = Command::new("tar");
-    tar_args(&mut c);
-    run(c.arg("-cf").arg(&archive).arg("-C").arg(&src).arg("."));
-    std::fs::create_dir(m.path("x")).unwrap();
-    run(Command::new("tar")
-        .arg("-xf")
-        .arg(&archive)
-        .arg("-C")
-        .arg(m.path("x")));
-    // git: a repository on the mount.
-    let git = |args: &[&str]| {
-        let mut c = Command::new("git");
-        c.arg("-C")
-            .arg(m.path("repo"))
-            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
-            .args(args);
-        run(&mut c)
-    };
-    run(Command::new("cp").arg("-a").arg(&src).arg(m.path("repo")));
-    git(&["init", "-q"]);
-    git(&["add", "."]);
-    git(&["commit", "-q", "-m", "on the mount"]);
-    let head = git(&["rev-parse", "HEAD"]);
-    let m = m.remount();
-    run(Command::new("diff").arg("-r").arg(&src).arg(m.path("tree")));
-    let again = work.path().join("b.tar");
-    let mut c = Command::new("tar");
-    tar_args(&mut c);
-    run(c.arg("-cf").arg(&again).arg("-C").arg(m.path("x")).arg("."));
-    assert!(
-        std::fs::read(&archive).unwrap() == std::fs::read(&again).unwrap(),
-        "the archive re-created from the mount differs"
-    );
-    let git = |args: &[&str]| {
-        let mut c = Command::new("git");
-        c.arg("-C").arg(m.path("repo")).args(args);
-        run(&mut c)
-    };
-    assert_eq!(git(&["rev-parse", "HEAD"]), head);
-    git(&["fsck", "--full", "--strict"]);
-    assert!(git(&["status", "--porcelain"]).is_empty());
-    m.fsck();
+    programs::tar_cp_and_git(Mount::new);
 }
 
 #[test]
 fn sqlite_builds_a_database_with_thousands_of_transactions() {
-    let work = tempfile::tempdir().unwrap();
-    let m = Mount::new(work.path());
-    let mut sql = String::from("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT);\n");
-    for i in 0..3000 {
-        sql.push_str(&format!(
-            "BEGIN; INSERT INTO t (v) VALUES ('{}'); COMMIT;\n",
-            "v".repeat(i % 200)
-        ));
-    }
-    sql.push_str("CREATE INDEX tv ON t (v);\n");
-    let db = m.path("db.sqlite");
-    let mut c = Command::new("sqlite3")
-        .arg(&db)
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(c.stdin.as_mut().unwrap(), sql.as_bytes()).unwrap();
-    drop(c.stdin.take());
-    assert!(c.wait().unwrap().success());
-    let m = m.remount();
-    let db = m.path("db.sqlite");
-    let q = |s: &str| run(Command::new("sqlite3").arg(&db).arg(s));
-    assert_eq!(q("PRAGMA integrity_check;").trim(), "ok");
-    assert_eq!(q("SELECT count(*) FROM t;").trim(), "3000");
-    m.fsck();
-}
-
-/// One fio job on the mount: `extra` adds or overrides options.
-fn fio(dir: &Path, name: &str, extra: &[&str]) -> serde_json::Value {
-    let out = Command::new("fio")
-        .args([
-            &format!("--name={name}"),
-            &format!("--directory={}", dir.display()),
-            "--size=16M",
-            "--verify=crc32c",
-            "--verify_state_save=0", // no state files in the working directory
-            "--output-format=json",
-        ])
-        .args(extra)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "fio {name} {extra:?}: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(&text[text.find('{').unwrap()..]).unwrap()
+    programs::sqlite_transactions(Mount::new);
 }
 
 #[test]
 fn fio_jobs_write_and_verify_across_a_remount() {
-    let work = tempfile::tempdir().unwrap();
-    let m = Mount::new(work.path());
-    let jobs: [(&str, &[&str]); 6] = [
-        ("seq4k", &["--ioengine=psync", "--rw=write", "--bs=4k"]),
-        ("seq1m", &["--ioengine=psync", "--rw=write", "--bs=1m"]),
-        ("rand4k", &["--ioengine=psync", "--rw=randwrite", "--bs=4k"]),
-        (
-            "rand64k",
-            &["--ioengine=psync", "--rw=randwrite", "--bs=64k"],
-        ),
-        (
-            "aio1m",
-            &[
-                "--ioengine=libaio",
-                "--direct=1",
-                "--iodepth=8",
-                "--rw=write",
-                "--bs=1m",
-            ],
-        ),
-        (
-            "aio4k",
-            &[
-                "--ioengine=libaio",
-                "--direct=1",
-                "--iodepth=8",
-                "--rw=randwrite",
-                "--bs=4k",
-            ],
-        ),
-    ];
-    for (name, args) in jobs {
-        // Written and verified in one run...
-        fio(&m.dir, name, args);
-    }
-    let m = m.remount();
-    for (name, args) in jobs {
-        // ...and verified again from the store after a clean unmount.
-        let mut a = args.to_vec();
-        a.push("--verify_only");
-        fio(&m.dir, name, &a);
-    }
-    m.fsck();
+    programs::fio_jobs_verify(Mount::new);
 }
 
 #[test]

@@ -1,15 +1,20 @@
 //! The store as a FUSE file system, so unmodified programs use it (the `switchyard mount`
-//! command), and a minimal passthrough file system that measures FUSE's own cost.
+//! command, and `mount --remote` for a store another process serves), and a minimal
+//! passthrough file system that measures FUSE's own cost.
 //!
-//! FUSE inode numbers are the store's inode numbers (the root is 1 in both). Every request
-//! goes straight to the store's inode API; nothing is buffered here, so the store's strict
-//! semantics hold through the mount: a `write` that returned to the program is durable.
+//! One front end, [`InodeFs`], serves any [`Inodes`]: the store in this process, or a served
+//! store through its client. FUSE inode numbers are the store's inode numbers (the root is 1
+//! in both), held for as long as the kernel knows them. Every request goes straight to the
+//! inode API; nothing is buffered here, so the store's strict semantics hold through the
+//! mount: a `write` that returned to the program is durable.
 //!
 //! Page cache, consciously: writes are write-through (the kernel's writeback cache is not
 //! enabled), so each `write(2)` reaches the store before it returns. Reads may be served from
-//! the page cache (`FOPEN_KEEP_CACHE`): every change to a file goes through this mount, so the
-//! cache cannot go stale. A file opened with `O_DIRECT` bypasses the page cache
-//! (`FOPEN_DIRECT_IO`). Permissions are checked by the kernel (`default_permissions`).
+//! the page cache (`FOPEN_KEEP_CACHE`) when the open finds the cache current: always for the
+//! store in this process (every change goes through this mount), and for a served store when
+//! no one changed the file since this mount's previous open of it (close-to-open). A file
+//! opened with `O_DIRECT` bypasses the page cache (`FOPEN_DIRECT_IO`). Permissions are
+//! checked by the kernel (`default_permissions`).
 //!
 //! Directory listings are read once at `opendir` and served by index from that snapshot, so
 //! `readdir` offsets stay valid while the directory changes underneath.
@@ -19,18 +24,18 @@
 //! `switchyard bench mount` compares the store's mount with.
 
 #![warn(missing_docs)]
+mod inode_fs;
 mod passthrough;
-mod store_fs;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{FopenFlags, KernelConfig, OpenFlags};
-use switchyard_store::Store;
+use switchyard_store::{Inodes, Store};
 
 pub use passthrough::Passthrough;
 
-pub use store_fs::StoreFs;
+pub use inode_fs::InodeFs;
 
 pub use switchyard_mover::config::FuseConfig;
 
@@ -82,12 +87,25 @@ pub fn mount(
     config: &FuseConfig,
     access: Access,
 ) -> std::io::Result<Mount> {
+    mount_inodes(store, dir, config, access, false)
+}
+
+/// Mounts `inodes` (the store in this process, or a remote store through its client) at
+/// `dir`, as [`mount`] does; `read_only` mounts it read-only (`ro`).
+pub fn mount_inodes<I: Inodes>(
+    inodes: I,
+    dir: &Path,
+    config: &FuseConfig,
+    access: Access,
+    read_only: bool,
+) -> std::io::Result<Mount> {
     spawn(
-        StoreFs::new(store, config),
+        InodeFs::new(inodes, config),
         "switchyard",
         dir,
         config.effective_workers(),
         access,
+        read_only,
     )
 }
 
@@ -104,6 +122,7 @@ pub fn mount_passthrough(
         dir,
         config.effective_workers(),
         Access::Owner,
+        false,
     )
 }
 
@@ -113,6 +132,7 @@ fn spawn<F: fuser::Filesystem + Send + Sync + 'static>(
     dir: &Path,
     workers: usize,
     access: Access,
+    read_only: bool,
 ) -> std::io::Result<Mount> {
     let mut config = fuser::Config::default();
     if access == Access::AllUsers {
@@ -125,6 +145,9 @@ fn spawn<F: fuser::Filesystem + Send + Sync + 'static>(
         fuser::MountOption::NoDev,
         fuser::MountOption::NoSuid,
     ];
+    if read_only {
+        config.mount_options.push(fuser::MountOption::RO);
+    }
     config.n_threads = Some(workers.max(1));
     config.clone_fd = true;
     let session = fuser::spawn_mount(fs, dir, &config)?;
@@ -156,13 +179,16 @@ fn configure(config: &mut KernelConfig, replies: Replies) {
     let _ = config.set_time_granularity(Duration::from_nanos(1));
 }
 
-/// The page-cache policy of an open file: `O_DIRECT` bypasses the cache, every other open
-/// keeps what the cache holds (only this mount changes the files).
-fn open_flags(flags: OpenFlags) -> FopenFlags {
+/// The page-cache policy of an open file: `O_DIRECT` bypasses the cache; every other open
+/// keeps what the cache holds if it is `current` (no one but this mount changed the file
+/// since), and drops it otherwise.
+fn open_flags(flags: OpenFlags, current: bool) -> FopenFlags {
     if flags.0 & libc::O_DIRECT != 0 {
         FopenFlags::FOPEN_DIRECT_IO
-    } else {
+    } else if current {
         FopenFlags::FOPEN_KEEP_CACHE
+    } else {
+        FopenFlags::empty()
     }
 }
 

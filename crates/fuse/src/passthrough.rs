@@ -309,7 +309,7 @@ impl Filesystem for Passthrough {
             .path(ino)
             .and_then(|p| open(&p, flags.0).map_err(io_errno));
         match r {
-            Ok(f) => reply.opened(self.keep(f), open_flags(flags)),
+            Ok(f) => reply.opened(self.keep(f), open_flags(flags, true)),
             Err(e) => reply.error(e),
         }
     }
@@ -505,7 +505,7 @@ impl Filesystem for Passthrough {
                 &a,
                 Generation(0),
                 self.keep(f),
-                open_flags(OpenFlags(flags)),
+                open_flags(OpenFlags(flags), true),
             ),
             Err(e) => reply.error(e),
         }

@@ -12,8 +12,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use switchyard_store::format::{S_IFDIR, S_IFLNK, S_IFMT};
-use switchyard_store::{Errno, Owner, PreparedWrite, Store};
+use switchyard_store::{Errno, Inodes, Owner, PreparedWrite, Store};
 use switchyard_ucx::{Endpoint, Node};
 
 use crate::auth::Key;
@@ -83,6 +82,8 @@ struct Peer<'s> {
     prepared: HashMap<u64, PreparedWrite<'s>>,
     /// Open handles by inode, released when the client goes.
     opens: HashMap<u64, u64>,
+    /// Holds (kernel lookups of the client's mount) by inode, released when the client goes.
+    holds: HashMap<u64, u64>,
 }
 
 /// Serves `store` until `stop` is set: listens, calls `ready` with the address bound, and
@@ -190,6 +191,7 @@ impl<'s> Server<'s, '_> {
                 writable: None,
                 prepared: HashMap::new(),
                 opens: HashMap::new(),
+                holds: HashMap::new(),
             };
             self.peers.insert(peer.ep.id(), peer);
         }
@@ -233,6 +235,9 @@ impl<'s> Server<'s, '_> {
                 let _ = self.store.release(ino);
             }
         }
+        for (ino, n) in p.holds {
+            let _ = self.store.release_holds(ino, n);
+        }
         node.close(p.ep);
     }
 
@@ -272,37 +277,51 @@ impl<'s> Server<'s, '_> {
         }
     }
 
+    /// Answers a request about names and attributes, or passes it on to [`Server::data`].
     fn execute(&mut self, peer: &mut Peer<'s>, req: Request) -> Result<Reply, Errno> {
         let s = self.store;
-        let owner = Owner::current();
+        let entry = |(ino, stat)| Reply::Entry { ino, stat };
         Ok(match req {
             Request::Auth { .. } => Reply::Error(libc::EALREADY),
-            Request::Lookup { parent, name } => {
-                let (ino, attr) = s.lookup(parent, &name)?;
-                Reply::Entry { ino, attr }
+            Request::Lookup { parent, name, hold } => {
+                if hold {
+                    let r = Inodes::lookup(s, parent, &name)?;
+                    *peer.holds.entry(r.0).or_default() += 1;
+                    entry(r)
+                } else {
+                    let (ino, _) = s.lookup(parent, &name)?;
+                    entry((ino, s.stat(ino)?))
+                }
             }
-            Request::Getattr { ino } => Reply::Attr(s.getattr(ino)?),
+            Request::Getattr { ino } => Reply::Stat(s.stat(ino)?),
             Request::Readdir { ino } => Reply::Dir(s.readdir(ino)?),
             Request::Make {
                 parent,
                 name,
                 mode,
+                rdev,
                 target,
+                uid,
+                gid,
+                hold,
             } => {
-                let (ino, attr) = match mode & S_IFMT {
-                    S_IFLNK => s.symlink(parent, &name, &target, owner)?,
-                    S_IFDIR => s.mkdir(parent, &name, mode, owner)?,
-                    _ => s.create(parent, &name, mode, owner)?,
-                };
-                Reply::Entry { ino, attr }
+                let owner = Owner { uid, gid };
+                let (ino, stat) = Inodes::make(s, parent, &name, mode, rdev, &target, owner)?;
+                self.held(peer, ino, hold);
+                entry((ino, stat))
             }
-            Request::Link { ino, parent, name } => Reply::Attr(s.link(ino, parent, &name)?),
+            Request::Link {
+                ino,
+                parent,
+                name,
+                hold,
+            } => {
+                let stat = Inodes::link(s, ino, parent, &name)?;
+                self.held(peer, ino, hold);
+                Reply::Stat(stat)
+            }
             Request::Remove { parent, name, dir } => {
-                if dir {
-                    s.rmdir(parent, &name)?;
-                } else {
-                    s.unlink(parent, &name)?;
-                }
+                Inodes::remove(s, parent, &name, dir)?;
                 Reply::Done
             }
             Request::Rename {
@@ -310,29 +329,26 @@ impl<'s> Server<'s, '_> {
                 name,
                 new_parent,
                 new_name,
-                noreplace,
+                how,
             } => {
-                if noreplace {
-                    s.rename_noreplace(parent, &name, new_parent, &new_name)?;
-                } else {
-                    s.rename(parent, &name, new_parent, &new_name)?;
-                }
+                Inodes::rename(s, parent, &name, new_parent, &new_name, how)?;
                 Reply::Done
             }
             Request::Readlink { ino } => Reply::Bytes(s.readlink(ino)?),
-            Request::Setattr { ino, set } => Reply::Attr(s.setattr(ino, set)?),
+            Request::Setattr { ino, set } => Reply::Stat(Inodes::setattr(s, ino, set)?),
             Request::Open { ino } => {
-                let attr = s.open(ino)?;
+                s.open(ino)?;
                 *peer.opens.entry(ino).or_default() += 1;
-                Reply::Attr(attr)
+                Reply::Stat(s.stat(ino)?)
             }
             Request::Close { ino } => {
-                let n = peer.opens.get_mut(&ino).ok_or(Errno::EBADF)?;
-                *n -= 1;
-                if *n == 0 {
-                    peer.opens.remove(&ino);
-                }
+                take(&mut peer.opens, ino, 1)?;
                 s.release(ino)?;
+                Reply::Done
+            }
+            Request::Forget { ino, n } => {
+                take(&mut peer.holds, ino, n)?;
+                s.release_holds(ino, n)?;
                 Reply::Done
             }
             Request::Fsync { ino } => {
@@ -340,14 +356,40 @@ impl<'s> Server<'s, '_> {
                 Reply::Done
             }
             Request::Statfs => Reply::StatFs(s.statfs()),
+            Request::Setxattr {
+                ino,
+                name,
+                value,
+                mode,
+            } => {
+                s.setxattr(ino, &name, &value, mode)?;
+                Reply::Done
+            }
+            Request::Getxattr { ino, name } => Reply::Bytes(s.getxattr(ino, &name)?),
+            Request::Listxattr { ino } => Reply::Bytes(s.listxattr(ino)?),
+            Request::Removexattr { ino, name } => {
+                s.removexattr(ino, &name)?;
+                Reply::Done
+            }
+            data => self.data(peer, data)?,
+        })
+    }
+
+    /// Answers a request about file data.
+    fn data(&mut self, peer: &mut Peer<'s>, req: Request) -> Result<Reply, Errno> {
+        let s = self.store;
+        let moved = |n: usize| {
+            self.stats
+                .message_bytes
+                .fetch_add(n as u64, Ordering::Relaxed);
+        };
+        Ok(match req {
             Request::Map { ino, off, len } => Reply::Map(s.extents(ino, off, len)?),
             Request::Read { ino, off, len } => {
                 let mut buf = vec![0u8; (len as usize).min(MAX_BYTES)];
                 let n = s.read(ino, off, &mut buf)?;
                 buf.truncate(n);
-                self.stats
-                    .message_bytes
-                    .fetch_add(n as u64, Ordering::Relaxed);
+                moved(n);
                 Reply::Bytes(buf)
             }
             Request::Prepare { ino, off, len } => {
@@ -376,11 +418,40 @@ impl<'s> Server<'s, '_> {
             }
             Request::Write { ino, off, data } => {
                 let n = s.write(ino, off, &data)?;
-                self.stats
-                    .message_bytes
-                    .fetch_add(n as u64, Ordering::Relaxed);
+                moved(n);
                 Reply::Written(n as u64)
             }
+            Request::Append { ino, data } => {
+                let at = s.append(ino, &data)?;
+                moved(data.len());
+                Reply::Written(at)
+            }
+            Request::Fallocate { ino, off, len, how } => {
+                s.fallocate(ino, off, len, how)?;
+                Reply::Done
+            }
+            // Every other request is answered by `execute`.
+            _ => return Err(Errno::EINVAL),
         })
     }
+
+    /// Counts a hold `make` or `link` took for `peer`, or gives it back if the client did not
+    /// ask for one.
+    fn held(&self, peer: &mut Peer<'s>, ino: u64, hold: bool) {
+        if hold {
+            *peer.holds.entry(ino).or_default() += 1;
+        } else {
+            let _ = self.store.release_holds(ino, 1);
+        }
+    }
+}
+
+/// Takes `n` from `ino`'s count in `counts` (EBADF if it has fewer), dropping it at zero.
+fn take(counts: &mut HashMap<u64, u64>, ino: u64, n: u64) -> Result<(), Errno> {
+    let c = counts.get_mut(&ino).ok_or(Errno::EBADF)?;
+    *c = c.checked_sub(n).ok_or(Errno::EBADF)?;
+    if *c == 0 {
+        counts.remove(&ino);
+    }
+    Ok(())
 }

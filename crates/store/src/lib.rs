@@ -26,6 +26,7 @@ pub mod fs;
 pub mod fsck;
 mod inflight;
 pub mod inode;
+pub mod inodes;
 mod pm;
 pub mod recovery;
 pub mod reserve;
@@ -40,6 +41,7 @@ pub use fallocate::Falloc;
 pub use files::Files;
 pub use format::Attr;
 pub use fs::{Fd, Fs, OpenFlags, Whence};
+pub use inodes::{Inodes, Rename, Stat};
 pub use store::{
     DirEntry, Extents, Owner, PreparedWrite, Run, SetAttr, StatFs, Store, Target, MAX_FILE_SIZE,
 };

@@ -90,3 +90,47 @@ fn every_change_of_a_file_moves_its_change_word() {
         "a freed inode has no runs"
     );
 }
+
+#[test]
+fn every_change_of_a_directory_moves_its_change_word() {
+    let fs = fresh();
+    fs.mkdir("/d", 0o755).unwrap();
+    fs.mkdir("/e", 0o755).unwrap();
+    let (d, e) = (fs.ino("/d").unwrap(), fs.ino("/e").unwrap());
+    let store = fs.store();
+    let word = |ino| store.changes().word(ino);
+    let mut last = (word(d), word(e));
+    let mut moved = |what: &str, both: bool| {
+        let now = (word(d), word(e));
+        assert_ne!(
+            now.0, last.0,
+            "{what} left the directory's change word alone"
+        );
+        if both {
+            assert_ne!(
+                now.1, last.1,
+                "{what} left the other directory's word alone"
+            );
+        }
+        last = now;
+    };
+    let fd = fs.open("/d/f", OpenFlags::CREATE, 0o644).unwrap();
+    fs.close(fd).unwrap();
+    moved("a create", false);
+    fs.mkdir("/d/sub", 0o755).unwrap();
+    moved("a mkdir", false);
+    fs.symlink("f", "/d/s").unwrap();
+    moved("a symlink", false);
+    fs.link("/d/f", "/d/h").unwrap();
+    moved("a link", false);
+    fs.unlink("/d/h").unwrap();
+    moved("an unlink that leaves a link", false);
+    fs.rename("/d/f", "/e/f").unwrap();
+    moved("a rename out of it", true);
+    fs.rename("/e/f", "/d/f").unwrap();
+    moved("a rename into it", true);
+    fs.unlink("/d/f").unwrap();
+    moved("the last unlink", false);
+    fs.rmdir("/d/sub").unwrap();
+    moved("an rmdir", false);
+}

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod programs;
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_switchyard")
 }
@@ -24,6 +26,49 @@ pub struct Mount {
     pub store: PathBuf,
     pub dir: PathBuf,
     pub args: Vec<String>,
+    /// For a remote mount (`mount --remote`): the `serve` process that owns the store.
+    pub server: Option<Serve>,
+    remote: bool,
+}
+
+/// A `switchyard serve` process on loopback.
+pub struct Serve {
+    pub child: Child,
+    /// Where it listens (`ADDR:PORT`).
+    pub addr: String,
+}
+
+impl Serve {
+    /// Serves `store` on a free loopback port.
+    pub fn start(store: &Path) -> Serve {
+        let mut child = Command::new(bin())
+            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+            .arg(store)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+        // "serving S on ADDR (key K); …"
+        let addr = line
+            .split(" on ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_string();
+        // Keep reading, so its last words at exit find the pipe open.
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        Serve { child, addr }
+    }
+
+    /// SIGTERM, and a clean exit.
+    pub fn stop(mut self) {
+        // SAFETY: kill has no memory effects; the pid is our child's.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "serve exited with {status}");
+    }
 }
 
 impl Mount {
@@ -37,8 +82,26 @@ impl Mount {
         Mount::sized(work, "512M", args)
     }
 
+    /// A fresh 512 MiB store in `work`, served by `switchyard serve` and mounted on
+    /// `work/mnt` through it (`mount --remote`).
+    pub fn remote(work: &Path) -> Mount {
+        let store = Mount::mkfs(work, "512M");
+        let dir = work.join("mnt");
+        std::fs::create_dir_all(&dir).unwrap();
+        Mount::start_with(store, dir, Vec::new(), true)
+    }
+
     /// A fresh store of `size` in `work`, mounted on `work/mnt` with `args`.
     pub fn sized(work: &Path, size: &str, args: &[&str]) -> Mount {
+        let store = Mount::mkfs(work, size);
+        let dir = work.join("mnt");
+        std::fs::create_dir_all(&dir).unwrap();
+        let args = args.iter().map(|a| a.to_string()).collect();
+        Mount::start_with(store, dir, args, false)
+    }
+
+    /// A fresh store of `size` in `work`.
+    fn mkfs(work: &Path, size: &str) -> PathBuf {
         let store = work.join("s.store");
         let ok = Command::new(bin())
             .args(["mkfs", "--size", size, "--store"])
@@ -47,20 +110,24 @@ impl Mount {
             .status()
             .unwrap();
         assert!(ok.success());
-        let dir = work.join("mnt");
-        std::fs::create_dir_all(&dir).unwrap();
-        Mount::start_with(store, dir, args.iter().map(|a| a.to_string()).collect())
+        store
     }
 
     /// Mounts an existing store.
     pub fn start(store: PathBuf, dir: PathBuf) -> Mount {
-        Mount::start_with(store, dir, Vec::new())
+        Mount::start_with(store, dir, Vec::new(), false)
     }
 
-    fn start_with(store: PathBuf, dir: PathBuf, args: Vec<String>) -> Mount {
+    fn start_with(store: PathBuf, dir: PathBuf, args: Vec<String>, remote: bool) -> Mount {
+        let server = remote.then(|| Serve::start(&store));
+        let mut how = args.clone();
+        if let Some(s) = &server {
+            let key = format!("{}.key", store.display());
+            how.extend(["--remote".into(), s.addr.clone(), "--key".into(), key]);
+        }
         let child = Command::new(bin())
             .arg("mount")
-            .args(&args)
+            .args(&how)
             .arg("--store")
             .arg(&store)
             .arg(&dir)
@@ -80,6 +147,8 @@ impl Mount {
             store,
             dir,
             args,
+            server,
+            remote,
         }
     }
 
@@ -87,10 +156,16 @@ impl Mount {
         self.dir.join(p)
     }
 
-    /// Clean unmount (SIGTERM), then mount again.
+    /// Clean unmount (SIGTERM) and, for a remote mount, a clean stop of its server; then
+    /// both start again.
     pub fn remount(mut self) -> Mount {
         self.stop();
-        Mount::start_with(self.store.clone(), self.dir.clone(), self.args.clone())
+        Mount::start_with(
+            self.store.clone(),
+            self.dir.clone(),
+            self.args.clone(),
+            self.remote,
+        )
     }
 
     pub fn stop(&mut self) {
@@ -100,6 +175,9 @@ impl Mount {
             let status = c.wait().unwrap();
             assert!(status.success(), "mount exited with {status}");
             assert!(!mounted(&self.dir), "still mounted after SIGTERM");
+        }
+        if let Some(s) = self.server.take() {
+            s.stop();
         }
     }
 
@@ -133,6 +211,10 @@ impl Drop for Mount {
                 .arg("-u")
                 .arg(&self.dir)
                 .status();
+        }
+        if let Some(mut s) = self.server.take() {
+            let _ = s.child.kill();
+            let _ = s.child.wait();
         }
     }
 }

@@ -4,7 +4,9 @@
 use switchyard_store::changes::Changes;
 use switchyard_store::format::{ROOT, S_IFDIR, S_IFLNK, S_IFREG};
 use switchyard_store::fs::components;
-use switchyard_store::{Attr, Errno, Fd, OpenFlags, SetAttr, MAX_FILE_SIZE};
+use switchyard_store::{
+    Attr, DirEntry, Errno, Fd, OpenFlags, Owner, SetAttr, Stat, StatFs, MAX_FILE_SIZE,
+};
 
 use super::{
     errno, size_only, wait_reply, DataPath, Inner, Open, READ_RETRIES, SYMLOOP_MAX, WORD_LINE,
@@ -53,7 +55,7 @@ impl Inner {
 
     pub(super) fn lookup(&mut self, parent: u64, name: &[u8]) -> Result<u64, Errno> {
         if !self.one_sided() {
-            return self.lookup_rpc(parent, name);
+            return Ok(self.lookup_rpc(parent, name, false)?.0);
         }
         let w = self.word(parent)?;
         let key = (parent, name.to_vec());
@@ -64,24 +66,36 @@ impl Inner {
             }
         }
         self.stats.cache_misses += 1;
-        let ino = self.lookup_rpc(parent, name)?;
+        let (ino, _) = self.lookup_rpc(parent, name, false)?;
         self.names.insert(key, (ino, w));
         Ok(ino)
     }
 
-    pub(super) fn lookup_rpc(&mut self, parent: u64, name: &[u8]) -> Result<u64, Errno> {
+    /// Asks the server for `name` in `parent`; `hold` takes a hold for this client.
+    pub(super) fn lookup_rpc(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        hold: bool,
+    ) -> Result<(u64, Stat), Errno> {
         match self.call(&Request::Lookup {
             parent,
             name: name.to_vec(),
+            hold,
         })? {
-            Reply::Entry { ino, .. } => Ok(ino),
+            Reply::Entry { ino, stat } => Ok((ino, stat)),
             _ => Err(Errno::EIO),
         }
     }
 
     pub(super) fn getattr(&mut self, ino: u64) -> Result<Attr, Errno> {
+        Ok(self.stat(ino)?.attr)
+    }
+
+    /// What `ino` is: from the cache while its change word holds, else from the server.
+    pub(super) fn stat(&mut self, ino: u64) -> Result<Stat, Errno> {
         if !self.one_sided() {
-            return self.getattr_rpc(ino);
+            return self.stat_rpc(ino);
         }
         let w = self.word(ino)?;
         if let Some(&(a, seen)) = self.attrs.get(&ino) {
@@ -91,16 +105,13 @@ impl Inner {
             }
         }
         self.stats.cache_misses += 1;
-        let a = self.getattr_rpc(ino)?;
+        let a = self.stat_rpc(ino)?;
         self.attrs.insert(ino, (a, w));
         Ok(a)
     }
 
-    pub(super) fn getattr_rpc(&mut self, ino: u64) -> Result<Attr, Errno> {
-        match self.call(&Request::Getattr { ino })? {
-            Reply::Attr(a) => Ok(a),
-            _ => Err(Errno::EIO),
-        }
+    fn stat_rpc(&mut self, ino: u64) -> Result<Stat, Errno> {
+        stat_of(self.call(&Request::Getattr { ino })?)
     }
 
     pub(super) fn readlink(&mut self, ino: u64) -> Result<Vec<u8>, Errno> {
@@ -110,10 +121,78 @@ impl Inner {
         }
     }
 
-    pub(super) fn setattr(&mut self, ino: u64, set: SetAttr) -> Result<Attr, Errno> {
-        match self.call(&Request::Setattr { ino, set })? {
-            Reply::Attr(a) => Ok(a),
+    pub(super) fn setattr(&mut self, ino: u64, set: SetAttr) -> Result<Stat, Errno> {
+        self.maps.remove(&ino);
+        self.attrs.remove(&ino);
+        stat_of(self.call(&Request::Setattr { ino, set })?)
+    }
+
+    /// Sends a request whose reply carries nothing.
+    pub(super) fn done(&mut self, req: &Request) -> Result<(), Errno> {
+        self.call(req).map(|_| ())
+    }
+
+    /// Makes `name` in `parent` owned by `owner`; `hold` takes a hold for this client.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn make_in(
+        &mut self,
+        parent: u64,
+        name: Vec<u8>,
+        mode: u32,
+        rdev: u64,
+        target: Vec<u8>,
+        owner: Owner,
+        hold: bool,
+    ) -> Result<(u64, Stat), Errno> {
+        match self.call(&Request::Make {
+            parent,
+            name,
+            mode,
+            rdev,
+            target,
+            uid: owner.uid,
+            gid: owner.gid,
+            hold,
+        })? {
+            Reply::Entry { ino, stat } => Ok((ino, stat)),
             _ => Err(Errno::EIO),
+        }
+    }
+
+    pub(super) fn readdir(&mut self, ino: u64) -> Result<Vec<DirEntry>, Errno> {
+        match self.call(&Request::Readdir { ino })? {
+            Reply::Dir(es) => Ok(es),
+            _ => Err(Errno::EIO),
+        }
+    }
+
+    pub(super) fn statfs(&mut self) -> Result<StatFs, Errno> {
+        match self.call(&Request::Statfs)? {
+            Reply::StatFs(s) => Ok(s),
+            _ => Err(Errno::EIO),
+        }
+    }
+
+    /// Appends `data` at the end of `ino` atomically (inside messages, one piece each
+    /// [`MAX_BYTES`]); where the first byte went.
+    pub(super) fn append(&mut self, ino: u64, data: &[u8]) -> Result<u64, Errno> {
+        self.maps.remove(&ino);
+        self.attrs.remove(&ino);
+        let mut first = None;
+        for piece in data.chunks(MAX_BYTES) {
+            let at = match self.call(&Request::Append {
+                ino,
+                data: piece.to_vec(),
+            })? {
+                Reply::Written(at) => at,
+                _ => return Err(Errno::EIO),
+            };
+            self.stats.message_bytes += piece.len() as u64;
+            first.get_or_insert(at);
+        }
+        match first {
+            Some(at) => Ok(at),
+            None => Ok(self.stat(ino)?.attr.size),
         }
     }
 
@@ -334,23 +413,15 @@ impl Inner {
                     }
                 }
                 Err(e) if e == Errno::ENOENT && flags.create => {
-                    match self.call(&Request::Make {
-                        parent,
-                        name,
-                        mode: S_IFREG | (mode & 0o7777),
-                        target: Vec::new(),
-                    })? {
-                        Reply::Entry { ino, .. } => ino,
-                        _ => return Err(Errno::EIO),
-                    }
+                    let mode = S_IFREG | (mode & 0o7777);
+                    let owner = Owner::current();
+                    self.make_in(parent, name, mode, 0, Vec::new(), owner, false)?
+                        .0
                 }
                 Err(e) => return Err(e),
             },
         };
-        let attr = match self.call(&Request::Open { ino })? {
-            Reply::Attr(a) => a,
-            _ => return Err(Errno::EIO),
-        };
+        let attr = stat_of(self.call(&Request::Open { ino })?)?.attr;
         if attr.kind() == S_IFDIR && flags.write {
             let _ = self.call(&Request::Close { ino });
             return Err(Errno::EISDIR);
@@ -376,15 +447,8 @@ impl Inner {
 
     pub(super) fn make(&mut self, path: &str, mode: u32, target: Vec<u8>) -> Result<u64, Errno> {
         let (parent, name) = self.parent_and_name(path)?;
-        match self.call(&Request::Make {
-            parent,
-            name,
-            mode,
-            target,
-        })? {
-            Reply::Entry { ino, .. } => Ok(ino),
-            _ => Err(Errno::EIO),
-        }
+        let owner = Owner::current();
+        Ok(self.make_in(parent, name, mode, 0, target, owner, false)?.0)
     }
 
     pub(super) fn remove(&mut self, path: &str, dir: bool) -> Result<(), Errno> {
@@ -451,5 +515,13 @@ impl Inner {
     pub(super) fn parent_and_name(&mut self, path: &str) -> Result<(u64, Vec<u8>), Errno> {
         let (dir, last) = self.parent_of(path, &mut 0)?;
         Ok((dir, last.ok_or(Errno::EEXIST)?))
+    }
+}
+
+/// The stat a reply carries.
+fn stat_of(r: Reply) -> Result<Stat, Errno> {
+    match r {
+        Reply::Stat(s) => Ok(s),
+        _ => Err(Errno::EIO),
     }
 }

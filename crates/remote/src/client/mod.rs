@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 
 use switchyard_store::format::{S_IFDIR, S_IFLNK};
 use switchyard_store::{
-    Attr, DirEntry, Errno, Extents, Fd, Files, OpenFlags, SetAttr, StatFs, Whence,
+    Attr, DirEntry, Errno, Extents, Fd, Files, OpenFlags, Rename, SetAttr, Stat, StatFs, Whence,
 };
 use switchyard_ucx::{Endpoint, Failures, Node, RKey};
 
 use crate::auth::Key;
 
 mod inner;
+mod inodes;
 use crate::proto::{Reply, Request, Welcome, PROTOCOL_VERSION};
 
 /// Symlinks followed in one path walk before `ELOOP` (as the local `Fs`).
@@ -102,8 +103,10 @@ struct Inner {
     timeout: Duration,
     /// (directory, name) → (inode, the directory's change word before the lookup).
     names: HashMap<(u64, Vec<u8>), (u64, u64)>,
-    /// Inode → (attributes, its change word before they were fetched).
-    attrs: HashMap<u64, (Attr, u64)>,
+    /// Inode → (what it is, its change word before that was fetched).
+    attrs: HashMap<u64, (Stat, u64)>,
+    /// Inode → its change word when this client last opened it through `Inodes::open`.
+    opened: HashMap<u64, u64>,
     /// Inode → its whole extent map (with the change word read with it).
     maps: HashMap<u64, Extents>,
     fds: BTreeMap<u32, Open>,
@@ -179,6 +182,7 @@ impl Client {
                 names: HashMap::new(),
                 attrs: HashMap::new(),
                 maps: HashMap::new(),
+                opened: HashMap::new(),
                 fds: BTreeMap::new(),
                 next_fd: 3,
                 stats: ClientStats::default(),
@@ -243,7 +247,7 @@ impl Files for Client {
     fn close(&self, fd: Fd) -> Result<(), Errno> {
         self.with(|i| {
             let f = i.fds.remove(&fd.0).ok_or(Errno::EBADF)?;
-            i.call(&Request::Close { ino: f.ino }).map(|_| ())
+            i.done(&Request::Close { ino: f.ino })
         })
     }
 
@@ -269,11 +273,12 @@ impl Files for Client {
     /// it. Durable and atomic on the server when it returns.
     fn write(&self, fd: Fd, data: &[u8]) -> Result<usize, Errno> {
         self.with(|i| {
-            let (ino, mut off) = i.file(fd, true)?;
-            if i.fds[&fd.0].flags.append {
-                off = i.getattr(ino)?.size;
-            }
-            let n = i.write(ino, off, data)?;
+            let (ino, off) = i.file(fd, true)?;
+            let (off, n) = if i.fds[&fd.0].flags.append {
+                (i.append(ino, data)?, data.len())
+            } else {
+                (off, i.write(ino, off, data)?)
+            };
             i.fds.get_mut(&fd.0).expect("checked").offset = off + n as u64;
             Ok(n)
         })
@@ -309,7 +314,7 @@ impl Files for Client {
     fn fsync(&self, fd: Fd) -> Result<(), Errno> {
         self.with(|i| {
             let ino = i.fds.get(&fd.0).ok_or(Errno::EBADF)?.ino;
-            i.call(&Request::Fsync { ino }).map(|_| ())
+            i.done(&Request::Fsync { ino })
         })
     }
 
@@ -383,14 +388,13 @@ impl Files for Client {
         self.with(|i| {
             let (parent, name) = i.parent_and_name(from)?;
             let (new_parent, new_name) = i.parent_and_name(to)?;
-            i.call(&Request::Rename {
+            i.done(&Request::Rename {
                 parent,
                 name,
                 new_parent,
                 new_name,
-                noreplace: false,
+                how: Rename::Replace,
             })
-            .map(|_| ())
         })
     }
 
@@ -399,7 +403,12 @@ impl Files for Client {
         self.with(|i| {
             let ino = i.resolve(from, false)?;
             let (parent, name) = i.parent_and_name(to)?;
-            i.call(&Request::Link { ino, parent, name }).map(|_| ())
+            i.done(&Request::Link {
+                ino,
+                parent,
+                name,
+                hold: false,
+            })
         })
     }
 
@@ -415,24 +424,18 @@ impl Files for Client {
     fn readdir(&self, path: &str) -> Result<Vec<DirEntry>, Errno> {
         self.with(|i| {
             let ino = i.resolve(path, true)?;
-            match i.call(&Request::Readdir { ino })? {
-                Reply::Dir(es) => Ok(es),
-                _ => Err(Errno::EIO),
-            }
+            i.readdir(ino)
         })
     }
 
     /// Space and inode counts.
     fn statfs(&self) -> Result<StatFs, Errno> {
-        self.with(|i| match i.call(&Request::Statfs)? {
-            Reply::StatFs(s) => Ok(s),
-            _ => Err(Errno::EIO),
-        })
+        self.with(|i| i.statfs())
     }
 
     /// The whole content of the file at `path`.
     fn read_all(&self, path: &str) -> Result<Vec<u8>, Errno> {
-        let fd = self.open(path, OpenFlags::READ, 0)?;
+        let fd = Files::open(self, path, OpenFlags::READ, 0)?;
         let size = self.fstat(fd)?.size as usize;
         let mut buf = vec![0u8; size];
         let n = self.pread(fd, &mut buf, 0);

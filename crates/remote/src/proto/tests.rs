@@ -2,6 +2,7 @@
 
 use super::*;
 use proptest::prelude::*;
+use switchyard_store::{Attr, Run};
 
 fn attr() -> impl Strategy<Value = Attr> {
     (
@@ -23,6 +24,22 @@ fn attr() -> impl Strategy<Value = Attr> {
         )
 }
 
+fn stat() -> impl Strategy<Value = Stat> {
+    (attr(), any::<u64>(), any::<u64>()).prop_map(|(attr, blocks, generation)| Stat {
+        attr,
+        blocks,
+        generation,
+    })
+}
+
+fn falloc() -> impl Strategy<Value = Falloc> {
+    prop_oneof![
+        any::<bool>().prop_map(|keep_size| Falloc::Allocate { keep_size }),
+        any::<bool>().prop_map(|keep_size| Falloc::ZeroRange { keep_size }),
+        Just(Falloc::PunchHole),
+    ]
+}
+
 fn bytes() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..40)
 }
@@ -30,25 +47,72 @@ fn bytes() -> impl Strategy<Value = Vec<u8>> {
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
         (any::<[u8; 32]>(), any::<bool>()).prop_map(|(mac, write)| Request::Auth { mac, write }),
-        (any::<u64>(), bytes()).prop_map(|(parent, name)| Request::Lookup { parent, name }),
-        any::<u64>().prop_map(|ino| Request::Getattr { ino }),
-        (any::<u64>(), bytes(), any::<u32>(), bytes()).prop_map(|(parent, name, mode, target)| {
-            Request::Make {
-                parent,
-                name,
-                mode,
-                target,
-            }
+        (any::<u64>(), bytes(), any::<bool>()).prop_map(|(parent, name, hold)| Request::Lookup {
+            parent,
+            name,
+            hold
         }),
-        (any::<u64>(), bytes(), any::<u64>(), bytes(), any::<bool>()).prop_map(
-            |(parent, name, new_parent, new_name, noreplace)| Request::Rename {
-                parent,
+        any::<u64>().prop_map(|ino| Request::Getattr { ino }),
+        (
+            any::<(u64, u32, u64)>(),
+            bytes(),
+            bytes(),
+            any::<(u32, u32, bool)>()
+        )
+            .prop_map(|((parent, mode, rdev), name, target, (uid, gid, hold))| {
+                Request::Make {
+                    parent,
+                    name,
+                    mode,
+                    rdev,
+                    target,
+                    uid,
+                    gid,
+                    hold,
+                }
+            }),
+        (
+            any::<u64>(),
+            bytes(),
+            any::<u64>(),
+            bytes(),
+            prop_oneof![
+                Just(Rename::Replace),
+                Just(Rename::NoReplace),
+                Just(Rename::Exchange)
+            ]
+        )
+            .prop_map(
+                |(parent, name, new_parent, new_name, how)| Request::Rename {
+                    parent,
+                    name,
+                    new_parent,
+                    new_name,
+                    how
+                }
+            ),
+        (any::<u64>(), any::<u64>()).prop_map(|(ino, n)| Request::Forget { ino, n }),
+        (any::<u64>(), bytes()).prop_map(|(ino, data)| Request::Append { ino, data }),
+        (any::<(u64, u64, u64)>(), falloc())
+            .prop_map(|((ino, off, len), how)| { Request::Fallocate { ino, off, len, how } }),
+        (
+            any::<u64>(),
+            bytes(),
+            bytes(),
+            prop_oneof![
+                Just(XattrMode::Set),
+                Just(XattrMode::Create),
+                Just(XattrMode::Replace)
+            ]
+        )
+            .prop_map(|(ino, name, value, mode)| Request::Setxattr {
+                ino,
                 name,
-                new_parent,
-                new_name,
-                noreplace
-            }
-        ),
+                value,
+                mode
+            }),
+        (any::<u64>(), bytes()).prop_map(|(ino, name)| Request::Getxattr { ino, name }),
+        any::<u64>().prop_map(|ino| Request::Listxattr { ino }),
         (
             any::<u64>(),
             any::<(Option<u32>, Option<u32>, Option<u32>)>(),
@@ -85,7 +149,8 @@ fn reply() -> impl Strategy<Value = Reply> {
     prop_oneof![
         any::<i32>().prop_map(Reply::Error),
         Just(Reply::Done),
-        (any::<u64>(), attr()).prop_map(|(ino, attr)| Reply::Entry { ino, attr }),
+        (any::<u64>(), stat()).prop_map(|(ino, stat)| Reply::Entry { ino, stat }),
+        stat().prop_map(Reply::Stat),
         prop::collection::vec((bytes(), any::<u64>(), any::<u32>()), 0..5).prop_map(|v| {
             Reply::Dir(
                 v.into_iter()

@@ -1,6 +1,6 @@
 //! Little-endian writing and bounds-checked reading of message fields.
 
-use switchyard_store::Attr;
+use switchyard_store::{Attr, Falloc, Rename, Stat, XattrMode};
 
 use super::{Malformed, MAX_BYTES};
 
@@ -41,6 +41,32 @@ impl W {
             .u32(a.nlink)
             .u64(a.size);
         self.i64(a.atime).i64(a.mtime).i64(a.ctime).u64(a.parent)
+    }
+    pub(super) fn stat(&mut self, s: &Stat) -> &mut Self {
+        self.attr(&s.attr).u64(s.blocks).u64(s.generation)
+    }
+    pub(super) fn rename(&mut self, how: Rename) -> &mut Self {
+        self.u8(match how {
+            Rename::Replace => 0,
+            Rename::NoReplace => 1,
+            Rename::Exchange => 2,
+        })
+    }
+    pub(super) fn falloc(&mut self, how: Falloc) -> &mut Self {
+        self.u8(match how {
+            Falloc::Allocate { keep_size: false } => 0,
+            Falloc::Allocate { keep_size: true } => 1,
+            Falloc::ZeroRange { keep_size: false } => 2,
+            Falloc::ZeroRange { keep_size: true } => 3,
+            Falloc::PunchHole => 4,
+        })
+    }
+    pub(super) fn xattr_mode(&mut self, mode: XattrMode) -> &mut Self {
+        self.u8(match mode {
+            XattrMode::Set => 0,
+            XattrMode::Create => 1,
+            XattrMode::Replace => 2,
+        })
     }
 }
 
@@ -118,6 +144,39 @@ impl<'a> R<'a> {
             mtime: self.i64()?,
             ctime: self.i64()?,
             parent: self.u64()?,
+        })
+    }
+    pub(super) fn stat(&mut self) -> Result<Stat, Malformed> {
+        Ok(Stat {
+            attr: self.attr()?,
+            blocks: self.u64()?,
+            generation: self.u64()?,
+        })
+    }
+    pub(super) fn rename(&mut self) -> Result<Rename, Malformed> {
+        Ok(match self.u8()? {
+            0 => Rename::Replace,
+            1 => Rename::NoReplace,
+            2 => Rename::Exchange,
+            _ => return Err(Malformed),
+        })
+    }
+    pub(super) fn falloc(&mut self) -> Result<Falloc, Malformed> {
+        Ok(match self.u8()? {
+            0 => Falloc::Allocate { keep_size: false },
+            1 => Falloc::Allocate { keep_size: true },
+            2 => Falloc::ZeroRange { keep_size: false },
+            3 => Falloc::ZeroRange { keep_size: true },
+            4 => Falloc::PunchHole,
+            _ => return Err(Malformed),
+        })
+    }
+    pub(super) fn xattr_mode(&mut self) -> Result<XattrMode, Malformed> {
+        Ok(match self.u8()? {
+            0 => XattrMode::Set,
+            1 => XattrMode::Create,
+            2 => XattrMode::Replace,
+            _ => return Err(Malformed),
         })
     }
     pub(super) fn end<T>(self, v: T) -> Result<T, Malformed> {

@@ -19,8 +19,10 @@ impl Store {
         self.applied(inode, a, entries, freed);
     }
 
-    /// Commits several inodes' words at once through the undo journal.
-    pub(super) fn commit_words(&self, words: &[(u64, u64)]) {
+    /// Commits several inodes' words at once through the undo journal, then moves the
+    /// change words of the inodes in `changed` (those whose visible state the words change:
+    /// clients' caches of them must not outlive the commit).
+    pub(super) fn commit_words(&self, words: &[(u64, u64)], changed: &[u64]) {
         assert!(words.len() <= JOURNAL_CAPACITY);
         let mut seq = self.journal.lock();
         *seq += 1;
@@ -39,6 +41,10 @@ impl Store {
         self.pm.fence();
         self.pm.store_u64(jb, 0);
         self.pm.fence();
+        drop(seq);
+        for &ino in changed {
+            self.changes.bump(ino);
+        }
     }
 
     /// Frees data blocks `inode` no longer maps, or parks them until its asynchronous reads in
@@ -82,10 +88,10 @@ impl Store {
             .map(|(&i, a)| (self.slot_offset(i) + 8, a.tail))
             .collect();
         words.extend_from_slice(extra);
-        self.commit_words(&words);
+        let changed: Vec<u64> = appended.keys().copied().collect();
+        self.commit_words(&words, &changed);
         let mut freed = Vec::new();
         for (i, a) in appended {
-            self.changes.bump(i);
             let inode = locks
                 .get_mut(&i)
                 .and_then(|g| g.as_mut())

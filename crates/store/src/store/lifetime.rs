@@ -10,7 +10,8 @@ impl Store {
             return Ok(());
         };
         let slot = self.slot_offset(inode.ino);
-        self.commit_words(&[(slot, 0), (slot + 8, 0)]);
+        // Its word moves as it is forgotten.
+        self.commit_words(&[(slot, 0), (slot + 8, 0)], &[]);
         self.forget_inode(inode);
         Ok(())
     }

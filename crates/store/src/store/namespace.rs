@@ -386,12 +386,15 @@ impl Store {
         let (ino, head) = (child.ino, child.pages[0]);
         let (cs, ps) = (self.slot_offset(ino), self.slot_offset(dir.ino));
         let generation = self.pm.load_u64(cs + SLOT_GENERATION_AT).wrapping_add(1);
-        self.commit_words(&[
-            (cs, head),
-            (cs + 8, ca.tail),
-            (cs + SLOT_GENERATION_AT, generation),
-            (ps + 8, pa.tail),
-        ]);
+        self.commit_words(
+            &[
+                (cs, head),
+                (cs + 8, ca.tail),
+                (cs + SLOT_GENERATION_AT, generation),
+                (ps + 8, pa.tail),
+            ],
+            &[ino, dir.ino],
+        );
         let mut freed = Vec::new();
         self.applied(&mut child, ca, child_entries, &mut freed);
         self.applied(dir, pa, parent_entries, &mut freed);
@@ -452,7 +455,8 @@ impl Store {
         let free_now = cattr.nlink == 0 && c.open == 0 && !self.held(child);
         let mut freed = Vec::new();
         if free_now {
-            self.commit_words(&[(ps + 8, pa.tail), (cs, 0), (cs + 8, 0)]);
+            // The child's word moves as it is forgotten, below.
+            self.commit_words(&[(ps + 8, pa.tail), (cs, 0), (cs + 8, 0)], &[parent]);
             let p = locks
                 .get_mut(&parent)
                 .and_then(|g| g.as_mut())
@@ -470,7 +474,7 @@ impl Store {
                     return Err(e);
                 }
             };
-            self.commit_words(&[(ps + 8, pa.tail), (cs + 8, ca.tail)]);
+            self.commit_words(&[(ps + 8, pa.tail), (cs + 8, ca.tail)], &[parent, child]);
             let p = locks
                 .get_mut(&parent)
                 .and_then(|g| g.as_mut())
@@ -538,10 +542,13 @@ impl Store {
                     return Err(e);
                 }
             };
-            self.commit_words(&[
-                (self.slot_offset(ino) + 8, ta.tail),
-                (self.slot_offset(parent) + 8, pa.tail),
-            ]);
+            self.commit_words(
+                &[
+                    (self.slot_offset(ino) + 8, ta.tail),
+                    (self.slot_offset(parent) + 8, pa.tail),
+                ],
+                &[ino, parent],
+            );
             let mut freed = Vec::new();
             let t = locks
                 .get_mut(&ino)

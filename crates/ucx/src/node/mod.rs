@@ -51,7 +51,7 @@ enum Body {
 }
 
 /// A UCP context and one worker, driven by one thread at a time (the worker runs in UCX's
-/// single-thread mode; `Node` is `Send` but not `Sync`).
+/// serialized mode; `Node` is `Send` but not `Sync`, so a `Mutex<Node>` shares it).
 pub struct Node {
     context: sys::ucp_context_h,
     worker: sys::ucp_worker_h,
@@ -75,7 +75,7 @@ pub struct Node {
 
 // SAFETY: every UCX handle in a `Node` is used only through `&Node` methods, and `Node` is not
 // `Sync` (its `RefCell`s), so one thread at a time drives the worker, which is what UCX's
-// single-thread mode requires; moving the whole node to another thread is allowed.
+// serialized mode requires (any thread, one at a time).
 unsafe impl Send for Node {}
 
 /// A connection to a peer. Its operations are [`Node`] methods; it is closed by
@@ -84,6 +84,10 @@ unsafe impl Send for Node {}
 pub struct Endpoint {
     h: sys::ucp_ep_h,
 }
+
+// SAFETY: an endpoint is only a name: every use of its handle goes through a method of its
+// node, under the node's one-thread-at-a-time rule, so it may move with the node.
+unsafe impl Send for Endpoint {}
 
 impl Endpoint {
     /// A number naming this endpoint while it is open (what [`Message::from`] and
@@ -136,7 +140,8 @@ impl Node {
         })?;
         let wp = sys::ucp_worker_params_t {
             field_mask: sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
-            thread_mode: sys::UCS_THREAD_MODE_SINGLE,
+            // Serialized, not single: the node may move between threads (one at a time).
+            thread_mode: sys::UCS_THREAD_MODE_SERIALIZED,
             ..Default::default()
         };
         let mut worker = ptr::null_mut();

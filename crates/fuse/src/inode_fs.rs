@@ -1,4 +1,5 @@
-//! [`StoreFs`]: the store's inode API served over FUSE.
+//! [`InodeFs`]: inodes by number (the store in this process, or a remote store through its
+//! client) served over FUSE.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -14,10 +15,10 @@ use fuser::{
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
-use switchyard_store::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFSOCK};
-use switchyard_store::{
-    Attr, DirEntry, Errno, Error, Falloc, Op, Owner, SetAttr, Store, XattrMode,
+use switchyard_store::format::{
+    S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK,
 };
+use switchyard_store::{DirEntry, Errno, Falloc, Inodes, Owner, Rename, SetAttr, Stat, XattrMode};
 
 use crate::{configure, masked, open_flags, time, with_read_buffer, FuseConfig, Replies};
 
@@ -31,9 +32,10 @@ struct Listing {
     entries: Vec<DirEntry>,
 }
 
-/// The store, served over FUSE.
-pub struct StoreFs {
-    store: Store,
+/// Inodes served over FUSE: the store in this process ([`switchyard_store::Store`]) or a
+/// remote store through its client.
+pub struct InodeFs<I: Inodes> {
+    inodes: I,
     /// What the kernel is told (`[fuse]`).
     replies: Replies,
     /// The user who mounted: with root, the only one whose writes may use the store's
@@ -44,9 +46,9 @@ pub struct StoreFs {
     next_dir: AtomicU64,
 }
 
-/// The errno the kernel gets for a store error.
-fn errno(e: impl Into<Errno>) -> fuser::Errno {
-    fuser::Errno::from_i32(e.into().0)
+/// The errno the kernel gets.
+fn errno(e: Errno) -> fuser::Errno {
+    fuser::Errno::from_i32(e.0)
 }
 
 fn ns(t: SystemTime) -> i64 {
@@ -68,13 +70,14 @@ fn kind(mode: u32) -> FileType {
     }
 }
 
-/// The kernel's view of inode `ino`: its attributes and `blocks` 4 KiB blocks of data.
-fn file_attr(ino: u64, a: &Attr, blocks: u64) -> FileAttr {
+/// The kernel's view of inode `ino`.
+fn file_attr(ino: u64, s: &Stat) -> FileAttr {
+    let a = &s.attr;
     FileAttr {
         ino: INodeNo(ino),
         size: a.size,
         // In 512-byte units, as stat(2) counts: holes take none.
-        blocks: blocks * 8,
+        blocks: s.blocks * 8,
         atime: time(a.atime),
         mtime: time(a.mtime),
         ctime: time(a.ctime),
@@ -106,11 +109,11 @@ fn handle(flags: i32) -> FileHandle {
     })
 }
 
-impl StoreFs {
-    /// Serves `store`, telling the kernel what `config` says.
-    pub fn new(store: Store, config: &FuseConfig) -> StoreFs {
-        StoreFs {
-            store,
+impl<I: Inodes> InodeFs<I> {
+    /// Serves `inodes`, telling the kernel what `config` says.
+    pub fn new(inodes: I, config: &FuseConfig) -> InodeFs<I> {
+        InodeFs {
+            inodes,
             replies: Replies::of(config),
             owner_uid: Owner::current().uid,
             dirs: Mutex::new(HashMap::new()),
@@ -118,42 +121,33 @@ impl StoreFs {
         }
     }
 
-    fn file_attr(&self, ino: u64, a: &Attr) -> FileAttr {
-        file_attr(ino, a, self.store.data_blocks(ino).unwrap_or(0))
-    }
-
     /// Runs `f` with the reserved share closed unless `req` comes from root or the owner.
     fn as_caller<R>(&self, req: &Request, f: impl FnOnce() -> R) -> R {
         if req.uid() == 0 || req.uid() == self.owner_uid {
             f()
         } else {
-            self.store.as_unprivileged(f)
+            self.inodes.as_unprivileged(f)
         }
     }
 
-    /// Replies with an entry the kernel will count as one lookup of its inode. `r` is the
-    /// result of [`Store::lookup_held`] (already held) or of an operation that made or linked
-    /// the inode (held here, before the kernel can know the number, so the kernel's
-    /// `forget` always finds the holds it releases).
-    fn entry(&self, reply: ReplyEntry, r: Result<(u64, Attr), Error>, held: bool) {
-        match r.and_then(|(ino, a)| self.counted(ino, held).map(|g| (ino, a, g))) {
-            Ok((ino, a, g)) => reply.entry(&self.replies.ttl, &self.file_attr(ino, &a), g),
+    /// Replies with an entry the kernel will count as one lookup of its inode: `r` comes
+    /// from a call that took that hold (so the kernel's `forget` always finds the holds it
+    /// releases).
+    fn entry(&self, reply: ReplyEntry, r: Result<(u64, Stat), Errno>) {
+        match r {
+            Ok((ino, s)) => reply.entry(
+                &self.replies.ttl,
+                &file_attr(ino, &s),
+                Generation(s.generation),
+            ),
             Err(e) => reply.error(errno(e)),
         }
-    }
-
-    /// Takes the hold of one kernel lookup on `ino` unless `held`, and returns its generation.
-    fn counted(&self, ino: u64, held: bool) -> Result<Generation, Error> {
-        if !held {
-            self.store.hold(ino)?;
-        }
-        self.store.generation(ino).map(Generation)
     }
 }
 
 /// Replies to getxattr/listxattr: the size when asked for it (`size` 0), else the bytes, or
 /// ERANGE when they do not fit.
-fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, Error>) {
+fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, Errno>) {
     match r {
         Ok(v) if size == 0 => reply.size(v.len() as u32),
         Ok(v) if v.len() > size as usize => reply.error(fuser::Errno::ERANGE),
@@ -162,14 +156,14 @@ fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, Error>) {
     }
 }
 
-fn empty(reply: ReplyEmpty, r: Result<(), Error>) {
+fn empty(reply: ReplyEmpty, r: Result<(), Errno>) {
     match r {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(errno(e)),
     }
 }
 
-impl Filesystem for StoreFs {
+impl<I: Inodes> Filesystem for InodeFs<I> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Large requests: a 1 MiB write is one request, one commit.
         configure(config, self.replies);
@@ -177,21 +171,17 @@ impl Filesystem for StoreFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(
-            reply,
-            self.store.lookup_held(parent.0, name.as_bytes()),
-            true,
-        );
+        self.entry(reply, self.inodes.lookup(parent.0, name.as_bytes()));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         // The kernel dropped the inode: its number may be reused once nothing else holds it.
-        let _ = self.store.release_holds(ino.0, nlookup);
+        self.inodes.forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.store.getattr(ino.0) {
-            Ok(a) => reply.attr(&self.replies.ttl, &self.file_attr(ino.0, &a)),
+        match self.inodes.stat(ino.0) {
+            Ok(s) => reply.attr(&self.replies.ttl, &file_attr(ino.0, &s)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -228,14 +218,14 @@ impl Filesystem for StoreFs {
             atime: at(atime),
             mtime: at(mtime),
         };
-        match self.store.setattr(ino.0, s) {
-            Ok(a) => reply.attr(&self.replies.ttl, &self.file_attr(ino.0, &a)),
+        match self.inodes.setattr(ino.0, s) {
+            Ok(s) => reply.attr(&self.replies.ttl, &file_attr(ino.0, &s)),
             Err(e) => reply.error(errno(e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.store.readlink(ino.0) {
+        match self.inodes.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(e)),
         }
@@ -254,10 +244,15 @@ impl Filesystem for StoreFs {
         // FIFOs, sockets and device nodes are inodes of the store; the kernel serves their
         // I/O (devices only on a mount with `dev`, which this one is not).
         let mode = (mode & S_IFMT) | masked(mode, umask);
-        let r = self
-            .store
-            .mknod(parent.0, name.as_bytes(), mode, u64::from(rdev), owner(req));
-        self.entry(reply, r, false);
+        let r = self.inodes.make(
+            parent.0,
+            name.as_bytes(),
+            mode,
+            u64::from(rdev),
+            &[],
+            owner(req),
+        );
+        self.entry(reply, r);
     }
 
     fn mkdir(
@@ -269,19 +264,19 @@ impl Filesystem for StoreFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let mode = masked(mode, umask);
+        let mode = S_IFDIR | masked(mode, umask);
         let r = self
-            .store
-            .mkdir(parent.0, name.as_bytes(), mode, owner(req));
-        self.entry(reply, r, false);
+            .inodes
+            .make(parent.0, name.as_bytes(), mode, 0, &[], owner(req));
+        self.entry(reply, r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.store.unlink(parent.0, name.as_bytes()));
+        empty(reply, self.inodes.remove(parent.0, name.as_bytes(), false));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.store.rmdir(parent.0, name.as_bytes()));
+        empty(reply, self.inodes.remove(parent.0, name.as_bytes(), true));
     }
 
     fn symlink(
@@ -293,14 +288,16 @@ impl Filesystem for StoreFs {
         reply: ReplyEntry,
     ) {
         let r = self.as_caller(req, || {
-            self.store.symlink(
+            self.inodes.make(
                 parent.0,
                 link_name.as_bytes(),
+                S_IFLNK | 0o777,
+                0,
                 target.as_os_str().as_bytes(),
                 owner(req),
             )
         });
-        self.entry(reply, r, false);
+        self.entry(reply, r);
     }
 
     fn rename(
@@ -313,18 +310,18 @@ impl Filesystem for StoreFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let (p, n, np, nn) = (parent.0, name.as_bytes(), newparent.0, newname.as_bytes());
-        let r = if flags == RenameFlags::RENAME_NOREPLACE {
-            self.store.rename_noreplace(p, n, np, nn)
+        let how = if flags == RenameFlags::RENAME_NOREPLACE {
+            Rename::NoReplace
         } else if flags == RenameFlags::RENAME_EXCHANGE {
-            self.store.exchange(p, n, np, nn)
+            Rename::Exchange
         } else if flags.is_empty() {
-            self.store.rename(p, n, np, nn)
+            Rename::Replace
         } else {
             // RENAME_WHITEOUT (overlayfs's) and combinations are not supported.
-            Err(Error::at(Op::Rename, p, n)(Errno::EINVAL))
+            return reply.error(fuser::Errno::EINVAL);
         };
-        empty(reply, r);
+        let (p, n, np, nn) = (parent.0, name.as_bytes(), newparent.0, newname.as_bytes());
+        empty(reply, self.inodes.rename(p, n, np, nn, how));
     }
 
     fn link(
@@ -336,15 +333,15 @@ impl Filesystem for StoreFs {
         reply: ReplyEntry,
     ) {
         let r = self
-            .store
+            .inodes
             .link(ino.0, newparent.0, newname.as_bytes())
-            .map(|a| (ino.0, a));
-        self.entry(reply, r, false);
+            .map(|s| (ino.0, s));
+        self.entry(reply, r);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.store.open(ino.0) {
-            Ok(_) => reply.opened(handle(flags.0), open_flags(flags)),
+        match self.inodes.open(ino.0) {
+            Ok(current) => reply.opened(handle(flags.0), open_flags(flags, current)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -360,7 +357,7 @@ impl Filesystem for StoreFs {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
-        with_read_buffer(size, |buf| match self.store.read(ino.0, offset, buf) {
+        with_read_buffer(size, |buf| match self.inodes.read(ino.0, offset, buf) {
             Ok(n) => reply.data(&buf[..n]),
             Err(e) => reply.error(errno(e)),
         })
@@ -380,9 +377,9 @@ impl Filesystem for StoreFs {
     ) {
         let r = self.as_caller(req, || {
             if fh.0 & FH_APPEND != 0 {
-                self.store.append(ino.0, data).map(|_| data.len())
+                self.inodes.append(ino.0, data).map(|_| data.len())
             } else {
-                self.store.write(ino.0, offset, data)
+                self.inodes.write(ino.0, offset, data)
             }
         });
         match r {
@@ -400,7 +397,7 @@ impl Filesystem for StoreFs {
         reply: ReplyEmpty,
     ) {
         // Every write is durable when it returns: nothing is left to flush.
-        empty(reply, self.store.fsync(ino.0));
+        empty(reply, self.inodes.fsync(ino.0));
     }
 
     fn release(
@@ -413,7 +410,7 @@ impl Filesystem for StoreFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.store.release(ino.0));
+        empty(reply, self.inodes.release(ino.0));
     }
 
     fn fsync(
@@ -424,14 +421,14 @@ impl Filesystem for StoreFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.store.fsync(ino.0));
+        empty(reply, self.inodes.fsync(ino.0));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let listing = self.store.getattr(ino.0).and_then(|a| {
+        let listing = self.inodes.stat(ino.0).and_then(|s| {
             Ok(Listing {
-                parent: a.parent,
-                entries: self.store.readdir(ino.0)?,
+                parent: s.attr.parent,
+                entries: self.inodes.readdir(ino.0)?,
             })
         });
         match listing {
@@ -485,7 +482,10 @@ impl Filesystem for StoreFs {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let s = self.store.statfs();
+        let s = match self.inodes.statfs() {
+            Ok(s) => s,
+            Err(e) => return reply.error(errno(e)),
+        };
         reply.statfs(
             s.blocks,
             s.free_blocks,
@@ -516,7 +516,7 @@ impl Filesystem for StoreFs {
             // Collapsing, inserting and unsharing ranges are not built.
             _ => return reply.error(fuser::Errno::EOPNOTSUPP),
         };
-        let r = self.as_caller(req, || self.store.fallocate(ino.0, offset, length, what));
+        let r = self.as_caller(req, || self.inodes.fallocate(ino.0, offset, length, what));
         empty(reply, r);
     }
 
@@ -536,18 +536,18 @@ impl Filesystem for StoreFs {
             libc::XATTR_REPLACE => XattrMode::Replace,
             _ => return reply.error(fuser::Errno::EINVAL),
         };
-        let r = self.store.setxattr(ino.0, name.as_bytes(), value, mode);
+        let r = self.inodes.setxattr(ino.0, name.as_bytes(), value, mode);
         empty(reply, r);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        xattr_reply(reply, size, self.store.getxattr(ino.0, name.as_bytes()));
+        xattr_reply(reply, size, self.inodes.getxattr(ino.0, name.as_bytes()));
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         // As local file systems do, `trusted.` names are listed only to the privileged (the
         // kernel leaves this filter to the file system; root stands for CAP_SYS_ADMIN).
-        let list = self.store.listxattr(ino.0).map(|names| {
+        let list = self.inodes.listxattr(ino.0).map(|names| {
             if req.uid() == 0 {
                 return names;
             }
@@ -562,12 +562,12 @@ impl Filesystem for StoreFs {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.store.removexattr(ino.0, name.as_bytes()));
+        empty(reply, self.inodes.removexattr(ino.0, name.as_bytes()));
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
         // The kernel checks permissions (`default_permissions`); this only checks existence.
-        empty(reply, self.store.getattr(ino.0).map(|_| ()));
+        empty(reply, self.inodes.stat(ino.0).map(|_| ()));
     }
 
     fn create(
@@ -580,19 +580,25 @@ impl Filesystem for StoreFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let mode = masked(mode, umask);
+        let mode = S_IFREG | masked(mode, umask);
         let made = self
-            .store
-            .create(parent.0, name.as_bytes(), mode, owner(req))
-            .and_then(|(ino, a)| self.store.open(ino).map(|_| (ino, a)))
-            .and_then(|(ino, a)| self.counted(ino, false).map(|g| (ino, a, g)));
+            .inodes
+            .make(parent.0, name.as_bytes(), mode, 0, &[], owner(req))
+            .and_then(|(ino, s)| match self.inodes.open(ino) {
+                Ok(_) => Ok((ino, s)),
+                Err(e) => {
+                    // The kernel never learns the number: give its hold back.
+                    self.inodes.forget(ino, 1);
+                    Err(e)
+                }
+            });
         match made {
-            Ok((ino, a, g)) => reply.created(
+            Ok((ino, s)) => reply.created(
                 &self.replies.ttl,
-                &self.file_attr(ino, &a),
-                g,
+                &file_attr(ino, &s),
+                Generation(s.generation),
                 handle(flags),
-                open_flags(OpenFlags(flags)),
+                open_flags(OpenFlags(flags), true),
             ),
             Err(e) => reply.error(errno(e)),
         }

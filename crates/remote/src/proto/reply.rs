@@ -1,0 +1,163 @@
+//! Encoding and decoding of [`Reply`].
+
+use switchyard_store::{DirEntry, Extents, Run, StatFs, Target};
+
+use super::wire::{R, W};
+use super::{Malformed, Reply, Welcome};
+
+impl Reply {
+    /// The encoded reply to request `seq`.
+    pub fn encode(&self, seq: u64) -> Vec<u8> {
+        let mut w = W(Vec::with_capacity(96));
+        let kind = match self {
+            Reply::Challenge { .. } => 1,
+            Reply::Welcome(_) => 2,
+            Reply::Error(_) => 3,
+            Reply::Done => 4,
+            Reply::Entry { .. } => 5,
+            Reply::Stat(_) => 6,
+            Reply::Dir(_) => 7,
+            Reply::Bytes(_) => 8,
+            Reply::StatFs(_) => 9,
+            Reply::Map(_) => 10,
+            Reply::Prepared { .. } => 11,
+            Reply::Written(_) => 12,
+        };
+        w.u8(kind).u64(seq);
+        match self {
+            Reply::Challenge { version, nonce } => {
+                w.u32(*version);
+                w.0.extend_from_slice(nonce);
+            }
+            Reply::Welcome(x) => {
+                w.bytes(&x.address).u8(x.writable as u8);
+                w.u64(x.data_start).u64(x.data_len).u64(x.data_addr);
+                w.bytes(&x.data_key)
+                    .u64(x.changes_addr)
+                    .bytes(&x.changes_key);
+            }
+            Reply::Error(e) => {
+                w.u32(*e as u32);
+            }
+            Reply::Done => {}
+            Reply::Entry { ino, stat } => {
+                w.u64(*ino).stat(stat);
+            }
+            Reply::Stat(s) => {
+                w.stat(s);
+            }
+            Reply::Dir(es) => {
+                w.u32(es.len() as u32);
+                for e in es {
+                    w.bytes(&e.name).u64(e.ino).u32(e.kind);
+                }
+            }
+            Reply::Bytes(b) => {
+                w.bytes(b);
+            }
+            Reply::StatFs(s) => {
+                w.u64(s.block_size).u64(s.blocks).u64(s.free_blocks);
+                w.u64(s.available_blocks).u64(s.inodes).u64(s.free_inodes);
+                w.u64(s.name_max);
+            }
+            Reply::Map(m) => {
+                w.attr(&m.attr).u64(m.change).u32(m.runs.len() as u32);
+                for r in &m.runs {
+                    w.u64(r.file_offset).u64(r.region_offset).u64(r.len);
+                }
+            }
+            Reply::Prepared { id, targets } => {
+                w.u64(*id).u32(targets.len() as u32);
+                for t in targets {
+                    w.u64(t.offset).u64(t.region_offset).u64(t.len);
+                }
+            }
+            Reply::Written(n) => {
+                w.u64(*n);
+            }
+        }
+        w.0
+    }
+
+    /// Decodes a reply and the sequence number of its request.
+    pub fn decode(b: &[u8]) -> Result<(u64, Reply), Malformed> {
+        let mut r = R { b };
+        let kind = r.u8()?;
+        let seq = r.u64()?;
+        let reply = match kind {
+            1 => Reply::Challenge {
+                version: r.u32()?,
+                nonce: r.array32()?,
+            },
+            2 => Reply::Welcome(Welcome {
+                address: r.bytes()?,
+                writable: r.bool()?,
+                data_start: r.u64()?,
+                data_len: r.u64()?,
+                data_addr: r.u64()?,
+                data_key: r.bytes()?,
+                changes_addr: r.u64()?,
+                changes_key: r.bytes()?,
+            }),
+            3 => Reply::Error(r.u32()? as i32),
+            4 => Reply::Done,
+            5 => Reply::Entry {
+                ino: r.u64()?,
+                stat: r.stat()?,
+            },
+            6 => Reply::Stat(r.stat()?),
+            7 => {
+                let n = r.count(4 + 8 + 4)?;
+                let mut es = Vec::with_capacity(n);
+                for _ in 0..n {
+                    es.push(DirEntry {
+                        name: r.bytes()?,
+                        ino: r.u64()?,
+                        kind: r.u32()?,
+                    });
+                }
+                Reply::Dir(es)
+            }
+            8 => Reply::Bytes(r.bytes()?),
+            9 => Reply::StatFs(StatFs {
+                block_size: r.u64()?,
+                blocks: r.u64()?,
+                free_blocks: r.u64()?,
+                available_blocks: r.u64()?,
+                inodes: r.u64()?,
+                free_inodes: r.u64()?,
+                name_max: r.u64()?,
+            }),
+            10 => {
+                let attr = r.attr()?;
+                let change = r.u64()?;
+                let n = r.count(24)?;
+                let mut runs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    runs.push(Run {
+                        file_offset: r.u64()?,
+                        region_offset: r.u64()?,
+                        len: r.u64()?,
+                    });
+                }
+                Reply::Map(Extents { attr, change, runs })
+            }
+            11 => {
+                let id = r.u64()?;
+                let n = r.count(24)?;
+                let mut targets = Vec::with_capacity(n);
+                for _ in 0..n {
+                    targets.push(Target {
+                        offset: r.u64()?,
+                        region_offset: r.u64()?,
+                        len: r.u64()?,
+                    });
+                }
+                Reply::Prepared { id, targets }
+            }
+            12 => Reply::Written(r.u64()?),
+            _ => return Err(Malformed),
+        };
+        r.end((seq, reply))
+    }
+}

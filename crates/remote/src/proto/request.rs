@@ -1,0 +1,280 @@
+//! Encoding and decoding of [`Request`].
+
+use switchyard_store::SetAttr;
+
+use super::wire::{R, W};
+use super::{Malformed, Request};
+
+fn opt_i64(v: Option<i64>) -> Option<u64> {
+    v.map(|x| x as u64)
+}
+
+impl Request {
+    /// The request's kind byte.
+    fn kind(&self) -> u8 {
+        match self {
+            Request::Auth { .. } => 1,
+            Request::Lookup { .. } => 2,
+            Request::Getattr { .. } => 3,
+            Request::Readdir { .. } => 4,
+            Request::Make { .. } => 5,
+            Request::Link { .. } => 6,
+            Request::Remove { .. } => 7,
+            Request::Rename { .. } => 8,
+            Request::Readlink { .. } => 9,
+            Request::Setattr { .. } => 10,
+            Request::Open { .. } => 11,
+            Request::Close { .. } => 12,
+            Request::Fsync { .. } => 13,
+            Request::Statfs => 14,
+            Request::Map { .. } => 15,
+            Request::Read { .. } => 16,
+            Request::Prepare { .. } => 17,
+            Request::Commit { .. } => 18,
+            Request::Abort { .. } => 19,
+            Request::Write { .. } => 20,
+            Request::Forget { .. } => 21,
+            Request::Append { .. } => 22,
+            Request::Fallocate { .. } => 23,
+            Request::Setxattr { .. } => 24,
+            Request::Getxattr { .. } => 25,
+            Request::Listxattr { .. } => 26,
+            Request::Removexattr { .. } => 27,
+        }
+    }
+
+    /// The encoded request with sequence number `seq`.
+    pub fn encode(&self, seq: u64) -> Vec<u8> {
+        let mut w = W(Vec::with_capacity(64));
+        w.u8(self.kind()).u64(seq);
+        match self {
+            Request::Auth { mac, write } => {
+                w.0.extend_from_slice(mac);
+                w.u8(*write as u8);
+            }
+            Request::Lookup { parent, name, hold } => {
+                w.u64(*parent).bytes(name).u8(*hold as u8);
+            }
+            Request::Getattr { ino }
+            | Request::Readdir { ino }
+            | Request::Readlink { ino }
+            | Request::Open { ino }
+            | Request::Close { ino }
+            | Request::Fsync { ino }
+            | Request::Listxattr { ino } => {
+                w.u64(*ino);
+            }
+            Request::Make {
+                parent,
+                name,
+                mode,
+                rdev,
+                target,
+                uid,
+                gid,
+                hold,
+            } => {
+                w.u64(*parent)
+                    .bytes(name)
+                    .u32(*mode)
+                    .u64(*rdev)
+                    .bytes(target);
+                w.u32(*uid).u32(*gid).u8(*hold as u8);
+            }
+            Request::Link {
+                ino,
+                parent,
+                name,
+                hold,
+            } => {
+                w.u64(*ino).u64(*parent).bytes(name).u8(*hold as u8);
+            }
+            Request::Remove { parent, name, dir } => {
+                w.u64(*parent).bytes(name).u8(*dir as u8);
+            }
+            Request::Rename {
+                parent,
+                name,
+                new_parent,
+                new_name,
+                how,
+            } => {
+                w.u64(*parent).bytes(name).u64(*new_parent).bytes(new_name);
+                w.rename(*how);
+            }
+            Request::Setattr { ino, set } => {
+                w.u64(*ino);
+                w.opt_u64(set.mode.map(u64::from))
+                    .opt_u64(set.uid.map(u64::from))
+                    .opt_u64(set.gid.map(u64::from))
+                    .opt_u64(set.size)
+                    .opt_u64(opt_i64(set.atime))
+                    .opt_u64(opt_i64(set.mtime));
+            }
+            Request::Statfs => {}
+            Request::Map { ino, off, len }
+            | Request::Read { ino, off, len }
+            | Request::Prepare { ino, off, len } => {
+                w.u64(*ino).u64(*off).u64(*len);
+            }
+            Request::Commit { id } | Request::Abort { id } => {
+                w.u64(*id);
+            }
+            Request::Write { ino, off, data } => {
+                w.u64(*ino).u64(*off).bytes(data);
+            }
+            Request::Forget { ino, n } => {
+                w.u64(*ino).u64(*n);
+            }
+            Request::Append { ino, data } => {
+                w.u64(*ino).bytes(data);
+            }
+            Request::Fallocate { ino, off, len, how } => {
+                w.u64(*ino).u64(*off).u64(*len).falloc(*how);
+            }
+            Request::Setxattr {
+                ino,
+                name,
+                value,
+                mode,
+            } => {
+                w.u64(*ino).bytes(name).bytes(value).xattr_mode(*mode);
+            }
+            Request::Getxattr { ino, name } | Request::Removexattr { ino, name } => {
+                w.u64(*ino).bytes(name);
+            }
+        }
+        w.0
+    }
+
+    /// Decodes a request and its sequence number.
+    pub fn decode(b: &[u8]) -> Result<(u64, Request), Malformed> {
+        let mut r = R { b };
+        let kind = r.u8()?;
+        let seq = r.u64()?;
+        let small = |v: Option<u64>| v.map(|x| u32::try_from(x).map_err(|_| Malformed));
+        let req = match kind {
+            1 => Request::Auth {
+                mac: r.array32()?,
+                write: r.bool()?,
+            },
+            2 => Request::Lookup {
+                parent: r.u64()?,
+                name: r.bytes()?,
+                hold: r.bool()?,
+            },
+            3 => Request::Getattr { ino: r.u64()? },
+            4 => Request::Readdir { ino: r.u64()? },
+            5 => Request::Make {
+                parent: r.u64()?,
+                name: r.bytes()?,
+                mode: r.u32()?,
+                rdev: r.u64()?,
+                target: r.bytes()?,
+                uid: r.u32()?,
+                gid: r.u32()?,
+                hold: r.bool()?,
+            },
+            6 => Request::Link {
+                ino: r.u64()?,
+                parent: r.u64()?,
+                name: r.bytes()?,
+                hold: r.bool()?,
+            },
+            7 => Request::Remove {
+                parent: r.u64()?,
+                name: r.bytes()?,
+                dir: r.bool()?,
+            },
+            8 => Request::Rename {
+                parent: r.u64()?,
+                name: r.bytes()?,
+                new_parent: r.u64()?,
+                new_name: r.bytes()?,
+                how: r.rename()?,
+            },
+            9 => Request::Readlink { ino: r.u64()? },
+            10 => {
+                let ino = r.u64()?;
+                let set = SetAttr {
+                    mode: small(r.opt_u64()?).transpose()?,
+                    uid: small(r.opt_u64()?).transpose()?,
+                    gid: small(r.opt_u64()?).transpose()?,
+                    size: r.opt_u64()?,
+                    atime: r.opt_u64()?.map(|x| x as i64),
+                    mtime: r.opt_u64()?.map(|x| x as i64),
+                };
+                Request::Setattr { ino, set }
+            }
+            11 => Request::Open { ino: r.u64()? },
+            12 => Request::Close { ino: r.u64()? },
+            13 => Request::Fsync { ino: r.u64()? },
+            14 => Request::Statfs,
+            15..=17 => {
+                let (ino, off, len) = (r.u64()?, r.u64()?, r.u64()?);
+                match kind {
+                    15 => Request::Map { ino, off, len },
+                    16 => Request::Read { ino, off, len },
+                    _ => Request::Prepare { ino, off, len },
+                }
+            }
+            18 => Request::Commit { id: r.u64()? },
+            19 => Request::Abort { id: r.u64()? },
+            20 => Request::Write {
+                ino: r.u64()?,
+                off: r.u64()?,
+                data: r.bytes()?,
+            },
+            21 => Request::Forget {
+                ino: r.u64()?,
+                n: r.u64()?,
+            },
+            22 => Request::Append {
+                ino: r.u64()?,
+                data: r.bytes()?,
+            },
+            23 => Request::Fallocate {
+                ino: r.u64()?,
+                off: r.u64()?,
+                len: r.u64()?,
+                how: r.falloc()?,
+            },
+            24 => Request::Setxattr {
+                ino: r.u64()?,
+                name: r.bytes()?,
+                value: r.bytes()?,
+                mode: r.xattr_mode()?,
+            },
+            25 => Request::Getxattr {
+                ino: r.u64()?,
+                name: r.bytes()?,
+            },
+            26 => Request::Listxattr { ino: r.u64()? },
+            27 => Request::Removexattr {
+                ino: r.u64()?,
+                name: r.bytes()?,
+            },
+            _ => return Err(Malformed),
+        };
+        r.end((seq, req))
+    }
+
+    /// Whether the request changes the store (refused to read-only clients).
+    pub fn mutates(&self) -> bool {
+        matches!(
+            self,
+            Request::Make { .. }
+                | Request::Link { .. }
+                | Request::Remove { .. }
+                | Request::Rename { .. }
+                | Request::Setattr { .. }
+                | Request::Prepare { .. }
+                | Request::Commit { .. }
+                | Request::Write { .. }
+                | Request::Append { .. }
+                | Request::Fallocate { .. }
+                | Request::Setxattr { .. }
+                | Request::Removexattr { .. }
+        )
+    }
+}
