@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
@@ -38,6 +38,10 @@ pub struct InodeFs<I: Inodes> {
     inodes: I,
     /// What the kernel is told (`[fuse]`).
     replies: Replies,
+    /// How long the kernel may cache attributes: as long as names, unless others change
+    /// the inodes too (then not at all: the kernel asks at every use, and the inodes answer
+    /// from their own checked cache, so an open sees another client's last size).
+    attr_ttl: Duration,
     /// The user who mounted: with root, the only one whose writes may use the store's
     /// reserved share.
     owner_uid: u32,
@@ -112,9 +116,15 @@ fn handle(flags: i32) -> FileHandle {
 impl<I: Inodes> InodeFs<I> {
     /// Serves `inodes`, telling the kernel what `config` says.
     pub fn new(inodes: I, config: &FuseConfig) -> InodeFs<I> {
+        let replies = Replies::of(config);
         InodeFs {
+            attr_ttl: if inodes.shared() {
+                Duration::ZERO
+            } else {
+                replies.ttl
+            },
             inodes,
-            replies: Replies::of(config),
+            replies,
             owner_uid: Owner::current().uid,
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
@@ -130,12 +140,25 @@ impl<I: Inodes> InodeFs<I> {
         }
     }
 
+    /// The page-cache policy of an open with `flags`. An `O_APPEND` open of shared inodes
+    /// bypasses the page cache: the kernel cuts a cached write at the end of a page it does
+    /// not hold whole, and two appends, one request each, would interleave with another
+    /// client's; uncached, each `write(2)` is one request, appended whole.
+    fn open_flags(&self, flags: i32, current: bool) -> FopenFlags {
+        if flags & libc::O_APPEND != 0 && self.inodes.shared() {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            open_flags(OpenFlags(flags), current)
+        }
+    }
+
     /// Replies with an entry the kernel will count as one lookup of its inode: `r` comes
     /// from a call that took that hold (so the kernel's `forget` always finds the holds it
     /// releases).
     fn entry(&self, reply: ReplyEntry, r: Result<(u64, Stat), Errno>) {
         match r {
-            Ok((ino, s)) => reply.entry(
+            Ok((ino, s)) => reply.entry_with_ttls(
+                &self.attr_ttl,
                 &self.replies.ttl,
                 &file_attr(ino, &s),
                 Generation(s.generation),
@@ -181,7 +204,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.inodes.stat(ino.0) {
-            Ok(s) => reply.attr(&self.replies.ttl, &file_attr(ino.0, &s)),
+            Ok(s) => reply.attr(&self.attr_ttl, &file_attr(ino.0, &s)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -219,7 +242,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
             mtime: at(mtime),
         };
         match self.inodes.setattr(ino.0, s) {
-            Ok(s) => reply.attr(&self.replies.ttl, &file_attr(ino.0, &s)),
+            Ok(s) => reply.attr(&self.attr_ttl, &file_attr(ino.0, &s)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -341,7 +364,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.inodes.open(ino.0) {
-            Ok(current) => reply.opened(handle(flags.0), open_flags(flags, current)),
+            Ok(current) => reply.opened(handle(flags.0), self.open_flags(flags.0, current)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -581,26 +604,89 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         reply: ReplyCreate,
     ) {
         let mode = S_IFREG | masked(mode, umask);
-        let made = self
-            .inodes
-            .make(parent.0, name.as_bytes(), mode, 0, &[], owner(req))
-            .and_then(|(ino, s)| match self.inodes.open(ino) {
-                Ok(_) => Ok((ino, s)),
-                Err(e) => {
-                    // The kernel never learns the number: give its hold back.
-                    self.inodes.forget(ino, 1);
-                    Err(e)
-                }
-            });
-        match made {
-            Ok((ino, s)) => reply.created(
-                &self.replies.ttl,
+        let name = name.as_bytes();
+        let made = match self.inodes.make(parent.0, name, mode, 0, &[], owner(req)) {
+            // Someone else (another client of a served store) made the name since the
+            // kernel's lookup: without O_EXCL, open(2) opens what is there.
+            Err(e) if e == Errno::EEXIST && flags & libc::O_EXCL == 0 => {
+                self.open_existing(req, parent.0, name, flags)
+            }
+            r => r,
+        };
+        let opened = made.and_then(|(ino, s)| match self.inodes.open(ino) {
+            Ok(current) => Ok((ino, s, current)),
+            Err(e) => {
+                // The kernel never learns the number: give its hold back.
+                self.inodes.forget(ino, 1);
+                Err(e)
+            }
+        });
+        match opened {
+            Ok((ino, s, current)) => reply.created(
+                // One lifetime for both here: the attributes' bounds the name's.
+                &self.attr_ttl,
                 &file_attr(ino, &s),
                 Generation(s.generation),
                 handle(flags),
-                open_flags(OpenFlags(flags), true),
+                self.open_flags(flags, current),
             ),
             Err(e) => reply.error(errno(e)),
         }
     }
+}
+
+impl<I: Inodes> InodeFs<I> {
+    /// The file `name` in `parent` that a create without O_EXCL found made by someone else,
+    /// held: checked as open(2) would check it (the kernel checked only the directory), and
+    /// truncated for O_TRUNC.
+    fn open_existing(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &[u8],
+        flags: i32,
+    ) -> Result<(u64, Stat), Errno> {
+        let (ino, s) = self.inodes.lookup(parent, name)?;
+        let r = (|| {
+            let a = &s.attr;
+            if a.kind() == S_IFDIR {
+                return Err(Errno::EISDIR);
+            }
+            let want = match flags & libc::O_ACCMODE {
+                libc::O_RDONLY => 4,
+                libc::O_WRONLY => 2,
+                _ => 6,
+            };
+            if !permits(a.mode, a.uid, a.gid, req, want) {
+                return Err(Errno(libc::EACCES));
+            }
+            if flags & libc::O_TRUNC != 0 && want & 2 != 0 && a.size > 0 {
+                let set = SetAttr {
+                    size: Some(0),
+                    ..SetAttr::default()
+                };
+                return self.as_caller(req, || self.inodes.setattr(ino, set));
+            }
+            Ok(s)
+        })();
+        r.map(|s| (ino, s))
+            .inspect_err(|_| self.inodes.forget(ino, 1))
+    }
+}
+
+/// Whether the caller of `req` has the `want` bits (4 read, 2 write) on a file with `mode`,
+/// owner `uid` and group `gid`, as the kernel's permission check decides for the caller's
+/// user and primary group (root may do anything but run without an x bit).
+fn permits(mode: u32, uid: u32, gid: u32, req: &Request, want: u32) -> bool {
+    if req.uid() == 0 {
+        return true;
+    }
+    let bits = if req.uid() == uid {
+        mode >> 6
+    } else if req.gid() == gid {
+        mode >> 3
+    } else {
+        mode
+    } & 7;
+    bits & want == want
 }

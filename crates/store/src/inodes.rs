@@ -95,6 +95,11 @@ pub trait Inodes: Send + Sync + 'static {
     fn listxattr(&self, ino: u64) -> Result<Vec<u8>, Errno>;
     /// Removes an extended attribute.
     fn removexattr(&self, ino: u64, name: &[u8]) -> Result<(), Errno>;
+    /// Whether others change these inodes too (clients of one served store), not only the
+    /// caller: a front end must then not rely on what it cached beyond what `open` says.
+    fn shared(&self) -> bool {
+        false
+    }
     /// Runs `f` for a caller who may not use the space reserved for the privileged (where
     /// the implementation keeps such a share; else just runs it).
     fn as_unprivileged<R>(&self, f: impl FnOnce() -> R) -> R {

@@ -113,6 +113,29 @@ impl Mount {
         store
     }
 
+    /// A second mount, on `dir`, of the server this remote mount mounts (stopping it leaves
+    /// the server running).
+    pub fn attach(&self, dir: &Path) -> Mount {
+        let s = self.server.as_ref().expect("a remote mount");
+        std::fs::create_dir_all(dir).unwrap();
+        let key = format!("{}.key", self.store.display());
+        let child = Command::new(bin())
+            .args(["mount", "--remote", &s.addr, "--key", &key])
+            .arg(dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_mounted(dir);
+        Mount {
+            child: Some(child),
+            store: self.store.clone(),
+            dir: dir.to_owned(),
+            args: Vec::new(),
+            server: None,
+            remote: true,
+        }
+    }
+
     /// Mounts an existing store.
     pub fn start(store: PathBuf, dir: PathBuf) -> Mount {
         Mount::start_with(store, dir, Vec::new(), false)
@@ -134,14 +157,7 @@ impl Mount {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
-        let t0 = Instant::now();
-        while !mounted(&dir) {
-            assert!(
-                t0.elapsed() < Duration::from_secs(10),
-                "mount did not appear"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_mounted(&dir);
         Mount {
             child: Some(child),
             store,
@@ -185,6 +201,18 @@ impl Mount {
     pub fn fsck(mut self) {
         self.stop();
         fsck(&self.store);
+    }
+}
+
+/// Waits (at most 10 s) until `dir` is a mount point.
+pub fn wait_mounted(dir: &Path) {
+    let t0 = Instant::now();
+    while !mounted(dir) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "mount did not appear"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

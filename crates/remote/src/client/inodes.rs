@@ -177,6 +177,10 @@ impl Inodes for Client {
         self.with(|i| bytes(i.call(&Request::Listxattr { ino })?))
     }
 
+    fn shared(&self) -> bool {
+        true
+    }
+
     fn removexattr(&self, ino: u64, name: &[u8]) -> Result<(), Errno> {
         self.with(|i| {
             i.done(&Request::Removexattr {
