@@ -6,7 +6,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, errno, fsck, mounted, programs, run, Mount};
+use common::{bin, errno, mounted, programs, run, Mount};
 
 #[test]
 fn posix_operations_and_errnos_through_the_mount() {
@@ -30,73 +30,7 @@ fn fio_jobs_write_and_verify_across_a_remount() {
 
 #[test]
 fn a_killed_mount_loses_no_write_that_fio_saw_complete() {
-    let work = tempfile::tempdir().unwrap();
-    let mut m = Mount::new(work.path());
-    let dir = m.dir.clone();
-    let fio = std::thread::spawn(move || {
-        Command::new("fio")
-            .args([
-                "--name=killed",
-                &format!("--directory={}", dir.display()),
-                "--ioengine=psync",
-                "--rw=write",
-                "--bs=4k",
-                "--size=256M",
-                "--fallocate=none", // the file grows as fio writes: its size is progress
-                "--verify=crc32c",
-                "--verify_state_save=0", // no state files in the working directory
-                "--do_verify=0",
-                "--output-format=json",
-            ])
-            .output()
-            .unwrap()
-    });
-    // Kill once fio is well into the job (a fixed delay let a fast run finish first).
-    let file = m.path("killed.0.0");
-    let t0 = Instant::now();
-    while std::fs::metadata(&file).map_or(0, |f| f.len()) < 16 << 20 {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "fio made no progress"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let mut child = m.child.take().unwrap();
-    child.kill().unwrap(); // SIGKILL, mid-job
-    child.wait().unwrap();
-    let out = fio.join().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value = serde_json::from_str(&text[text.find('{').expect("fio JSON")..])
-        .expect("fio JSON after its error");
-    let done = v["jobs"][0]["write"]["io_bytes"].as_u64().unwrap();
-    assert!(
-        done > 0 && done < 256 << 20,
-        "fio wrote {done} bytes before the kill"
-    );
-    run(Command::new("fusermount3").arg("-u").arg(&m.dir));
-    fsck(&m.store);
-    let m = Mount::start(m.store.clone(), m.dir.clone());
-    // Every 4K block fio saw complete is there, with fio's checksum and offset.
-    let out = Command::new("fio")
-        .args([
-            "--name=killed",
-            &format!("--directory={}", m.dir.display()),
-            "--ioengine=psync",
-            "--rw=write",
-            "--bs=4k",
-            &format!("--size={}", done / 4096 * 4096),
-            "--verify=crc32c",
-            "--verify_state_save=0", // no state files in the working directory
-            "--verify_only",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "verify after the kill: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    programs::killed_mid_fio(Mount::new, programs::Kill::Mount);
 }
 
 /// `up` on a fresh directory mounts at once with the built-in thresholds, runs the full tune

@@ -86,3 +86,13 @@ fn two_mounts_of_one_server_see_each_others_changes() {
     drop(b);
     a.fsck();
 }
+
+#[test]
+fn a_killed_server_loses_no_write_that_fio_saw_complete() {
+    programs::killed_mid_fio(Mount::remote, programs::Kill::Server);
+}
+
+#[test]
+fn a_killed_remote_mount_loses_no_write_that_fio_saw_complete() {
+    programs::killed_mid_fio(Mount::remote, programs::Kill::Mount);
+}

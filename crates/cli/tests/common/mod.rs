@@ -172,16 +172,22 @@ impl Mount {
         self.dir.join(p)
     }
 
-    /// Clean unmount (SIGTERM) and, for a remote mount, a clean stop of its server; then
-    /// both start again.
-    pub fn remount(mut self) -> Mount {
-        self.stop();
+    /// The same mount (and server) started again over the same store, after `self`'s
+    /// processes are gone.
+    pub fn restart(&self) -> Mount {
         Mount::start_with(
             self.store.clone(),
             self.dir.clone(),
             self.args.clone(),
             self.remote,
         )
+    }
+
+    /// Clean unmount (SIGTERM) and, for a remote mount, a clean stop of its server; then
+    /// both start again.
+    pub fn remount(mut self) -> Mount {
+        self.stop();
+        self.restart()
     }
 
     pub fn stop(&mut self) {

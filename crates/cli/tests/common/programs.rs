@@ -4,8 +4,9 @@
 use std::io::ErrorKind;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
-use super::{errno, run, Mount};
+use super::{errno, fsck, run, Mount};
 
 /// POSIX operations and their errnos through a mount, checked again after a remount.
 pub fn posix_operations_and_errnos(start: fn(&Path) -> Mount) {
@@ -230,4 +231,96 @@ pub fn fio_jobs_verify(start: fn(&Path) -> Mount) {
         fio(&m.dir, name, &a);
     }
     m.fsck();
+}
+
+/// Which process a test kills.
+pub enum Kill {
+    /// The mount (the store's owner, or the client of a served store).
+    Mount,
+    /// The server a remote mount mounts.
+    Server,
+}
+
+/// fio writes with verification on a mount until `kill` is SIGKILLed mid-job; after recovery
+/// the store is clean (fsck) and every 4K block fio saw complete is there, with fio's
+/// checksum and offset.
+pub fn killed_mid_fio(start: fn(&Path) -> Mount, kill: Kill) {
+    let work = tempfile::tempdir().unwrap();
+    let mut m = start(work.path());
+    let dir = m.dir.clone();
+    let fio = std::thread::spawn(move || {
+        Command::new("fio")
+            .args([
+                "--name=killed",
+                &format!("--directory={}", dir.display()),
+                "--ioengine=psync",
+                "--rw=write",
+                "--bs=4k",
+                "--size=256M",
+                "--fallocate=none", // the file grows as fio writes: its size is progress
+                "--verify=crc32c",
+                "--verify_state_save=0", // no state files in the working directory
+                "--do_verify=0",
+                "--output-format=json",
+            ])
+            .output()
+            .unwrap()
+    });
+    // Kill once fio is well into the job (a fixed delay let a fast run finish first).
+    let file = m.path("killed.0.0");
+    let t0 = Instant::now();
+    while std::fs::metadata(&file).map_or(0, |f| f.len()) < 16 << 20 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "fio made no progress"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut child = match kill {
+        Kill::Mount => m.child.take().unwrap(),
+        Kill::Server => m.server.take().expect("a remote mount").child,
+    };
+    child.kill().unwrap(); // SIGKILL, mid-job
+    child.wait().unwrap();
+    let out = fio.join().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = serde_json::from_str(&text[text.find('{').expect("fio JSON")..])
+        .expect("fio JSON after its error");
+    let done = v["jobs"][0]["write"]["io_bytes"].as_u64().unwrap();
+    assert!(
+        done > 0 && done < 256 << 20,
+        "fio wrote {done} bytes before the kill"
+    );
+    if let Some(mut c) = m.child.take() {
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+    if let Some(mut s) = m.server.take() {
+        s.child.kill().unwrap();
+        s.child.wait().unwrap();
+    }
+    run(Command::new("fusermount3").arg("-u").arg(&m.dir));
+    fsck(&m.store);
+    let m = m.restart();
+    // Every 4K block fio saw complete is there, with fio's checksum and offset.
+    let out = Command::new("fio")
+        .args([
+            "--name=killed",
+            &format!("--directory={}", m.dir.display()),
+            "--ioengine=psync",
+            "--rw=write",
+            "--bs=4k",
+            &format!("--size={}", done / 4096 * 4096),
+            "--verify=crc32c",
+            "--verify_state_save=0", // no state files in the working directory
+            "--verify_only",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "verify after the kill: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
