@@ -209,6 +209,8 @@ fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
     };
     let read_only = !client.writable();
     let path = client.data_path();
+    let client = std::sync::Arc::new(client);
+    let counters = client.clone();
     let cfg = a.at.mover.load_config()?;
     let fuse_cfg = switchyard_fuse::FuseConfig {
         workers: a.workers.unwrap_or(cfg.fuse.workers),
@@ -226,9 +228,43 @@ fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
         std::process::id(),
         a.dir.display()
     );
-    wait_for_unmount(m, &a.dir, set, |_| {})?;
-    println!("unmounted");
+    let file = switchyard_options::counters::remote_path(&key_path);
+    let transport = path.to_string();
+    wait_for_unmount(
+        m,
+        &a.dir,
+        set,
+        saving(|| {
+            let rows = counters.stats().rows();
+            switchyard_options::counters::save_remote(&file, "mount --remote", &transport, &rows)
+        }),
+    )?;
+    let s = counters.stats();
+    println!(
+        "unmounted ({} requests, {} bytes one-sided, {} in messages, cache {} hits / {} \
+         misses)",
+        s.requests, s.one_sided_bytes, s.message_bytes, s.cache_hits, s.cache_misses
+    );
     Ok(())
+}
+
+/// A tick for [`wait_for_unmount`] that runs `save` (of counters for `switchyard stat`) at
+/// the first tick, then every [`STATS_EVERY`], and at the last; its first failure is said
+/// once.
+pub(crate) fn saving(mut save: impl FnMut() -> anyhow::Result<()>) -> impl FnMut(bool) {
+    let mut saved: Option<std::time::Instant> = None;
+    let mut warned = false;
+    move |last| {
+        if !last && saved.is_some_and(|t| t.elapsed() < STATS_EVERY) {
+            return;
+        }
+        if let Err(e) = save() {
+            if !std::mem::replace(&mut warned, true) {
+                eprintln!("counters not saved for `switchyard stat`: {e:#}");
+            }
+        }
+        saved = Some(std::time::Instant::now());
+    }
 }
 
 /// Serves mount `m` until it ends: a stop signal (from the set `set`) unmounts it, unless it
@@ -313,20 +349,12 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
     // Removed (if the tune still runs, from under it) when the mount ends.
     let _scratch = tune.map(|t| start_background_tune(t, mover.clone()));
     let stats = a.at.stats_path();
-    // Saved at the first tick, every STATS_EVERY, and at the end.
-    let mut saved: Option<std::time::Instant> = None;
-    let mut warned = false;
-    wait_for_unmount(m, &a.dir, set, |last| {
-        if !last && saved.is_some_and(|t| t.elapsed() < STATS_EVERY) {
-            return;
-        }
-        if let Err(e) = switchyard_options::counters::save(&stats, "mount", &mover) {
-            if !std::mem::replace(&mut warned, true) {
-                eprintln!("counters not saved for `switchyard stat`: {e:#}");
-            }
-        }
-        saved = Some(std::time::Instant::now());
-    })?;
+    wait_for_unmount(
+        m,
+        &a.dir,
+        set,
+        saving(|| switchyard_options::counters::save(&stats, "mount", &mover)),
+    )?;
     println!("unmounted; the store is clean");
     Ok(())
 }

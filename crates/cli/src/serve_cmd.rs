@@ -60,8 +60,29 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
         eprintln!("signal {sig}: stopping");
         stopper.store(true, Ordering::Relaxed);
     });
-    let stats = ServerStats::default();
-    serve(&store, &opts, &stats, &stop, |bound| {
+    let stats = Arc::new(ServerStats::default());
+    // Counters for `switchyard stat`: the mover's and the server's, every few seconds.
+    let saver = {
+        let (stats, stop) = (stats.clone(), stop.clone());
+        let mover = store.shared_mover();
+        let (file, remote) = (
+            a.at.stats_path(),
+            switchyard_options::counters::remote_path(&a.at.store),
+        );
+        let listen = a.listen.to_string();
+        std::thread::spawn(move || {
+            let mut tick = crate::mount_cmd::saving(|| {
+                switchyard_options::counters::save(&file, "serve", &mover)?;
+                switchyard_options::counters::save_remote(&remote, "serve", &listen, &stats.rows())
+            });
+            while !stop.load(Ordering::Relaxed) {
+                tick(false);
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            tick(true);
+        })
+    };
+    let served = serve(&store, &opts, &stats, &stop, |bound| {
         println!(
             "serving {} on {bound}{} (key {}); stop with Ctrl-C or `kill {}`",
             a.at.store.display(),
@@ -69,7 +90,10 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             key_path.display(),
             std::process::id()
         );
-    })?;
+    });
+    stop.store(true, Ordering::Relaxed);
+    let _ = saver.join();
+    served?;
     store.unmount()?;
     let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     println!(

@@ -5,11 +5,11 @@
 //! copy` next to its scratch region; `stat` shows them with the split ratio and bandwidth
 //! estimates.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use switchyard_options::counters::Saved;
+use switchyard_options::counters::{RemoteSaved, Saved};
 
 /// `stat` options.
 #[derive(Args)]
@@ -22,10 +22,74 @@ pub struct StatArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Show a served store's side of remote access instead: the server's counters now
+    /// (asked of the `serve` at ADDR:PORT), and this machine's last remote mount's (saved
+    /// next to the key).
+    #[arg(long, value_name = "ADDR:PORT")]
+    remote: Option<String>,
+    /// The served store's key, for --remote [default: the store file's path with `.key`
+    /// added, as `serve` makes it].
+    #[arg(long, requires = "remote")]
+    key: Option<PathBuf>,
+}
+
+/// The remote counters saved in `path`, if any.
+fn saved_remote(path: &Path) -> anyhow::Result<Option<RemoteSaved>> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(serde_json::from_str(&t).with_context(|| {
+            format!("{} is not a remote counters file", path.display())
+        })?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
+    }
+}
+
+/// Prints saved remote counters under a heading.
+fn print_remote(what: &str, s: &RemoteSaved) {
+    println!(
+        "{what} (`switchyard {}`, {} s after the epoch; {}):",
+        s.command, s.unix_time, s.transport
+    );
+    for (name, v) in &s.counters {
+        println!("  {name:<22} {v:>14}");
+    }
+}
+
+/// `stat --remote`: both sides of remote access, as this machine sees them.
+fn remote(a: &StatArgs, addr: &str) -> anyhow::Result<()> {
+    let key = a
+        .key
+        .clone()
+        .unwrap_or_else(|| crate::serve_cmd::default_key(&a.at.store));
+    let r = crate::serve_cmd::Remote::parse(&format!("{addr}:/"))
+        .with_context(|| format!("--remote {addr}: not ADDR:PORT"))?;
+    let client = r.connect(&key, false)?;
+    let rows = client
+        .server_counters()
+        .map_err(|e| anyhow::anyhow!("asking {addr} for its counters: {e}"))?;
+    let mine = saved_remote(&switchyard_options::counters::remote_path(&key))?;
+    if a.json {
+        let rows: std::collections::BTreeMap<_, _> = rows.into_iter().collect();
+        let v = serde_json::json!({ "server": rows, "data_path": client.data_path().to_string(), "last_mount": mine });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("server at {addr}, data from here {}:", client.data_path());
+    for (name, v) in rows {
+        println!("  {name:<22} {v:>14}");
+    }
+    match mine {
+        Some(s) => print_remote("this machine's last remote mount with this key", &s),
+        None => println!("no remote mount with this key has saved counters here"),
+    }
+    Ok(())
 }
 
 /// Runs `stat`.
 pub fn run(a: &StatArgs) -> anyhow::Result<()> {
+    if let Some(addr) = &a.remote {
+        return remote(a, addr);
+    }
     let cfg = a.at.mover.load_config()?;
     cfg.validate()?;
     let p = cfg.persist();
@@ -45,7 +109,7 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({ "flush": p.flush.name(), "simd": p.simd.name(), "config": cfg, "last_run": saved })
+                &serde_json::json!({ "flush": p.flush.name(), "simd": p.simd.name(), "config": cfg, "last_run": saved, "served": saved_remote(&switchyard_options::counters::remote_path(&a.at.store))? })
             )?
         );
         return Ok(());
@@ -104,6 +168,12 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
             for (d, bc, bd, t0) in s.estimates_1m {
                 println!("  estimates at 1 MiB, {d:<9}: B_C {bc:6.2} GiB/s  B_D {bd:6.2} GiB/s  engine start-up {t0:7.1} µs");
             }
+        }
+    }
+    if a.region.is_none() {
+        let served = saved_remote(&switchyard_options::counters::remote_path(&a.at.store))?;
+        if let Some(s) = served {
+            print_remote("served", &s);
         }
     }
     Ok(())

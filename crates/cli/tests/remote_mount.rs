@@ -96,3 +96,46 @@ fn a_killed_server_loses_no_write_that_fio_saw_complete() {
 fn a_killed_remote_mount_loses_no_write_that_fio_saw_complete() {
     programs::killed_mid_fio(Mount::remote, programs::Kill::Mount);
 }
+
+/// `stat` on both sides: the server's counters asked of it, the mount's saved next to the
+/// key (at unmount), and the served store's saved next to it (at the server's stop).
+#[test]
+fn stat_shows_both_sides_of_a_remote_mount() {
+    let work = tempfile::tempdir().unwrap();
+    let mut m = Mount::remote(work.path());
+    std::fs::write(m.path("f"), vec![7u8; 300_000]).unwrap();
+    assert_eq!(std::fs::read(m.path("f")).unwrap().len(), 300_000);
+    let addr = m.server.as_ref().unwrap().addr.clone();
+    let key = format!("{}.key", m.store.display());
+    let stat = |args: &[&str]| {
+        let out = std::process::Command::new(common::bin())
+            .arg("stat")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let number = |text: &str, name: &str| -> u64 {
+        let line = text
+            .lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} in {text}"));
+        line.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let live = stat(&["--remote", &addr, "--key", &key]);
+    assert!(live.contains("data from here one-sided over"), "{live}");
+    assert_eq!(number(&live, "committed_bytes"), 300_000);
+    m.stop();
+    let served = stat(&["--store", m.store.to_str().unwrap()]);
+    let served = &served[served.find("served (`switchyard serve`").expect(&served)..];
+    assert_eq!(number(served, "committed_bytes"), 300_000);
+    let mine: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{key}.remote.json")).unwrap())
+            .unwrap();
+    let rows = mine["counters"].as_array().unwrap();
+    let one_sided = rows.iter().find(|r| r[0] == "one_sided_bytes").unwrap()[1]
+        .as_u64()
+        .unwrap();
+    assert!(one_sided >= 300_000, "{mine}");
+}

@@ -35,7 +35,7 @@ struct Listing {
 /// Inodes served over FUSE: the store in this process ([`switchyard_store::Store`]) or a
 /// remote store through its client.
 pub struct InodeFs<I: Inodes> {
-    inodes: I,
+    inodes: Arc<I>,
     /// What the kernel is told (`[fuse]`).
     replies: Replies,
     /// How long the kernel may cache attributes: as long as names, unless others change
@@ -115,7 +115,7 @@ fn handle(flags: i32) -> FileHandle {
 
 impl<I: Inodes> InodeFs<I> {
     /// Serves `inodes`, telling the kernel what `config` says.
-    pub fn new(inodes: I, config: &FuseConfig) -> InodeFs<I> {
+    pub fn new(inodes: Arc<I>, config: &FuseConfig) -> InodeFs<I> {
         let replies = Replies::of(config);
         InodeFs {
             attr_ttl: if inodes.shared() {

@@ -87,13 +87,14 @@ pub fn mount(
     config: &FuseConfig,
     access: Access,
 ) -> std::io::Result<Mount> {
-    mount_inodes(store, dir, config, access, false)
+    mount_inodes(std::sync::Arc::new(store), dir, config, access, false)
 }
 
 /// Mounts `inodes` (the store in this process, or a remote store through its client) at
-/// `dir`, as [`mount`] does; `read_only` mounts it read-only (`ro`).
+/// `dir`, as [`mount`] does; `read_only` mounts it read-only (`ro`). The caller may keep a
+/// clone of `inodes` (to read its counters while mounted).
 pub fn mount_inodes<I: Inodes>(
-    inodes: I,
+    inodes: std::sync::Arc<I>,
     dir: &Path,
     config: &FuseConfig,
     access: Access,

@@ -74,3 +74,44 @@ pub fn save(path: &Path, command: &str, mover: &Mover) -> anyhow::Result<()> {
     .with_context(|| format!("write {}", path.display()))?;
     Ok(())
 }
+
+/// Where a served store's or a remote mount's counters are kept: `<file>.remote.json`, next
+/// to the store (`serve`) or to the key a client used (`mount --remote`).
+pub fn remote_path(file: &Path) -> PathBuf {
+    let mut p = file.to_owned().into_os_string();
+    p.push(".remote.json");
+    PathBuf::from(p)
+}
+
+/// Counters of one side of remote access, as saved: what `switchyard stat` shows.
+#[derive(Serialize, Deserialize)]
+pub struct RemoteSaved {
+    /// The command that ran (`serve`, `mount --remote`).
+    pub command: String,
+    /// When it saved them, in seconds since the epoch.
+    pub unix_time: u64,
+    /// How data moves (a client's), or where the server listens.
+    pub transport: String,
+    /// The counters, by name.
+    pub counters: Vec<(String, u64)>,
+}
+
+/// Saves one side's counters for `stat` in `path` (owner-only).
+pub fn save_remote(
+    path: &Path,
+    command: &str,
+    transport: &str,
+    counters: &[(&str, u64)],
+) -> anyhow::Result<()> {
+    let saved = RemoteSaved {
+        command: command.into(),
+        unix_time: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        transport: transport.into(),
+        counters: counters.iter().map(|&(n, v)| (n.to_string(), v)).collect(),
+    };
+    switchyard_media::private::write_private(path, serde_json::to_string_pretty(&saved)?.as_bytes())
+        .with_context(|| format!("write {}", path.display()))
+}

@@ -50,6 +50,23 @@ pub struct ServerStats {
     pub cpu_ns: AtomicU64,
 }
 
+impl ServerStats {
+    /// The counters as (name, value) rows, in a fixed order.
+    pub fn rows(&self) -> Vec<(&'static str, u64)> {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        vec![
+            ("connections", n(&self.connections)),
+            ("authenticated", n(&self.authenticated)),
+            ("refused", n(&self.refused)),
+            ("requests", n(&self.requests)),
+            ("message_bytes", n(&self.message_bytes)),
+            ("committed_bytes", n(&self.committed_bytes)),
+            ("abandoned", n(&self.abandoned)),
+            ("cpu_ms", n(&self.cpu_ns) / 1_000_000),
+        ]
+    }
+}
+
 /// CPU time the calling thread has used.
 fn thread_cpu_ns() -> u64 {
     // SAFETY: clock_gettime writes the zeroed timespec we pass and reads nothing else.
@@ -356,6 +373,13 @@ impl<'s> Server<'s, '_> {
                 Reply::Done
             }
             Request::Statfs => Reply::StatFs(s.statfs()),
+            Request::Counters => Reply::Counters(
+                self.stats
+                    .rows()
+                    .into_iter()
+                    .map(|(n, v)| (n.as_bytes().to_vec(), v))
+                    .collect(),
+            ),
             Request::Setxattr {
                 ino,
                 name,

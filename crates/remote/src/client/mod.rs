@@ -65,6 +65,20 @@ pub struct ClientStats {
     pub read_retries: u64,
 }
 
+impl ClientStats {
+    /// The counters as (name, value) rows, in a fixed order.
+    pub fn rows(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("requests", self.requests),
+            ("one_sided_bytes", self.one_sided_bytes),
+            ("message_bytes", self.message_bytes),
+            ("cache_hits", self.cache_hits),
+            ("cache_misses", self.cache_misses),
+            ("read_retries", self.read_retries),
+        ]
+    }
+}
+
 /// Why a connection could not be made.
 #[derive(Debug)]
 pub struct ConnectError(pub String);
@@ -226,6 +240,17 @@ impl Client {
     /// Counters so far.
     pub fn stats(&self) -> ClientStats {
         self.with(|i| Ok(i.stats.clone())).expect("infallible")
+    }
+
+    /// The server's counters now ([`ServerStats::rows`](crate::ServerStats::rows)).
+    pub fn server_counters(&self) -> Result<Vec<(String, u64)>, Errno> {
+        self.with(|i| match i.call(&Request::Counters)? {
+            Reply::Counters(rows) => Ok(rows
+                .into_iter()
+                .map(|(n, v)| (String::from_utf8_lossy(&n).into_owned(), v))
+                .collect()),
+            _ => Err(Errno::EIO),
+        })
     }
 
     /// Whether the server granted write access.

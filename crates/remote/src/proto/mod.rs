@@ -249,6 +249,8 @@ pub enum Request {
         /// Name.
         name: Vec<u8>,
     },
+    /// The server's counters.
+    Counters,
 }
 
 /// What the server answers.
@@ -293,6 +295,8 @@ pub enum Reply {
     },
     /// Bytes written (for [`Request::Append`]: where they went).
     Written(u64),
+    /// Named counters.
+    Counters(Vec<(Vec<u8>, u64)>),
 }
 
 /// How an authenticated client reaches the store's data.

@@ -22,6 +22,7 @@ impl Reply {
             Reply::Map(_) => 10,
             Reply::Prepared { .. } => 11,
             Reply::Written(_) => 12,
+            Reply::Counters(_) => 13,
         };
         w.u8(kind).u64(seq);
         match self {
@@ -74,6 +75,12 @@ impl Reply {
             }
             Reply::Written(n) => {
                 w.u64(*n);
+            }
+            Reply::Counters(rows) => {
+                w.u32(rows.len() as u32);
+                for (name, v) in rows {
+                    w.bytes(name).u64(*v);
+                }
             }
         }
         w.0
@@ -156,6 +163,14 @@ impl Reply {
                 Reply::Prepared { id, targets }
             }
             12 => Reply::Written(r.u64()?),
+            13 => {
+                let n = r.count(4 + 8)?;
+                let mut rows = Vec::with_capacity(n);
+                for _ in 0..n {
+                    rows.push((r.bytes()?, r.u64()?));
+                }
+                Reply::Counters(rows)
+            }
             _ => return Err(Malformed),
         };
         r.end((seq, reply))

@@ -40,6 +40,7 @@ impl Request {
             Request::Getxattr { .. } => 25,
             Request::Listxattr { .. } => 26,
             Request::Removexattr { .. } => 27,
+            Request::Counters => 28,
         }
     }
 
@@ -111,7 +112,7 @@ impl Request {
                     .opt_u64(opt_i64(set.atime))
                     .opt_u64(opt_i64(set.mtime));
             }
-            Request::Statfs => {}
+            Request::Statfs | Request::Counters => {}
             Request::Map { ino, off, len }
             | Request::Read { ino, off, len }
             | Request::Prepare { ino, off, len } => {
@@ -254,6 +255,7 @@ impl Request {
                 ino: r.u64()?,
                 name: r.bytes()?,
             },
+            28 => Request::Counters,
             _ => return Err(Malformed),
         };
         r.end((seq, req))

@@ -113,6 +113,7 @@ fn request() -> impl Strategy<Value = Request> {
             }),
         (any::<u64>(), bytes()).prop_map(|(ino, name)| Request::Getxattr { ino, name }),
         any::<u64>().prop_map(|ino| Request::Listxattr { ino }),
+        Just(Request::Counters),
         (
             any::<u64>(),
             any::<(Option<u32>, Option<u32>, Option<u32>)>(),
@@ -151,6 +152,7 @@ fn reply() -> impl Strategy<Value = Reply> {
         Just(Reply::Done),
         (any::<u64>(), stat()).prop_map(|(ino, stat)| Reply::Entry { ino, stat }),
         stat().prop_map(Reply::Stat),
+        prop::collection::vec((bytes(), any::<u64>()), 0..5).prop_map(Reply::Counters),
         prop::collection::vec((bytes(), any::<u64>(), any::<u32>()), 0..5).prop_map(|v| {
             Reply::Dir(
                 v.into_iter()
