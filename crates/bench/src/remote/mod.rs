@@ -16,6 +16,8 @@
 //! And the metadata cache (RIMFS Fig. 8): `stat` of a path three directories deep with the
 //! cache (each component checked by its change word) against without it (a request per
 //! component). CPU cost is per GiB for the client's thread and the server's thread apart.
+//! Then 1 MiB reads, one-sided and in messages, with a CPU hog on the server's core at 0–90%
+//! (RIMFS Fig. 12; [`load`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +31,8 @@ use switchyard_mover::{Config, Mover};
 use switchyard_remote::{serve, Client, Key, ServeOptions, ServerStats};
 use switchyard_store::{Files, OpenFlags, Owner, Store};
 use switchyard_ucx::{Failures, Node};
+
+mod load;
 
 /// `bench remote` options.
 #[derive(Args)]
@@ -148,7 +152,11 @@ pub fn run(a: &RemoteArgs) -> anyhow::Result<()> {
     std::thread::scope(|s| -> anyhow::Result<()> {
         let (tx, rx) = mpsc::channel();
         let (store, opts, stats, stop2) = (&store, &opts, &stats, &stop);
-        let server = s.spawn(move || serve(store, opts, stats, stop2, |b| tx.send(b).unwrap()));
+        let server = s.spawn(move || {
+            // The server's own core, where the load part's hog runs too.
+            load::pin(Some(load::server_core()));
+            serve(store, opts, stats, stop2, |b| tx.send(b).unwrap())
+        });
         let result = (|| {
             let addr = rx.recv()?;
             measure(a, rounds, file, addr, &key, store, stats, &stop)
@@ -260,13 +268,22 @@ fn measure(
         })
         .collect();
     let reads = one.stats();
+    let loaded = load::measure(
+        [("one-sided", &one, fd), ("in-messages", &rpc, rfd)],
+        bytes_for(1 << 20, file, a.quick),
+        rounds,
+    )?;
     let cache = metadata_cache(&one, rounds)?;
     if a.json {
         for p in &points {
             println!("{}", serde_json::to_string(p)?);
         }
+        for l in &loaded {
+            println!("{}", serde_json::to_string(l)?);
+        }
         println!("{}", serde_json::to_string(&cache)?);
     } else {
+        load::print(&loaded);
         print_table(&points, &samples, &cache);
         println!(
             "one-sided client during the reads: {} requests, {} cache hits, {} misses, {} \
