@@ -17,7 +17,8 @@
 //! cache (each component checked by its change word) against without it (a request per
 //! component). CPU cost is per GiB for the client's thread and the server's thread apart.
 //! Then 1 MiB reads, one-sided and in messages, with a CPU hog on the server's core at 0–90%
-//! (RIMFS Fig. 12; [`load`]).
+//! (RIMFS Fig. 12; [`load`]); and with `--sshfs`, fio on sshfs against fio on a remote mount
+//! over TCP between network namespaces ([`network`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,6 +34,7 @@ use switchyard_store::{Files, OpenFlags, Owner, Store};
 use switchyard_ucx::{Failures, Node};
 
 mod load;
+pub mod network;
 
 /// `bench remote` options.
 #[derive(Args)]
@@ -47,6 +49,11 @@ pub struct RemoteArgs {
     /// --quick].
     #[arg(long)]
     rounds: Option<usize>,
+    /// Also compare with sshfs (what a user would use today): the same fio jobs on an sshfs
+    /// mount and on `mount --remote`, over TCP between network namespaces this run makes
+    /// (needs root, openssh-server, sshfs and fio).
+    #[arg(long)]
+    sshfs: bool,
 }
 
 const SIZES: [usize; 4] = [512, 4 << 10, 128 << 10, 2 << 20];
@@ -164,7 +171,11 @@ pub fn run(a: &RemoteArgs) -> anyhow::Result<()> {
         stop.store(true, Ordering::Relaxed);
         server.join().expect("server thread")?;
         result
-    })
+    })?;
+    if a.sshfs {
+        network::compare(rounds, a.quick, a.json)?;
+    }
+    Ok(())
 }
 
 /// Bytes a point reads: enough to time, bounded in requests for the small sizes.
