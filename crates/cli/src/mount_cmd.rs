@@ -185,6 +185,7 @@ fn access(a: &MountArgs) -> anyhow::Result<switchyard_fuse::Access> {
 
 /// `mount --remote`: the FUSE front end over a client of a `serve`.
 fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
+    switchyard_remote::keep_message_buffers();
     let access = access(a)?;
     let set = block_stop_signals();
     let at = std::net::ToSocketAddrs::to_socket_addrs(addr)

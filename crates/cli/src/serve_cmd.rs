@@ -42,6 +42,7 @@ pub fn default_key(store: &Path) -> PathBuf {
 /// Serves the store until SIGINT, SIGTERM or SIGHUP; it is unmounted cleanly before this
 /// returns.
 pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
+    switchyard_remote::keep_message_buffers();
     let set = block_stop_signals();
     let key_path = a.key.clone().unwrap_or_else(|| default_key(&a.at.store));
     let key = Key::load_or_create(&key_path)?;

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use assert_cmd::cargo::CommandCargoExt;
 use assert_cmd::Command;
 use predicates::str::contains;
+use switchyard_bench::remote::network::Namespace;
 
 fn sy(dir: &Path) -> Command {
     let mut c = Command::cargo_bin("switchyard").unwrap();
@@ -239,56 +240,6 @@ fn a_server_killed_mid_write_fails_the_client_and_recovers_every_acknowledged_wr
     );
 }
 
-/// A network namespace with a veth pair to this one, removed when dropped.
-struct Namespace {
-    name: String,
-    /// The server's address inside it.
-    inside: String,
-    /// The veth ends: this namespace's and the other's.
-    here: String,
-    there: String,
-}
-
-impl Namespace {
-    fn create() -> Namespace {
-        let pid = std::process::id();
-        let name = format!("sy{pid}");
-        let (here, there) = (format!("sya{pid}"), format!("syb{pid}"));
-        let net = format!("10.77.{}", pid % 250);
-        let ns = Namespace {
-            name: name.clone(),
-            inside: format!("{net}.2"),
-            here: here.clone(),
-            there: there.clone(),
-        };
-        let ip = |args: &[&str]| {
-            let st = Std::new("ip").args(args).status().unwrap();
-            assert!(st.success(), "ip {args:?} failed");
-        };
-        ip(&["netns", "add", &name]);
-        ip(&["link", "add", &here, "type", "veth", "peer", "name", &there]);
-        ip(&["link", "set", &there, "netns", &name]);
-        ip(&["addr", "add", &format!("{net}.1/24"), "dev", &here]);
-        ip(&["link", "set", &here, "up"]);
-        let inside = |args: &[&str]| {
-            let mut a = vec!["netns", "exec", &name, "ip"];
-            a.extend_from_slice(args);
-            ip(&a);
-        };
-        inside(&["addr", "add", &format!("{net}.2/24"), "dev", &there]);
-        inside(&["link", "set", &there, "up"]);
-        inside(&["link", "set", "lo", "up"]);
-        ns
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        // Deleting the namespace deletes the veth pair with it.
-        let _ = Std::new("ip").args(["netns", "del", &self.name]).status();
-    }
-}
-
 #[test]
 fn cp_reaches_a_server_in_another_network_namespace() {
     // SAFETY: geteuid has no preconditions.
@@ -301,7 +252,7 @@ fn cp_reaches_a_server_in_another_network_namespace() {
         .args(["mkfs", "--size", "256M"])
         .assert()
         .success();
-    let ns = Namespace::create();
+    let ns = Namespace::create("t").unwrap();
     let bin = assert_cmd::cargo::cargo_bin("switchyard");
     let listen = format!("{}:0", ns.inside);
     // As two machines would be: TCP only (UCX would otherwise see one host and try shared

@@ -51,3 +51,23 @@ pub mod server;
 pub use auth::Key;
 pub use client::{Client, ClientStats, DataPath};
 pub use server::{serve, ServeOptions, ServerStats};
+
+/// Keeps message-sized allocations (up to [`proto::MAX_BYTES`]) on the heap for reuse, for
+/// the whole process. Each request or reply that carries data is received into a fresh
+/// buffer; glibc maps every allocation of 128 KiB or more afresh and unmaps it when freed, so
+/// each 1 MiB message would fault its pages in again (profiled: page faults were the largest
+/// share of the serving process's time on the in-message path). Called by `serve` and by a
+/// remote mount. A low-level path, taken on purpose: no allocator crate changes this for the
+/// buffers UCX and the wire format hand over.
+pub fn keep_message_buffers() {
+    #[cfg(target_env = "gnu")]
+    {
+        let cap = (2 * proto::MAX_BYTES + (1 << 20)) as libc::c_int;
+        // SAFETY: mallopt changes glibc's allocation thresholds; any value is valid, and it
+        // affects only where later allocations come from.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, cap);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 4 * cap);
+        }
+    }
+}

@@ -162,6 +162,7 @@ pub fn serve(
         writer_key,
         peers: HashMap::new(),
         next_id: 1,
+        out: Vec::new(),
     };
     while !stop.load(Ordering::Relaxed) {
         node.wait(Duration::from_millis(100));
@@ -185,6 +186,8 @@ struct Server<'s, 'o> {
     writer_key: Option<Vec<u8>>,
     peers: HashMap<usize, Peer<'s>>,
     next_id: u64,
+    /// The buffer data replies are built in, kept for the next.
+    out: Vec<u8>,
 }
 
 impl<'s> Server<'s, '_> {
@@ -224,19 +227,74 @@ impl<'s> Server<'s, '_> {
             let Some(mut peer) = self.peers.remove(&from) else {
                 continue;
             };
-            let keep = match body.map(|b| Request::decode(&b)) {
-                Ok(Ok((seq, req))) => {
-                    let (reply, keep) = self.answer(&mut peer, req);
-                    self.stats.requests.fetch_add(1, Ordering::Relaxed);
-                    node.send(&peer.ep, &[], &reply.encode(seq)).is_ok() && keep
-                }
-                _ => false,
+            let keep = match body {
+                Ok(b) => self.handle(node, &mut peer, &b),
+                Err(_) => false,
             };
             if keep {
                 self.peers.insert(from, peer);
             } else {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);
                 self.leave(node, peer);
+            }
+        }
+    }
+
+    /// Answers one message from `peer`; returns whether its connection stays.
+    fn handle(&mut self, node: &Node, peer: &mut Peer<'s>, b: &[u8]) -> bool {
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        // A writer's data, written from the message in place.
+        let write = Request::write_of(b).filter(|_| peer.writable == Some(true));
+        if let Some((seq, ino, off, data)) = write {
+            let reply = match self.store.write(ino, off, data) {
+                Ok(n) => {
+                    self.stats
+                        .message_bytes
+                        .fetch_add(n as u64, Ordering::Relaxed);
+                    Reply::Written(n as u64)
+                }
+                Err(e) => Reply::Error(Errno::from(e).0),
+            };
+            return node.send(&peer.ep, &[], &reply.encode(seq)).is_ok();
+        }
+        let Ok((seq, req)) = Request::decode(b) else {
+            return false;
+        };
+        let (msg, keep) = match req {
+            // Data read into the reply in place.
+            Request::Read { ino, off, len } if peer.writable.is_some() => {
+                (self.read_message(seq, ino, off, len), true)
+            }
+            req => {
+                let (reply, keep) = self.answer(peer, req);
+                (reply.encode(seq), keep)
+            }
+        };
+        let sent = node.send(&peer.ep, &[], &msg).is_ok();
+        if msg.capacity() > self.out.capacity() {
+            self.out = msg;
+        }
+        sent && keep
+    }
+
+    /// The encoded reply to a read of `len` bytes at `off` of `ino`: the data read straight
+    /// into the message (the reused buffer `out`), or the error.
+    fn read_message(&mut self, seq: u64, ino: u64, off: u64, len: u64) -> Vec<u8> {
+        let mut out = std::mem::take(&mut self.out);
+        let max = usize::try_from(len).unwrap_or(usize::MAX);
+        let read = Reply::bytes_filled(seq, max, &mut out, |b| {
+            self.store.read(ino, off, b).map_err(Errno::from)
+        });
+        match read {
+            Ok(n) => {
+                self.stats
+                    .message_bytes
+                    .fetch_add(n as u64, Ordering::Relaxed);
+                out
+            }
+            Err(e) => {
+                self.out = out;
+                Reply::Error(e.0).encode(seq)
             }
         }
     }
@@ -409,13 +467,6 @@ impl<'s> Server<'s, '_> {
         };
         Ok(match req {
             Request::Map { ino, off, len } => Reply::Map(s.extents(ino, off, len)?),
-            Request::Read { ino, off, len } => {
-                let mut buf = vec![0u8; (len as usize).min(MAX_BYTES)];
-                let n = s.read(ino, off, &mut buf)?;
-                buf.truncate(n);
-                moved(n);
-                Reply::Bytes(buf)
-            }
             Request::Prepare { ino, off, len } => {
                 if len as usize > MAX_BYTES {
                     return Err(Errno::EINVAL);
@@ -439,11 +490,6 @@ impl<'s> Server<'s, '_> {
                 peer.prepared.remove(&id).ok_or(Errno::EINVAL)?;
                 self.stats.abandoned.fetch_add(1, Ordering::Relaxed);
                 Reply::Done
-            }
-            Request::Write { ino, off, data } => {
-                let n = s.write(ino, off, &data)?;
-                moved(n);
-                Reply::Written(n as u64)
             }
             Request::Append { ino, data } => {
                 let at = s.append(ino, &data)?;

@@ -40,7 +40,10 @@ impl Namespace {
         let (here, there) = (format!("sy{tag}a{pid}"), format!("sy{tag}b{pid}"));
         let net = format!("10.77.{}", pid % 250);
         let ip = |args: &[&str]| -> anyhow::Result<()> {
-            let st = Command::new("ip").args(args).status().context("running ip")?;
+            let st = Command::new("ip")
+                .args(args)
+                .status()
+                .context("running ip")?;
             anyhow::ensure!(st.success(), "ip {args:?} failed");
             Ok(())
         };
@@ -269,7 +272,13 @@ pub(super) fn compare(rounds: usize, quick: bool, json: bool) -> anyhow::Result<
     if unsafe { libc::geteuid() } != 0 {
         bail!("--sshfs makes a network namespace: run it as root");
     }
-    for tool in ["sshfs", "fio", "ssh-keygen", "/usr/sbin/sshd", "fusermount3"] {
+    for tool in [
+        "sshfs",
+        "fio",
+        "ssh-keygen",
+        "/usr/sbin/sshd",
+        "fusermount3",
+    ] {
         let found = Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
             .stdout(Stdio::null())
@@ -460,7 +469,12 @@ fn print(figures: &[Figure]) {
     for f in figures {
         println!(
             "{:>15} {:>11} {:>10.1} {:>9.2} {:>14.2}s {:>14.2}s",
-            f.job, f.system, f.mib_per_s, f.vs_sshfs, f.server_cpu_s_per_gib, f.client_cpu_s_per_gib
+            f.job,
+            f.system,
+            f.mib_per_s,
+            f.vs_sshfs,
+            f.server_cpu_s_per_gib,
+            f.client_cpu_s_per_gib
         );
     }
 }

@@ -9,7 +9,7 @@ use switchyard_store::{
 };
 
 use super::{
-    errno, size_only, wait_reply, DataPath, Inner, Open, READ_RETRIES, SYMLOOP_MAX, WORD_LINE,
+    errno, size_only, wait_raw, DataPath, Inner, Open, READ_RETRIES, SYMLOOP_MAX, WORD_LINE,
 };
 use crate::proto::{Reply, Request, MAX_BYTES};
 
@@ -27,14 +27,30 @@ impl Inner {
     /// Sends a request and waits for its reply; an error reply is its errno.
     pub(super) fn call(&mut self, req: &Request) -> Result<Reply, Errno> {
         self.seq += 1;
-        self.stats.requests += 1;
-        self.node
-            .send(&self.ctl, &[], &req.encode(self.seq))
-            .map_err(errno)?;
-        match wait_reply(&self.node, &self.ctl, Some(self.seq), self.timeout)? {
-            (_, Reply::Error(e)) => Err(Errno(e)),
-            (_, r) => Ok(r),
+        self.call_encoded(&req.encode(self.seq))
+    }
+
+    /// Sends the request encoded in `msg` (with sequence number `self.seq`) and waits for its
+    /// reply; an error reply is its errno.
+    pub(super) fn call_encoded(&mut self, msg: &[u8]) -> Result<Reply, Errno> {
+        match Reply::decode(&self.send_raw(msg)?) {
+            Ok((_, Reply::Error(e))) => Err(Errno(e)),
+            Ok((_, r)) => Ok(r),
+            Err(_) => Err(Errno::EIO),
         }
+    }
+
+    /// Sends a request and returns its reply undecoded.
+    pub(super) fn call_raw(&mut self, req: &Request) -> Result<Vec<u8>, Errno> {
+        self.seq += 1;
+        self.send_raw(&req.encode(self.seq))
+    }
+
+    /// Sends `msg` (request `self.seq`) and returns its reply undecoded.
+    fn send_raw(&mut self, msg: &[u8]) -> Result<Vec<u8>, Errno> {
+        self.stats.requests += 1;
+        self.node.send(&self.ctl, &[], msg).map_err(errno)?;
+        wait_raw(&self.node, &self.ctl, Some(self.seq), self.timeout)
     }
 
     /// The change word of `ino` now (one-sided). The get covers the word's whole 64-byte
@@ -292,19 +308,27 @@ impl Inner {
     ) -> Result<usize, Errno> {
         let mut done = 0;
         while done < buf.len() {
-            let want = (buf.len() - done).min(MAX_BYTES) as u64;
-            let Reply::Bytes(b) = self.call(&Request::Read {
+            let want = (buf.len() - done).min(MAX_BYTES);
+            let body = self.call_raw(&Request::Read {
                 ino,
                 off: off + done as u64,
-                len: want,
-            })?
-            else {
-                return Err(Errno::EIO);
+                len: want as u64,
+            })?;
+            // The data is copied once, from the message into `buf`.
+            let n = match Reply::bytes_of(&body) {
+                Some((_, b)) if b.len() <= want => {
+                    buf[done..done + b.len()].copy_from_slice(b);
+                    b.len()
+                }
+                Some(_) => return Err(Errno::EIO),
+                None => match Reply::decode(&body) {
+                    Ok((_, Reply::Error(e))) => return Err(Errno(e)),
+                    _ => return Err(Errno::EIO),
+                },
             };
-            buf[done..done + b.len()].copy_from_slice(&b);
-            done += b.len();
-            self.stats.message_bytes += b.len() as u64;
-            if (b.len() as u64) < want {
+            done += n;
+            self.stats.message_bytes += n as u64;
+            if n < want {
                 break;
             }
         }
@@ -325,11 +349,9 @@ impl Inner {
             let n = if self.one_sided() {
                 self.write_one_sided(ino, at, piece)?
             } else {
-                let n = match self.call(&Request::Write {
-                    ino,
-                    off: at,
-                    data: piece.to_vec(),
-                })? {
+                self.seq += 1;
+                let msg = Request::encode_write(self.seq, ino, at, piece);
+                let n = match self.call_encoded(&msg)? {
                     Reply::Written(n) => n as usize,
                     _ => return Err(Errno::EIO),
                 };

@@ -503,6 +503,21 @@ fn wait_reply(
     seq: Option<u64>,
     timeout: Duration,
 ) -> Result<(u64, Reply), Errno> {
+    loop {
+        let body = wait_raw(node, ep, seq, timeout)?;
+        if let Ok(r) = Reply::decode(&body) {
+            return Ok(r);
+        }
+    }
+}
+
+/// The next message from `ep` that answers request `seq` (any, with `None`), undecoded.
+fn wait_raw(
+    node: &Node,
+    ep: &Endpoint,
+    seq: Option<u64>,
+    timeout: Duration,
+) -> Result<Vec<u8>, Errno> {
     let deadline = Instant::now() + timeout;
     loop {
         while let Some(mut m) = node.next_message() {
@@ -511,9 +526,12 @@ fn wait_reply(
                 continue;
             }
             drop(m);
-            match Reply::decode(&body) {
-                Ok((s, r)) if seq.is_none_or(|q| q == s) => return Ok((s, r)),
-                _ => continue,
+            // Every reply starts with its kind and then its request's sequence number.
+            let of = body
+                .get(1..9)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8")));
+            if of.is_some() && seq.is_none_or(|q| Some(q) == of) {
+                return Ok(body);
             }
         }
         if !node.is_open(ep) {

@@ -3,9 +3,47 @@
 use switchyard_store::{DirEntry, Extents, Run, StatFs, Target};
 
 use super::wire::{R, W};
-use super::{Malformed, Reply, Welcome};
+use super::{Malformed, Reply, Welcome, MAX_BYTES};
+
+/// Bytes before the data of an encoded [`Reply::Bytes`]: kind, sequence number, length.
+const BYTES_HEAD: usize = 1 + 8 + 4;
+/// [`Reply::Bytes`]'s kind byte.
+const BYTES_KIND: u8 = 8;
 
 impl Reply {
+    /// Makes `out` the encoded `Bytes` reply to request `seq` whose bytes `fill` writes in
+    /// place, into at most `max` (and [`MAX_BYTES`]) bytes, returning how many it wrote: the
+    /// same message as `Reply::Bytes(..).encode(seq)`, without a copy of the bytes; returns
+    /// how many bytes it carries. `out`'s old contents are overwritten, not cleared first (a
+    /// reused buffer is not zeroed again).
+    pub fn bytes_filled<E>(
+        seq: u64,
+        max: usize,
+        out: &mut Vec<u8>,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize, E>,
+    ) -> Result<usize, E> {
+        let end = BYTES_HEAD + max.min(MAX_BYTES);
+        out.resize(end.max(out.len()), 0);
+        out.truncate(end);
+        let n = fill(&mut out[BYTES_HEAD..])?.min(end - BYTES_HEAD);
+        out.truncate(BYTES_HEAD + n);
+        out[0] = BYTES_KIND;
+        out[1..9].copy_from_slice(&seq.to_le_bytes());
+        out[9..13].copy_from_slice(&(n as u32).to_le_bytes());
+        Ok(n)
+    }
+
+    /// The sequence number and bytes of an encoded `Bytes` reply, borrowed from `b` (no
+    /// copy); `None` if `b` is anything else (decode it with [`Reply::decode`]).
+    pub fn bytes_of(b: &[u8]) -> Option<(u64, &[u8])> {
+        if b.len() < BYTES_HEAD || b[0] != BYTES_KIND {
+            return None;
+        }
+        let seq = u64::from_le_bytes(b[1..9].try_into().ok()?);
+        let n = u32::from_le_bytes(b[9..13].try_into().ok()?) as usize;
+        (n == b.len() - BYTES_HEAD && n <= MAX_BYTES).then(|| (seq, &b[BYTES_HEAD..]))
+    }
+
     /// The encoded reply to request `seq`.
     pub fn encode(&self, seq: u64) -> Vec<u8> {
         let mut w = W(Vec::with_capacity(96));
@@ -17,7 +55,7 @@ impl Reply {
             Reply::Entry { .. } => 5,
             Reply::Stat(_) => 6,
             Reply::Dir(_) => 7,
-            Reply::Bytes(_) => 8,
+            Reply::Bytes(_) => BYTES_KIND,
             Reply::StatFs(_) => 9,
             Reply::Map(_) => 10,
             Reply::Prepared { .. } => 11,

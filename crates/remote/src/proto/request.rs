@@ -9,7 +9,32 @@ fn opt_i64(v: Option<i64>) -> Option<u64> {
     v.map(|x| x as u64)
 }
 
+/// [`Request::Write`]'s kind byte, and the bytes before its data: kind, sequence number,
+/// inode, offset, length.
+const WRITE_KIND: u8 = 20;
+const WRITE_HEAD: usize = 1 + 8 + 8 + 8 + 4;
+
 impl Request {
+    /// The encoded `Write` of `data` at `off` of `ino`, as request `seq`: the same message
+    /// as `Request::Write { .. }.encode(seq)`, built from the borrowed data (one copy).
+    pub fn encode_write(seq: u64, ino: u64, off: u64, data: &[u8]) -> Vec<u8> {
+        let mut w = W(Vec::with_capacity(WRITE_HEAD + data.len()));
+        w.u8(WRITE_KIND).u64(seq).u64(ino).u64(off).bytes(data);
+        w.0
+    }
+
+    /// The sequence number, inode, offset and data of an encoded `Write`, borrowed from `b`
+    /// (no copy); `None` if `b` is anything else (decode it with [`Request::decode`]).
+    pub fn write_of(b: &[u8]) -> Option<(u64, u64, u64, &[u8])> {
+        if b.len() < WRITE_HEAD || b[0] != WRITE_KIND {
+            return None;
+        }
+        let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let n = u32::from_le_bytes(b[25..29].try_into().ok()?) as usize;
+        (n == b.len() - WRITE_HEAD && n <= super::MAX_BYTES)
+            .then(|| (word(1), word(9), word(17), &b[WRITE_HEAD..]))
+    }
+
     /// The request's kind byte.
     fn kind(&self) -> u8 {
         match self {
@@ -32,7 +57,7 @@ impl Request {
             Request::Prepare { .. } => 17,
             Request::Commit { .. } => 18,
             Request::Abort { .. } => 19,
-            Request::Write { .. } => 20,
+            Request::Write { .. } => WRITE_KIND,
             Request::Forget { .. } => 21,
             Request::Append { .. } => 22,
             Request::Fallocate { .. } => 23,

@@ -234,6 +234,48 @@ proptest! {
     }
 
     #[test]
+    fn a_bytes_reply_filled_in_place_is_the_encoded_one(
+        seq: u64,
+        data in prop::collection::vec(any::<u8>(), 0..3000),
+        max in 0usize..4000,
+        old in prop::collection::vec(any::<u8>(), 0..5000),
+    ) {
+        let mut out = old;
+        let n = Reply::bytes_filled(seq, max, &mut out, |b| -> Result<usize, ()> {
+            let n = data.len().min(b.len());
+            b[..n].copy_from_slice(&data[..n]);
+            Ok(n)
+        })
+        .unwrap();
+        prop_assert_eq!(n, data.len().min(max));
+        let want = Reply::Bytes(data[..data.len().min(max)].to_vec());
+        prop_assert_eq!(&out, &want.encode(seq));
+        prop_assert_eq!(Reply::bytes_of(&out), Some((seq, &data[..data.len().min(max)])));
+    }
+
+    #[test]
+    fn a_write_encoded_from_a_borrowed_slice_is_the_encoded_one(
+        seq: u64, ino: u64, off: u64, data in prop::collection::vec(any::<u8>(), 0..3000),
+    ) {
+        let b = Request::encode_write(seq, ino, off, &data);
+        prop_assert_eq!(&b, &Request::Write { ino, off, data: data.clone() }.encode(seq));
+        prop_assert_eq!(Request::write_of(&b), Some((seq, ino, off, &data[..])));
+    }
+
+    #[test]
+    fn write_of_takes_only_a_write(seq: u64, req in request()) {
+        let b = req.encode(seq);
+        prop_assert_eq!(Request::write_of(&b).is_some(), matches!(req, Request::Write { .. }));
+    }
+
+    #[test]
+    fn bytes_of_takes_only_a_bytes_reply(seq: u64, rep in reply()) {
+        let b = rep.encode(seq);
+        let is_bytes = matches!(rep, Reply::Bytes(_));
+        prop_assert_eq!(Reply::bytes_of(&b).is_some(), is_bytes);
+    }
+
+    #[test]
     fn any_bytes_decode_or_are_refused(b in prop::collection::vec(any::<u8>(), 0..200)) {
         let _ = Request::decode(&b);
         let _ = Reply::decode(&b);

@@ -50,6 +50,9 @@ enum Body {
     Gone,
 }
 
+/// How long [`Node::wait`] polls before it sleeps on the worker's event descriptor.
+pub const SPIN: Duration = Duration::from_micros(100);
+
 /// A UCP context and one worker, driven by one thread at a time (the worker runs in UCX's
 /// serialized mode; `Node` is `Send` but not `Sync`, so a `Mutex<Node>` shares it).
 pub struct Node {
@@ -211,11 +214,21 @@ impl Node {
         unsafe { sys::ucp_worker_progress(self.worker) > 0 }
     }
 
-    /// Progresses, and if nothing is pending sleeps until the worker has an event or
-    /// `timeout` passes (no busy waiting).
+    /// Progresses, and if nothing arrives within [`SPIN`] of polling, sleeps until the
+    /// worker has an event or `timeout` passes.
     pub fn wait(&self, timeout: Duration) {
-        if self.progress() || !self.idle() {
-            return;
+        // Progress without sleeping for a moment first: an answer usually comes within it,
+        // and a wake-up through the kernel costs more (measured by `bench remote --sshfs`:
+        // 4 KiB reads over TCP 1.6-2x faster with it).
+        let t0 = Instant::now();
+        loop {
+            if self.progress() || !self.idle() {
+                return;
+            }
+            if t0.elapsed() >= SPIN {
+                break;
+            }
+            std::hint::spin_loop();
         }
         // SAFETY: the worker is live; arming asks for a wake-up on its event fd.
         let armed = unsafe { sys::ucp_worker_arm(self.worker) };
