@@ -43,9 +43,9 @@ pub struct MountArgs {
     /// Mount the store that `switchyard serve` serves at ADDR:PORT (another process, or
     /// another machine) instead of opening a store file: names and attributes come from the
     /// server, data moves one-sided where the transport allows. Several machines and
-    /// processes can mount one served store at once; each sees another's names within
-    /// `fuse.attr_ttl_ms` (1 s by default), and a file's size and data as of its latest open
-    /// (close-to-open, as NFS). A read-only export is mounted read-only.
+    /// processes can mount one served store at once; each sees another's names and sizes at
+    /// once, and a file's data as of its latest open or lock (close-to-open, as NFS); record
+    /// locks (`fcntl`) hold across mounts. A read-only export is mounted read-only.
     #[arg(long, value_name = "ADDR:PORT", conflicts_with = "reserved_percent")]
     remote: Option<String>,
     /// The served store's key, for --remote [default: the store file's path with `.key`

@@ -18,7 +18,9 @@ use parking_lot::Mutex;
 use switchyard_store::format::{
     S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK,
 };
-use switchyard_store::{DirEntry, Errno, Falloc, Inodes, Owner, Rename, SetAttr, Stat, XattrMode};
+use switchyard_store::{
+    DirEntry, Errno, Falloc, Inodes, Owner, RecordLock, Rename, SetAttr, Stat, XattrMode,
+};
 
 use crate::{configure, masked, open_flags, time, with_read_buffer, FuseConfig, Replies};
 
@@ -38,10 +40,12 @@ pub struct InodeFs<I: Inodes> {
     inodes: Arc<I>,
     /// What the kernel is told (`[fuse]`).
     replies: Replies,
-    /// How long the kernel may cache attributes: as long as names, unless others change
-    /// the inodes too (then not at all: the kernel asks at every use, and the inodes answer
-    /// from their own checked cache, so an open sees another client's last size).
-    attr_ttl: Duration,
+    /// How long the kernel may cache attributes and names: `[fuse]`'s lifetime, unless
+    /// others change the inodes too. Then not at all: the kernel asks at every use, and the
+    /// inodes answer from their own checked caches, so an open sees another client's last
+    /// size, and a name another client removed is gone at once (sqlite's test for a hot
+    /// journal is a lookup).
+    cache_ttl: Duration,
     /// The user who mounted: with root, the only one whose writes may use the store's
     /// reserved share.
     owner_uid: u32,
@@ -118,7 +122,7 @@ impl<I: Inodes> InodeFs<I> {
     pub fn new(inodes: Arc<I>, config: &FuseConfig) -> InodeFs<I> {
         let replies = Replies::of(config);
         InodeFs {
-            attr_ttl: if inodes.shared() {
+            cache_ttl: if inodes.shared() {
                 Duration::ZERO
             } else {
                 replies.ttl
@@ -158,8 +162,8 @@ impl<I: Inodes> InodeFs<I> {
     fn entry(&self, reply: ReplyEntry, r: Result<(u64, Stat), Errno>) {
         match r {
             Ok((ino, s)) => reply.entry_with_ttls(
-                &self.attr_ttl,
-                &self.replies.ttl,
+                &self.cache_ttl,
+                &self.cache_ttl,
                 &file_attr(ino, &s),
                 Generation(s.generation),
             ),
@@ -190,6 +194,17 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Large requests: a 1 MiB write is one request, one commit.
         configure(config, self.replies);
+        if self.inodes.record_locks() {
+            // POSIX record locks go to the inodes (shared by every client), not the kernel's
+            // own table (this mount's alone).
+            let _ = config.add_capabilities(fuser::InitFlags::FUSE_POSIX_LOCKS);
+        }
+        if self.inodes.shared() {
+            // Every read asks for the attributes (never cached, see `cache_ttl`), and cached
+            // pages go when the size or mtime moved: a file held open (a database) sees
+            // another client's writes once it holds the lock that orders them.
+            let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
+        }
         Ok(())
     }
 
@@ -204,7 +219,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.inodes.stat(ino.0) {
-            Ok(s) => reply.attr(&self.attr_ttl, &file_attr(ino.0, &s)),
+            Ok(s) => reply.attr(&self.cache_ttl, &file_attr(ino.0, &s)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -242,7 +257,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
             mtime: at(mtime),
         };
         match self.inodes.setattr(ino.0, s) {
-            Ok(s) => reply.attr(&self.attr_ttl, &file_attr(ino.0, &s)),
+            Ok(s) => reply.attr(&self.cache_ttl, &file_attr(ino.0, &s)),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -416,10 +431,14 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         _req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
-        _lock_owner: fuser::LockOwner,
+        lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Every write is durable when it returns: nothing is left to flush.
+        // Every write is durable when it returns: nothing is left to flush. A close drops
+        // the closing process's record locks on the file, as POSIX says.
+        if self.inodes.record_locks() {
+            self.inodes.release_locks(ino.0, lock_owner.0);
+        }
         empty(reply, self.inodes.fsync(ino.0));
     }
 
@@ -445,6 +464,63 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         reply: ReplyEmpty,
     ) {
         empty(reply, self.inodes.fsync(ino.0));
+    }
+
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: fuser::LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        let lock = RecordLock {
+            start,
+            end,
+            kind: typ,
+            pid,
+        };
+        match self.inodes.test_lock(ino.0, lock_owner.0, lock) {
+            Ok(l) => reply.locked(l.start, l.end, l.kind, l.pid),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: fuser::LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let lock = RecordLock {
+            start,
+            end,
+            kind: typ,
+            pid,
+        };
+        // F_SETLKW waits here, on this request thread, trying again until the conflicting
+        // lock goes (the holder's unlock comes through another client or request thread).
+        let mut wait = Duration::from_micros(200);
+        loop {
+            match self.inodes.set_lock(ino.0, lock_owner.0, lock) {
+                Err(e) if e.0 == libc::EAGAIN && sleep => {
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_millis(20));
+                }
+                r => return empty(reply, r),
+            }
+        }
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -624,7 +700,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         match opened {
             Ok((ino, s, current)) => reply.created(
                 // One lifetime for both here: the attributes' bounds the name's.
-                &self.attr_ttl,
+                &self.cache_ttl,
                 &file_attr(ino, &s),
                 Generation(s.generation),
                 handle(flags),

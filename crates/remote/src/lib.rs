@@ -45,6 +45,7 @@
 
 pub mod auth;
 mod client;
+pub mod locks;
 pub mod proto;
 pub mod server;
 

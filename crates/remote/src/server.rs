@@ -12,10 +12,11 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use switchyard_store::{Errno, Inodes, Owner, PreparedWrite, Store};
+use switchyard_store::{Errno, Inodes, Owner, PreparedWrite, RecordLock, Store};
 use switchyard_ucx::{Endpoint, Node};
 
 use crate::auth::Key;
+use crate::locks::{LockKind, Locks};
 use crate::proto::{Reply, Request, Welcome, MAX_BYTES, PROTOCOL_VERSION};
 
 /// How to serve.
@@ -163,6 +164,7 @@ pub fn serve(
         peers: HashMap::new(),
         next_id: 1,
         out: Vec::new(),
+        locks: Locks::default(),
     };
     while !stop.load(Ordering::Relaxed) {
         node.wait(Duration::from_millis(100));
@@ -188,6 +190,8 @@ struct Server<'s, 'o> {
     next_id: u64,
     /// The buffer data replies are built in, kept for the next.
     out: Vec<u8>,
+    /// Record locks of every client.
+    locks: Locks,
 }
 
 impl<'s> Server<'s, '_> {
@@ -300,7 +304,8 @@ impl<'s> Server<'s, '_> {
     }
 
     /// Undoes what a departing client left: its preparations and open handles.
-    fn leave(&self, node: &Node, p: Peer<'s>) {
+    fn leave(&mut self, node: &Node, p: Peer<'s>) {
+        self.locks.release_peer(p.ep.id());
         self.stats
             .abandoned
             .fetch_add(p.prepared.len() as u64, Ordering::Relaxed);
@@ -431,6 +436,40 @@ impl<'s> Server<'s, '_> {
                 Reply::Done
             }
             Request::Statfs => Reply::StatFs(s.statfs()),
+            Request::Lock { ino, owner, lock } => {
+                s.getattr(ino)?;
+                let kind = lock_kind(lock.kind);
+                let holder = (peer.ep.id(), owner);
+                let (start, end, pid) = (lock.start, lock.end, lock.pid);
+                self.locks.set(ino, holder, start, end, kind, pid)?;
+                Reply::Done
+            }
+            Request::TestLock { ino, owner, lock } => {
+                s.getattr(ino)?;
+                let holder = (peer.ep.id(), owner);
+                let kind = lock_kind(lock.kind).unwrap_or(LockKind::Read);
+                Reply::Lock(
+                    match self.locks.conflict(ino, holder, lock.start, lock.end, kind) {
+                        Some(h) => RecordLock {
+                            start: h.start,
+                            end: h.end,
+                            kind: match h.kind {
+                                LockKind::Read => libc::F_RDLCK,
+                                LockKind::Write => libc::F_WRLCK,
+                            },
+                            pid: h.pid,
+                        },
+                        None => RecordLock {
+                            kind: libc::F_UNLCK,
+                            ..lock
+                        },
+                    },
+                )
+            }
+            Request::Unlock { ino, owner } => {
+                self.locks.release_holder(ino, (peer.ep.id(), owner));
+                Reply::Done
+            }
             Request::Counters => Reply::Counters(
                 self.stats
                     .rows()
@@ -513,6 +552,15 @@ impl<'s> Server<'s, '_> {
         } else {
             let _ = self.store.release_holds(ino, 1);
         }
+    }
+}
+
+/// The lock an `fcntl` lock type asks for (`None`: unlock).
+fn lock_kind(kind: i32) -> Option<LockKind> {
+    match kind {
+        libc::F_RDLCK => Some(LockKind::Read),
+        libc::F_WRLCK => Some(LockKind::Write),
+        _ => None,
     }
 }
 

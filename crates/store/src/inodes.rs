@@ -18,6 +18,20 @@ pub struct Stat {
     pub generation: u64,
 }
 
+/// A POSIX record lock as `fcntl` states it: bytes `start..=end` (`u64::MAX` reaches past
+/// any end of file), `kind` `F_RDLCK`, `F_WRLCK` or `F_UNLCK`, and the process it is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordLock {
+    /// First byte.
+    pub start: u64,
+    /// Last byte, inclusive.
+    pub end: u64,
+    /// `F_RDLCK`, `F_WRLCK` or `F_UNLCK`.
+    pub kind: i32,
+    /// The process.
+    pub pid: u32,
+}
+
 /// How a rename treats an existing new name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rename {
@@ -100,6 +114,23 @@ pub trait Inodes: Send + Sync + 'static {
     fn shared(&self) -> bool {
         false
     }
+    /// Whether this keeps POSIX record locks for all its users (clients of one served store):
+    /// a front end then sends them here instead of keeping them itself.
+    fn record_locks(&self) -> bool {
+        false
+    }
+    /// The first lock of another owner that `lock` (held by `owner`) would conflict with,
+    /// or `lock` with kind `F_UNLCK` if none would (`F_GETLK`).
+    fn test_lock(&self, _ino: u64, _owner: u64, _lock: RecordLock) -> Result<RecordLock, Errno> {
+        Err(Errno(libc::ENOSYS))
+    }
+    /// Sets (or, with `F_UNLCK`, clears) `owner`'s lock; `EAGAIN` if another owner's lock
+    /// conflicts (`F_SETLK`).
+    fn set_lock(&self, _ino: u64, _owner: u64, _lock: RecordLock) -> Result<(), Errno> {
+        Err(Errno(libc::ENOSYS))
+    }
+    /// Drops every lock `owner` holds on `ino` (its process closed the file).
+    fn release_locks(&self, _ino: u64, _owner: u64) {}
     /// Runs `f` for a caller who may not use the space reserved for the privileged (where
     /// the implementation keeps such a share; else just runs it).
     fn as_unprivileged<R>(&self, f: impl FnOnce() -> R) -> R {

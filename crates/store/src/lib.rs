@@ -41,7 +41,7 @@ pub use fallocate::Falloc;
 pub use files::Files;
 pub use format::Attr;
 pub use fs::{Fd, Fs, OpenFlags, Whence};
-pub use inodes::{Inodes, Rename, Stat};
+pub use inodes::{Inodes, RecordLock, Rename, Stat};
 pub use store::{
     DirEntry, Extents, Owner, PreparedWrite, Run, SetAttr, StatFs, Store, Target, MAX_FILE_SIZE,
 };

@@ -87,6 +87,53 @@ impl Inner {
         Ok(ino)
     }
 
+    /// `name` in `parent`, held for the front end. A name the cache still vouches for (its
+    /// directory's word unchanged) whose inode the front end already holds costs no
+    /// request: the server's hold covers it.
+    pub(super) fn lookup_held(&mut self, parent: u64, name: &[u8]) -> Result<(u64, Stat), Errno> {
+        let word = if self.one_sided() {
+            Some(self.word(parent)?)
+        } else {
+            None
+        };
+        let key = (parent, name.to_vec());
+        if let (Some(w), Some(&(ino, seen))) = (word, self.names.get(&key)) {
+            if seen == w && self.holds.get(&ino).is_some_and(|h| h.0 > 0) {
+                let st = self.stat(ino)?;
+                self.stats.cache_hits += 1;
+                self.holds.get_mut(&ino).expect("held").0 += 1;
+                return Ok((ino, st));
+            }
+        }
+        self.stats.cache_misses += 1;
+        let (ino, st) = self.lookup_rpc(parent, name, true)?;
+        if let Some(w) = word {
+            self.names.insert(key, (ino, w));
+        }
+        self.took(ino);
+        Ok((ino, st))
+    }
+
+    /// Counts a hold the server took for the front end on `ino`.
+    pub(super) fn took(&mut self, ino: u64) {
+        let h = self.holds.entry(ino).or_default();
+        h.0 += 1;
+        h.1 += 1;
+    }
+
+    /// The front end forgot `n` holds on `ino`: once it has none, the server's go too.
+    pub(super) fn forgot(&mut self, ino: u64, n: u64) -> Result<(), Errno> {
+        let Some(h) = self.holds.get_mut(&ino) else {
+            return Ok(());
+        };
+        h.0 = h.0.saturating_sub(n);
+        if h.0 > 0 {
+            return Ok(());
+        }
+        let (_, server) = self.holds.remove(&ino).expect("present");
+        self.done(&Request::Forget { ino, n: server })
+    }
+
     /// Asks the server for `name` in `parent`; `hold` takes a hold for this client.
     pub(super) fn lookup_rpc(
         &mut self,

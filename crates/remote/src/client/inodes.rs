@@ -5,7 +5,7 @@
 //! kernel still knows to another file.
 
 use switchyard_store::{
-    DirEntry, Errno, Falloc, Inodes, Owner, Rename, SetAttr, Stat, StatFs, XattrMode,
+    DirEntry, Errno, Falloc, Inodes, Owner, RecordLock, Rename, SetAttr, Stat, StatFs, XattrMode,
 };
 
 use super::Client;
@@ -13,11 +13,11 @@ use crate::proto::{Reply, Request};
 
 impl Inodes for Client {
     fn lookup(&self, parent: u64, name: &[u8]) -> Result<(u64, Stat), Errno> {
-        self.with(|i| i.lookup_rpc(parent, name, true))
+        self.with(|i| i.lookup_held(parent, name))
     }
 
     fn forget(&self, ino: u64, n: u64) {
-        let _ = self.with(|i| i.done(&Request::Forget { ino, n }));
+        let _ = self.with(|i| i.forgot(ino, n));
     }
 
     fn stat(&self, ino: u64) -> Result<Stat, Errno> {
@@ -42,7 +42,7 @@ impl Inodes for Client {
         owner: Owner,
     ) -> Result<(u64, Stat), Errno> {
         self.with(|i| {
-            i.make_in(
+            let (ino, st) = i.make_in(
                 parent,
                 name.to_vec(),
                 mode,
@@ -50,7 +50,9 @@ impl Inodes for Client {
                 target.to_vec(),
                 owner,
                 true,
-            )
+            )?;
+            i.took(ino);
+            Ok((ino, st))
         })
     }
 
@@ -63,7 +65,10 @@ impl Inodes for Client {
                 hold: true,
             };
             match i.call(&req)? {
-                Reply::Stat(s) => Ok(s),
+                Reply::Stat(s) => {
+                    i.took(ino);
+                    Ok(s)
+                }
                 _ => Err(Errno::EIO),
             }
         })
@@ -179,6 +184,25 @@ impl Inodes for Client {
 
     fn shared(&self) -> bool {
         true
+    }
+
+    fn record_locks(&self) -> bool {
+        true
+    }
+
+    fn test_lock(&self, ino: u64, owner: u64, lock: RecordLock) -> Result<RecordLock, Errno> {
+        self.with(|i| match i.call(&Request::TestLock { ino, owner, lock })? {
+            Reply::Lock(l) => Ok(l),
+            _ => Err(Errno::EIO),
+        })
+    }
+
+    fn set_lock(&self, ino: u64, owner: u64, lock: RecordLock) -> Result<(), Errno> {
+        self.with(|i| i.done(&Request::Lock { ino, owner, lock }))
+    }
+
+    fn release_locks(&self, ino: u64, owner: u64) {
+        let _ = self.with(|i| i.done(&Request::Unlock { ino, owner }));
     }
 
     fn removexattr(&self, ino: u64, name: &[u8]) -> Result<(), Errno> {

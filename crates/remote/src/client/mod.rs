@@ -121,6 +121,10 @@ struct Inner {
     attrs: HashMap<u64, (Stat, u64)>,
     /// Inode → its change word when this client last opened it through `Inodes::open`.
     opened: HashMap<u64, u64>,
+    /// Inode → (holds the kernel front end has, holds the server keeps for this client):
+    /// the server is asked for a hold only when the front end has none, and told once the
+    /// front end forgot them all.
+    holds: HashMap<u64, (u64, u64)>,
     /// Inode → its whole extent map (with the change word read with it).
     maps: HashMap<u64, Extents>,
     fds: BTreeMap<u32, Open>,
@@ -197,6 +201,7 @@ impl Client {
                 attrs: HashMap::new(),
                 maps: HashMap::new(),
                 opened: HashMap::new(),
+                holds: HashMap::new(),
                 fds: BTreeMap::new(),
                 next_fd: 3,
                 stats: ClientStats::default(),

@@ -8,7 +8,7 @@
 //! never a crash or a huge allocation (the fuzz target `remote_message` feeds it anything).
 
 use switchyard_store::{
-    DirEntry, Extents, Falloc, Rename, SetAttr, Stat, StatFs, Target, XattrMode,
+    DirEntry, Extents, Falloc, RecordLock, Rename, SetAttr, Stat, StatFs, Target, XattrMode,
 };
 
 mod reply;
@@ -251,6 +251,32 @@ pub enum Request {
     },
     /// The server's counters.
     Counters,
+    /// Sets or clears (`F_UNLCK`) a record lock for lock owner `owner` of this client;
+    /// `EAGAIN` if another's conflicts.
+    Lock {
+        /// Inode.
+        ino: u64,
+        /// The lock owner (the kernel's, on a mount).
+        owner: u64,
+        /// The lock.
+        lock: RecordLock,
+    },
+    /// The lock another owner holds that `lock` would conflict with (`F_UNLCK` if none).
+    TestLock {
+        /// Inode.
+        ino: u64,
+        /// The lock owner.
+        owner: u64,
+        /// The lock asked about.
+        lock: RecordLock,
+    },
+    /// Drops every lock `owner` holds on `ino`.
+    Unlock {
+        /// Inode.
+        ino: u64,
+        /// The lock owner.
+        owner: u64,
+    },
 }
 
 /// What the server answers.
@@ -297,6 +323,8 @@ pub enum Reply {
     Written(u64),
     /// Named counters.
     Counters(Vec<(Vec<u8>, u64)>),
+    /// A record lock.
+    Lock(RecordLock),
 }
 
 /// How an authenticated client reaches the store's data.

@@ -61,6 +61,7 @@ impl Reply {
             Reply::Prepared { .. } => 11,
             Reply::Written(_) => 12,
             Reply::Counters(_) => 13,
+            Reply::Lock(_) => 14,
         };
         w.u8(kind).u64(seq);
         match self {
@@ -113,6 +114,9 @@ impl Reply {
             }
             Reply::Written(n) => {
                 w.u64(*n);
+            }
+            Reply::Lock(l) => {
+                w.lock(l);
             }
             Reply::Counters(rows) => {
                 w.u32(rows.len() as u32);
@@ -209,6 +213,7 @@ impl Reply {
                 }
                 Reply::Counters(rows)
             }
+            14 => Reply::Lock(r.lock()?),
             _ => return Err(Malformed),
         };
         r.end((seq, reply))

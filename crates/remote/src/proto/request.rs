@@ -66,6 +66,9 @@ impl Request {
             Request::Listxattr { .. } => 26,
             Request::Removexattr { .. } => 27,
             Request::Counters => 28,
+            Request::Lock { .. } => 29,
+            Request::TestLock { .. } => 30,
+            Request::Unlock { .. } => 31,
         }
     }
 
@@ -168,6 +171,12 @@ impl Request {
             }
             Request::Getxattr { ino, name } | Request::Removexattr { ino, name } => {
                 w.u64(*ino).bytes(name);
+            }
+            Request::Lock { ino, owner, lock } | Request::TestLock { ino, owner, lock } => {
+                w.u64(*ino).u64(*owner).lock(lock);
+            }
+            Request::Unlock { ino, owner } => {
+                w.u64(*ino).u64(*owner);
             }
         }
         w.0
@@ -281,6 +290,20 @@ impl Request {
                 name: r.bytes()?,
             },
             28 => Request::Counters,
+            29 => Request::Lock {
+                ino: r.u64()?,
+                owner: r.u64()?,
+                lock: r.lock()?,
+            },
+            30 => Request::TestLock {
+                ino: r.u64()?,
+                owner: r.u64()?,
+                lock: r.lock()?,
+            },
+            31 => Request::Unlock {
+                ino: r.u64()?,
+                owner: r.u64()?,
+            },
             _ => return Err(Malformed),
         };
         r.end((seq, req))

@@ -32,6 +32,25 @@ fn stat() -> impl Strategy<Value = Stat> {
     })
 }
 
+fn lock() -> impl Strategy<Value = RecordLock> {
+    (
+        any::<u64>(),
+        any::<u64>(),
+        prop_oneof![
+            Just(libc::F_RDLCK),
+            Just(libc::F_WRLCK),
+            Just(libc::F_UNLCK)
+        ],
+        any::<u32>(),
+    )
+        .prop_map(|(a, b, kind, pid)| RecordLock {
+            start: a.min(b),
+            end: a.max(b),
+            kind,
+            pid,
+        })
+}
+
 fn falloc() -> impl Strategy<Value = Falloc> {
     prop_oneof![
         any::<bool>().prop_map(|keep_size| Falloc::Allocate { keep_size }),
@@ -114,6 +133,17 @@ fn request() -> impl Strategy<Value = Request> {
         (any::<u64>(), bytes()).prop_map(|(ino, name)| Request::Getxattr { ino, name }),
         any::<u64>().prop_map(|ino| Request::Listxattr { ino }),
         Just(Request::Counters),
+        (any::<u64>(), any::<u64>(), lock()).prop_map(|(ino, owner, lock)| Request::Lock {
+            ino,
+            owner,
+            lock
+        }),
+        (any::<u64>(), any::<u64>(), lock()).prop_map(|(ino, owner, lock)| Request::TestLock {
+            ino,
+            owner,
+            lock
+        }),
+        (any::<u64>(), any::<u64>()).prop_map(|(ino, owner)| Request::Unlock { ino, owner }),
         (
             any::<u64>(),
             any::<(Option<u32>, Option<u32>, Option<u32>)>(),
@@ -152,6 +182,7 @@ fn reply() -> impl Strategy<Value = Reply> {
         Just(Reply::Done),
         (any::<u64>(), stat()).prop_map(|(ino, stat)| Reply::Entry { ino, stat }),
         stat().prop_map(Reply::Stat),
+        lock().prop_map(Reply::Lock),
         prop::collection::vec((bytes(), any::<u64>()), 0..5).prop_map(Reply::Counters),
         prop::collection::vec((bytes(), any::<u64>(), any::<u32>()), 0..5).prop_map(|v| {
             Reply::Dir(

@@ -1,6 +1,6 @@
 //! Little-endian writing and bounds-checked reading of message fields.
 
-use switchyard_store::{Attr, Falloc, Rename, Stat, XattrMode};
+use switchyard_store::{Attr, Falloc, RecordLock, Rename, Stat, XattrMode};
 
 use super::{Malformed, MAX_BYTES};
 
@@ -41,6 +41,9 @@ impl W {
             .u32(a.nlink)
             .u64(a.size);
         self.i64(a.atime).i64(a.mtime).i64(a.ctime).u64(a.parent)
+    }
+    pub(super) fn lock(&mut self, l: &RecordLock) -> &mut Self {
+        self.u64(l.start).u64(l.end).u32(l.kind as u32).u32(l.pid)
     }
     pub(super) fn stat(&mut self, s: &Stat) -> &mut Self {
         self.attr(&s.attr).u64(s.blocks).u64(s.generation)
@@ -144,6 +147,19 @@ impl<'a> R<'a> {
             mtime: self.i64()?,
             ctime: self.i64()?,
             parent: self.u64()?,
+        })
+    }
+    pub(super) fn lock(&mut self) -> Result<RecordLock, Malformed> {
+        let (start, end) = (self.u64()?, self.u64()?);
+        let kind = self.u32()? as i32;
+        if ![libc::F_RDLCK, libc::F_WRLCK, libc::F_UNLCK].contains(&kind) || end < start {
+            return Err(Malformed);
+        }
+        Ok(RecordLock {
+            start,
+            end,
+            kind,
+            pid: self.u32()?,
         })
     }
     pub(super) fn stat(&mut self) -> Result<Stat, Malformed> {
