@@ -5,7 +5,8 @@
 #                                         (the copy benchmark's peer baseline), fio (the file
 #                                         benchmarks' baselines), UCX (remote access; its
 #                                         headers, pkg-config and libclang generate the
-#                                         bindings at build time)
+#                                         bindings at build time), sshfs and openssh-server
+#                                         (`bench remote --sshfs`'s baseline)
 #   bash scripts/install-deps.sh --test   also what the tests need: sqlite3, git and tar (real
 #                                         clients in the mount tests), chromium (renders the
 #                                         page of `switchyard report` in its test)
@@ -46,7 +47,7 @@ ldconfig -p | grep -q 'libpmem.so.1' || need="$need libpmem1"
 command -v ucx_info >/dev/null || need="$need ucx-utils"
 command -v pkg-config >/dev/null || need="$need pkg-config"
 compgen -G '/usr/lib/llvm-*/lib/libclang.so' >/dev/null || need="$need libclang-dev"
-tools="fio:fio fusermount3:fuse3"
+tools="fio:fio fusermount3:fuse3 sshfs:sshfs /usr/sbin/sshd:openssh-server"
 [ "$with_tests" -eq 1 ] && tools="$tools sqlite3:sqlite3 git:git tar:tar chromium:chromium"
 for tool in $tools; do
   command -v "${tool%%:*}" >/dev/null || need="$need ${tool#*:}"
