@@ -436,6 +436,28 @@ impl<'s> Server<'s, '_> {
                 Reply::Done
             }
             Request::Statfs => Reply::StatFs(s.statfs()),
+            Request::Counters => Reply::Counters(
+                self.stats
+                    .rows()
+                    .into_iter()
+                    .map(|(n, v)| (n.as_bytes().to_vec(), v))
+                    .collect(),
+            ),
+            Request::Setxattr { .. }
+            | Request::Getxattr { .. }
+            | Request::Listxattr { .. }
+            | Request::Removexattr { .. }
+            | Request::Lock { .. }
+            | Request::TestLock { .. }
+            | Request::Unlock { .. } => self.attributes_and_locks(peer, req)?,
+            data => self.data(peer, data)?,
+        })
+    }
+
+    /// Answers a request about extended attributes or record locks.
+    fn attributes_and_locks(&mut self, peer: &mut Peer<'s>, req: Request) -> Result<Reply, Errno> {
+        let s = self.store;
+        Ok(match req {
             Request::Lock { ino, owner, lock } => {
                 s.getattr(ino)?;
                 let kind = lock_kind(lock.kind);
@@ -470,13 +492,6 @@ impl<'s> Server<'s, '_> {
                 self.locks.release_holder(ino, (peer.ep.id(), owner));
                 Reply::Done
             }
-            Request::Counters => Reply::Counters(
-                self.stats
-                    .rows()
-                    .into_iter()
-                    .map(|(n, v)| (n.as_bytes().to_vec(), v))
-                    .collect(),
-            ),
             Request::Setxattr {
                 ino,
                 name,
@@ -492,7 +507,8 @@ impl<'s> Server<'s, '_> {
                 s.removexattr(ino, &name)?;
                 Reply::Done
             }
-            data => self.data(peer, data)?,
+            // Every other request is answered by `execute`.
+            _ => return Err(Errno::EINVAL),
         })
     }
 

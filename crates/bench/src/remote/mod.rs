@@ -17,7 +17,7 @@
 //! cache (each component checked by its change word) against without it (a request per
 //! component). CPU cost is per GiB for the client's thread and the server's thread apart.
 //! Then 1 MiB reads, one-sided and in messages, with a CPU hog on the server's core at 0–90%
-//! (RIMFS Fig. 12; [`load`]); and with `--sshfs`, fio on sshfs against fio on a remote mount
+//! (RIMFS Fig. 12; the `load` module); and with `--sshfs`, fio on sshfs against fio on a remote mount
 //! over TCP between network namespaces ([`network`]).
 
 use std::net::SocketAddr;

@@ -317,42 +317,8 @@ pub(super) fn compare(rounds: usize, quick: bool, json: bool) -> anyhow::Result<
     anyhow::ensure!(first.starts_with("serving"), "serve said {first:?}");
     // sshd, exporting a directory of memory.
     let sshd = start_sshd(&ns, t)?;
-    let export = t.join("export");
-    std::fs::create_dir(&export)?;
-    // The client side's mounts.
     let (m_sshfs, m_sy) = (t.join("m-sshfs"), t.join("m-switchyard"));
-    std::fs::create_dir(&m_sshfs)?;
-    std::fs::create_dir(&m_sy)?;
-    let opts = format!(
-        "port=2222,IdentityFile={},StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,\
-         BatchMode=yes",
-        t.join("id").display()
-    );
-    let sshfs = Proc {
-        child: Command::new("sshfs")
-            .arg(format!("root@{}:{}", ns.inside, export.display()))
-            .arg(&m_sshfs)
-            .args(["-f", "-o", &opts])
-            .stderr(Stdio::null())
-            .spawn()
-            .context("starting sshfs")?,
-        mount: Some(m_sshfs.clone()),
-    };
-    let mut mount = Command::new(&exe);
-    mount
-        .args(["mount", "--remote", &listen, "--key"])
-        .arg(t.join("s.store.key"))
-        .arg(&m_sy)
-        .env("UCX_TLS", "tcp")
-        .env("UCX_NET_DEVICES", &ns.here)
-        .stdout(Stdio::piped());
-    let mut mount = Proc {
-        child: mount.spawn().context("starting mount --remote")?,
-        mount: Some(m_sy.clone()),
-    };
-    let said = first_line(&mut mount.child)?;
-    wait_for("the sshfs mount", || mounted(&m_sshfs))?;
-    wait_for("the remote mount", || mounted(&m_sy))?;
+    let (sshfs, mount, said) = mount_both(&ns, t, &exe, &listen, [&m_sshfs, &m_sy])?;
     let pids: Pids = [
         (sshd.child.id(), sshfs.child.id()),
         (serve.child.id(), mount.child.id()),
@@ -374,6 +340,54 @@ pub(super) fn compare(rounds: usize, quick: bool, json: bool) -> anyhow::Result<
     }
     drop((mount, sshfs, sshd, serve));
     Ok(())
+}
+
+/// Mounts, on the client side, sshfs (of `t/export` through the sshd in `ns`) on `dirs[0]`
+/// and the store served at `listen` on `dirs[1]` (UCX on TCP over the veth); returns their
+/// processes and what the remote mount said.
+fn mount_both(
+    ns: &Namespace,
+    t: &Path,
+    exe: &Path,
+    listen: &str,
+    dirs: [&PathBuf; 2],
+) -> anyhow::Result<(Proc, Proc, String)> {
+    let [m_sshfs, m_sy] = dirs;
+    let export = t.join("export");
+    std::fs::create_dir(&export)?;
+    std::fs::create_dir(m_sshfs)?;
+    std::fs::create_dir(m_sy)?;
+    let opts = format!(
+        "port=2222,IdentityFile={},StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,\
+         BatchMode=yes",
+        t.join("id").display()
+    );
+    let sshfs = Proc {
+        child: Command::new("sshfs")
+            .arg(format!("root@{}:{}", ns.inside, export.display()))
+            .arg(m_sshfs)
+            .args(["-f", "-o", &opts])
+            .stderr(Stdio::null())
+            .spawn()
+            .context("starting sshfs")?,
+        mount: Some(m_sshfs.clone()),
+    };
+    let mut mount = Command::new(exe);
+    mount
+        .args(["mount", "--remote", listen, "--key"])
+        .arg(t.join("s.store.key"))
+        .arg(m_sy)
+        .env("UCX_TLS", "tcp")
+        .env("UCX_NET_DEVICES", &ns.here)
+        .stdout(Stdio::piped());
+    let mut mount = Proc {
+        child: mount.spawn().context("starting mount --remote")?,
+        mount: Some(m_sy.clone()),
+    };
+    let said = first_line(&mut mount.child)?;
+    wait_for("the sshfs mount", || mounted(m_sshfs))?;
+    wait_for("the remote mount", || mounted(m_sy))?;
+    Ok((sshfs, mount, said))
 }
 
 /// Starts sshd inside `ns` on port 2222 with keys made in `t` (the client's is `t/id`).

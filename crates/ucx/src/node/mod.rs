@@ -51,7 +51,7 @@ enum Body {
 }
 
 /// How long [`Node::wait`] polls before it sleeps on the worker's event descriptor.
-pub const SPIN: Duration = Duration::from_micros(100);
+const SPIN: Duration = Duration::from_micros(100);
 
 /// A UCP context and one worker, driven by one thread at a time (the worker runs in UCX's
 /// serialized mode; `Node` is `Send` but not `Sync`, so a `Mutex<Node>` shares it).
@@ -214,7 +214,7 @@ impl Node {
         unsafe { sys::ucp_worker_progress(self.worker) > 0 }
     }
 
-    /// Progresses, and if nothing arrives within [`SPIN`] of polling, sleeps until the
+    /// Progresses, and if nothing arrives within 100 µs of polling, sleeps until the
     /// worker has an event or `timeout` passes.
     pub fn wait(&self, timeout: Duration) {
         // Progress without sleeping for a moment first: an answer usually comes within it,

@@ -7,22 +7,25 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use fuser::{
-    FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
-use switchyard_store::format::{
-    S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK,
-};
+use switchyard_store::format::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 use switchyard_store::{
     DirEntry, Errno, Falloc, Inodes, Owner, RecordLock, Rename, SetAttr, Stat, XattrMode,
 };
 
-use crate::{configure, masked, open_flags, time, with_read_buffer, FuseConfig, Replies};
+use crate::{configure, masked, open_flags, with_read_buffer, FuseConfig, Replies};
+
+mod create;
+mod kernel;
+
+use kernel::{empty, errno, file_attr, handle, kind, ns, owner, xattr_reply};
 
 /// Bit of a file handle that marks an `O_APPEND` open: its writes go to the end, atomically.
 const FH_APPEND: u64 = 1 << 63;
@@ -52,69 +55,6 @@ pub struct InodeFs<I: Inodes> {
     /// Directory snapshots by handle, taken at `opendir`.
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_dir: AtomicU64,
-}
-
-/// The errno the kernel gets.
-fn errno(e: Errno) -> fuser::Errno {
-    fuser::Errno::from_i32(e.0)
-}
-
-fn ns(t: SystemTime) -> i64 {
-    match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_nanos().min(i64::MAX as u128) as i64,
-        Err(e) => -(e.duration().as_nanos().min(i64::MAX as u128) as i64),
-    }
-}
-
-fn kind(mode: u32) -> FileType {
-    match mode & S_IFMT {
-        S_IFDIR => FileType::Directory,
-        S_IFLNK => FileType::Symlink,
-        S_IFIFO => FileType::NamedPipe,
-        S_IFSOCK => FileType::Socket,
-        S_IFCHR => FileType::CharDevice,
-        S_IFBLK => FileType::BlockDevice,
-        _ => FileType::RegularFile,
-    }
-}
-
-/// The kernel's view of inode `ino`.
-fn file_attr(ino: u64, s: &Stat) -> FileAttr {
-    let a = &s.attr;
-    FileAttr {
-        ino: INodeNo(ino),
-        size: a.size,
-        // In 512-byte units, as stat(2) counts: holes take none.
-        blocks: s.blocks * 8,
-        atime: time(a.atime),
-        mtime: time(a.mtime),
-        ctime: time(a.ctime),
-        crtime: time(a.ctime),
-        kind: kind(a.mode),
-        perm: (a.mode & 0o7777) as u16,
-        nlink: a.nlink,
-        uid: a.uid,
-        gid: a.gid,
-        rdev: a.rdev() as u32,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-fn owner(req: &Request) -> Owner {
-    Owner {
-        uid: req.uid(),
-        gid: req.gid(),
-    }
-}
-
-/// The handle of an open file: it records `O_APPEND`, whose writes go to the end.
-fn handle(flags: i32) -> FileHandle {
-    FileHandle(if flags & libc::O_APPEND != 0 {
-        FH_APPEND
-    } else {
-        0
-    })
 }
 
 impl<I: Inodes> InodeFs<I> {
@@ -169,24 +109,6 @@ impl<I: Inodes> InodeFs<I> {
             ),
             Err(e) => reply.error(errno(e)),
         }
-    }
-}
-
-/// Replies to getxattr/listxattr: the size when asked for it (`size` 0), else the bytes, or
-/// ERANGE when they do not fit.
-fn xattr_reply(reply: ReplyXattr, size: u32, r: Result<Vec<u8>, Errno>) {
-    match r {
-        Ok(v) if size == 0 => reply.size(v.len() as u32),
-        Ok(v) if v.len() > size as usize => reply.error(fuser::Errno::ERANGE),
-        Ok(v) => reply.data(&v),
-        Err(e) => reply.error(errno(e)),
-    }
-}
-
-fn empty(reply: ReplyEmpty, r: Result<(), Errno>) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(e)),
     }
 }
 
@@ -709,60 +631,4 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
             Err(e) => reply.error(errno(e)),
         }
     }
-}
-
-impl<I: Inodes> InodeFs<I> {
-    /// The file `name` in `parent` that a create without O_EXCL found made by someone else,
-    /// held: checked as open(2) would check it (the kernel checked only the directory), and
-    /// truncated for O_TRUNC.
-    fn open_existing(
-        &self,
-        req: &Request,
-        parent: u64,
-        name: &[u8],
-        flags: i32,
-    ) -> Result<(u64, Stat), Errno> {
-        let (ino, s) = self.inodes.lookup(parent, name)?;
-        let r = (|| {
-            let a = &s.attr;
-            if a.kind() == S_IFDIR {
-                return Err(Errno::EISDIR);
-            }
-            let want = match flags & libc::O_ACCMODE {
-                libc::O_RDONLY => 4,
-                libc::O_WRONLY => 2,
-                _ => 6,
-            };
-            if !permits(a.mode, a.uid, a.gid, req, want) {
-                return Err(Errno(libc::EACCES));
-            }
-            if flags & libc::O_TRUNC != 0 && want & 2 != 0 && a.size > 0 {
-                let set = SetAttr {
-                    size: Some(0),
-                    ..SetAttr::default()
-                };
-                return self.as_caller(req, || self.inodes.setattr(ino, set));
-            }
-            Ok(s)
-        })();
-        r.map(|s| (ino, s))
-            .inspect_err(|_| self.inodes.forget(ino, 1))
-    }
-}
-
-/// Whether the caller of `req` has the `want` bits (4 read, 2 write) on a file with `mode`,
-/// owner `uid` and group `gid`, as the kernel's permission check decides for the caller's
-/// user and primary group (root may do anything but run without an x bit).
-fn permits(mode: u32, uid: u32, gid: u32, req: &Request, want: u32) -> bool {
-    if req.uid() == 0 {
-        return true;
-    }
-    let bits = if req.uid() == uid {
-        mode >> 6
-    } else if req.gid() == gid {
-        mode >> 3
-    } else {
-        mode
-    } & 7;
-    bits & want == want
 }
