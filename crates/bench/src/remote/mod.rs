@@ -17,7 +17,8 @@
 //! cache (each component checked by its change word) against without it (a request per
 //! component). CPU cost is per GiB for the client's thread and the server's thread apart.
 //! Then 1 MiB reads, one-sided and in messages, with a CPU hog on the server's core at 0–90%
-//! (RIMFS Fig. 12; the `load` module); and with `--sshfs`, fio on sshfs against fio on a remote mount
+//! (RIMFS Fig. 12; the `load` module); 1–4 clients on file-server- and mail-server-like
+//! mixes (RIMFS Fig. 11; the `mixes` module); and with `--sshfs`, fio on sshfs against fio on a remote mount
 //! over TCP between network namespaces ([`network`]).
 
 use std::net::SocketAddr;
@@ -34,6 +35,7 @@ use switchyard_store::{Files, OpenFlags, Owner, Store};
 use switchyard_ucx::{Failures, Node};
 
 mod load;
+mod mixes;
 pub mod network;
 
 /// `bench remote` options.
@@ -285,7 +287,11 @@ fn measure(
         rounds,
     )?;
     let cache = metadata_cache(&one, rounds)?;
+    let mixed = mixes::measure(addr, key, if a.quick { 1.5 } else { 4.0 })?;
     if a.json {
+        for m in &mixed {
+            println!("{}", serde_json::to_string(m)?);
+        }
         for p in &points {
             println!("{}", serde_json::to_string(p)?);
         }
@@ -295,6 +301,7 @@ fn measure(
         println!("{}", serde_json::to_string(&cache)?);
     } else {
         load::print(&loaded);
+        mixes::print(&mixed);
         print_table(&points, &samples, &cache);
         println!(
             "one-sided client during the reads: {} requests, {} cache hits, {} misses, {} \
