@@ -17,6 +17,8 @@
 //!   completion) and asks for the commit, which makes the blocks durable before its commit
 //!   point. A client that dies before the commit leaves nothing visible; its reservation
 //!   is given back when its connection fails.
+//! - Asynchronous calls ([`Client::pread_async`] and the like) run on the client's I/O
+//!   thread while the caller computes, and resolve to the result and the buffer.
 //! - Where the transport has no one-sided access (`tcp`: UCX would emulate it with the
 //!   server's CPU), the client moves data inside the requests instead, and says so
 //!   ([`Client::data_path`]).
@@ -50,7 +52,7 @@ pub mod proto;
 pub mod server;
 
 pub use auth::Key;
-pub use client::{Client, ClientStats, DataPath};
+pub use client::{Client, ClientStats, DataPath, Pending};
 pub use server::{serve, ServeOptions, ServerStats};
 
 /// Keeps message-sized allocations (up to [`proto::MAX_BYTES`]) on the heap for reuse, for

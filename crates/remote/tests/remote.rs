@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use switchyard_remote::proto::{Reply, Request};
 use switchyard_remote::{Client, DataPath, Key};
 use switchyard_store::Files;
-use switchyard_store::{Errno, Fs, OpenFlags, Whence};
+use switchyard_store::{Errno, Fd, Fs, OpenFlags, Whence};
 use switchyard_ucx::{Failures, Node};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
@@ -226,4 +226,59 @@ fn a_server_that_goes_away_fails_calls_instead_of_hanging() {
     let e = c.mkdir("/e", 0o755).unwrap_err();
     assert!([libc::ENOTCONN, libc::ETIMEDOUT].contains(&e.0), "{e:?}");
     assert!(t.elapsed() < Duration::from_secs(40));
+}
+
+/// Runs `f` to completion on this thread, parking while it is pending.
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let mut f = std::pin::pin!(f);
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+#[test]
+fn asynchronous_calls_keep_the_synchronous_semantics() {
+    let server = common::start(false);
+    let c = Client::connect(server.addr, &server.key, true).unwrap();
+    let fd = c.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    let (a, b) = (pattern(300_000, 1), pattern(700_000, 2));
+    // Descriptor writes advance its offset in the order they were made.
+    let wa = c.write_async(fd, a.clone());
+    let wb = c.write_async(fd, b.clone());
+    let (ra, ba) = block_on(wb);
+    assert_eq!((ra, ba.len()), (Ok(700_000), 700_000));
+    assert_eq!(block_on(wa).0, Ok(300_000));
+    // A positioned write made after them lands over them.
+    let over = c.pwrite_async(fd, vec![9u8; 1000], 100);
+    let (n, _) = block_on(over);
+    assert_eq!(n, Ok(1000));
+    let mut want = [a, b].concat();
+    want[100..1100].fill(9);
+    // Positioned reads, many at once, each see every write made before it.
+    let reads: Vec<_> = (0..10u64)
+        .map(|k| c.pread_async(fd, vec![0u8; 100_000], k * 100_000))
+        .collect();
+    for (k, r) in reads.into_iter().enumerate() {
+        let (n, buf) = block_on(r);
+        assert_eq!(n, Ok(100_000));
+        assert_eq!(buf, want[k * 100_000..(k + 1) * 100_000]);
+    }
+    // Errors are the synchronous calls' errors.
+    let (e, _) = block_on(c.read_async(Fd(999), vec![0u8; 10]));
+    assert_eq!(e, Err(Errno::EBADF));
+    // A call still queued when the client goes finishes first.
+    let last = c.pwrite_async(fd, vec![7u8; 10], 0);
+    drop(c);
+    assert_eq!(block_on(last).0, Ok(10));
 }

@@ -459,6 +459,42 @@ impl Inner {
 
     // ---- paths --------------------------------------------------------------------------
 
+    /// Reads through descriptor `fd`: at `at`, or at its offset, which it then advances.
+    pub(super) fn read_fd(
+        &mut self,
+        fd: Fd,
+        buf: &mut [u8],
+        at: Option<u64>,
+    ) -> Result<usize, Errno> {
+        let (ino, offset) = self.file(fd, false)?;
+        let n = self.read(ino, at.unwrap_or(offset), buf)?;
+        if at.is_none() {
+            self.fds.get_mut(&fd.0).expect("checked").offset = offset + n as u64;
+        }
+        Ok(n)
+    }
+
+    /// Writes through descriptor `fd`: at `at`, or at its offset (the end, for an append
+    /// descriptor), which it then advances.
+    pub(super) fn write_fd(
+        &mut self,
+        fd: Fd,
+        data: &[u8],
+        at: Option<u64>,
+    ) -> Result<usize, Errno> {
+        let (ino, offset) = self.file(fd, true)?;
+        if let Some(off) = at {
+            return self.write(ino, off, data);
+        }
+        let (off, n) = if self.fds[&fd.0].flags.append {
+            (self.append(ino, data)?, data.len())
+        } else {
+            (offset, self.write(ino, offset, data)?)
+        };
+        self.fds.get_mut(&fd.0).expect("checked").offset = off + n as u64;
+        Ok(n)
+    }
+
     pub(super) fn file(&self, fd: Fd, write: bool) -> Result<(u64, u64), Errno> {
         let f = self.fds.get(&fd.0).ok_or(Errno::EBADF)?;
         if (write && !f.flags.write) || (!write && !f.flags.read) {

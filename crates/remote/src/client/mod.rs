@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use switchyard_store::format::{S_IFDIR, S_IFLNK};
@@ -18,9 +18,12 @@ use switchyard_ucx::{Endpoint, Failures, Node, RKey};
 
 use crate::auth::Key;
 
+mod aio;
 mod inner;
 mod inodes;
+
 use crate::proto::{Reply, Request, Welcome, PROTOCOL_VERSION};
+pub use aio::Pending;
 
 /// Symlinks followed in one path walk before `ELOOP` (as the local `Fs`).
 const SYMLOOP_MAX: u32 = 40;
@@ -101,7 +104,9 @@ struct Open {
 /// returns an errno on failure, and is safe from any thread (calls are serialised).
 /// A server that goes away fails calls with `ENOTCONN` (or `ETIMEDOUT`), never hangs them.
 pub struct Client {
-    inner: Mutex<Inner>,
+    inner: Arc<Mutex<Inner>>,
+    /// The thread that runs asynchronous calls, started by the first.
+    io: Mutex<Option<aio::IoThread>>,
 }
 
 struct Inner {
@@ -187,7 +192,8 @@ impl Client {
             .map_err(|e| fail("change key", &e))?;
         let path = data_path(&node.describe(&data));
         Ok(Client {
-            inner: Mutex::new(Inner {
+            io: Mutex::new(None),
+            inner: Arc::new(Mutex::new(Inner {
                 data_key,
                 changes_key,
                 node,
@@ -205,7 +211,7 @@ impl Client {
                 fds: BTreeMap::new(),
                 next_fd: 3,
                 stats: ClientStats::default(),
-            }),
+            })),
         })
     }
 
@@ -283,43 +289,23 @@ impl Files for Client {
 
     /// Reads at the descriptor's offset and advances it.
     fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize, Errno> {
-        self.with(|i| {
-            let (ino, off) = i.file(fd, false)?;
-            let n = i.read(ino, off, buf)?;
-            i.fds.get_mut(&fd.0).expect("checked").offset = off + n as u64;
-            Ok(n)
-        })
+        self.with(|i| i.read_fd(fd, buf, None))
     }
 
     /// Reads at `off`.
     fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
-        self.with(|i| {
-            let (ino, _) = i.file(fd, false)?;
-            i.read(ino, off, buf)
-        })
+        self.with(|i| i.read_fd(fd, buf, Some(off)))
     }
 
     /// Writes at the descriptor's offset (the end, for an append descriptor) and advances
     /// it. Durable and atomic on the server when it returns.
     fn write(&self, fd: Fd, data: &[u8]) -> Result<usize, Errno> {
-        self.with(|i| {
-            let (ino, off) = i.file(fd, true)?;
-            let (off, n) = if i.fds[&fd.0].flags.append {
-                (i.append(ino, data)?, data.len())
-            } else {
-                (off, i.write(ino, off, data)?)
-            };
-            i.fds.get_mut(&fd.0).expect("checked").offset = off + n as u64;
-            Ok(n)
-        })
+        self.with(|i| i.write_fd(fd, data, None))
     }
 
     /// Writes at `off`.
     fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize, Errno> {
-        self.with(|i| {
-            let (ino, _) = i.file(fd, true)?;
-            i.write(ino, off, data)
-        })
+        self.with(|i| i.write_fd(fd, data, Some(off)))
     }
 
     /// Moves the descriptor's offset.
