@@ -263,6 +263,18 @@ fn tick() {
 
 #[test]
 fn the_mount_follows_posix_for_every_user() {
+    suite(|w| Mount::with_args(w, &["--allow-other"]));
+}
+
+/// The same suite on a served store mounted through its client (`mount --remote`), with the
+/// server in a process of its own.
+#[test]
+fn the_remote_mount_follows_posix_for_every_user() {
+    suite(|w| Mount::remote_with(w, &["--allow-other"]));
+}
+
+/// Every rule, on the mount `start` makes for every user.
+fn suite(start: fn(&Path) -> Mount) {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
     assert_eq!(
@@ -272,7 +284,7 @@ fn the_mount_follows_posix_for_every_user() {
     let work = tempfile::tempdir().unwrap();
     // Other users must be able to reach the mount point.
     chmod(work.path(), 0o755).unwrap();
-    let m = Mount::with_args(work.path(), &["--allow-other"]);
+    let m = start(work.path());
     chmod(&m.dir, 0o755).unwrap();
     let mut s = Suite::default();
     permission_matrix(&mut s, &m.dir);

@@ -85,10 +85,16 @@ impl Mount {
     /// A fresh 512 MiB store in `work`, served by `switchyard serve` and mounted on
     /// `work/mnt` through it (`mount --remote`).
     pub fn remote(work: &Path) -> Mount {
+        Mount::remote_with(work, &[])
+    }
+
+    /// [`Mount::remote`] with more `switchyard mount` options (kept across remounts).
+    pub fn remote_with(work: &Path, args: &[&str]) -> Mount {
         let store = Mount::mkfs(work, "512M");
         let dir = work.join("mnt");
         std::fs::create_dir_all(&dir).unwrap();
-        Mount::start_with(store, dir, Vec::new(), true)
+        let args = args.iter().map(|a| a.to_string()).collect();
+        Mount::start_with(store, dir, args, true)
     }
 
     /// A fresh store of `size` in `work`, mounted on `work/mnt` with `args`.

@@ -96,6 +96,28 @@ impl<I: Inodes> InodeFs<I> {
         }
     }
 
+    /// Clears S_ISUID, and S_ISGID where the group may execute, before a write by anyone
+    /// but root, as inode(7) and write(2) say (the kernel does this itself for writes
+    /// through the page cache, not for uncached ones).
+    fn clear_set_id(&self, req: &Request, ino: u64) -> Result<(), Errno> {
+        if req.uid() == 0 {
+            return Ok(());
+        }
+        let mode = self.inodes.stat(ino)?.attr.mode;
+        let mut kill = mode & 0o4000;
+        if mode & 0o2010 == 0o2010 {
+            kill |= 0o2000;
+        }
+        if kill != 0 {
+            let set = SetAttr {
+                mode: Some(mode & 0o7777 & !kill),
+                ..SetAttr::default()
+            };
+            self.inodes.setattr(ino, set)?;
+        }
+        Ok(())
+    }
+
     /// Replies with an entry the kernel will count as one lookup of its inode: `r` comes
     /// from a call that took that hold (so the kernel's `forget` always finds the holds it
     /// releases).
@@ -337,6 +359,10 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
     ) {
         let r = self.as_caller(req, || {
             if fh.0 & FH_APPEND != 0 {
+                if self.inodes.shared() {
+                    // Uncached (direct) writes get no set-id clearing from the kernel.
+                    self.clear_set_id(req, ino.0)?;
+                }
                 self.inodes.append(ino.0, data).map(|_| data.len())
             } else {
                 self.inodes.write(ino.0, offset, data)
