@@ -231,15 +231,15 @@ fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
     );
     let file = switchyard_options::counters::remote_path(&key_path);
     let transport = path.to_string();
-    wait_for_unmount(
-        m,
-        &a.dir,
-        set,
-        saving(|| {
-            let rows = counters.stats().rows();
-            switchyard_options::counters::save_remote(&file, "mount --remote", &transport, &rows)
-        }),
-    )?;
+    let mut save = saving(|| {
+        let rows = counters.stats().rows();
+        switchyard_options::counters::save_remote(&file, "mount --remote", &transport, &rows)
+    });
+    let mut watch = unmount_when_gone(counters.clone(), at, a.dir.clone());
+    wait_for_unmount(m, &a.dir, set, |last| {
+        save(last);
+        watch(last);
+    })?;
     let s = counters.stats();
     println!(
         "unmounted ({} requests, {} bytes one-sided, {} in messages, cache {} hits / {} \
@@ -247,6 +247,39 @@ fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
         s.requests, s.one_sided_bytes, s.message_bytes, s.cache_hits, s.cache_misses
     );
     Ok(())
+}
+
+/// A tick for [`wait_for_unmount`] that checks about every second whether `client`'s server
+/// at `at` is still there, and once it is gone says so and unmounts `dir` (a busy mount
+/// stays, failing every call, and says how to end it).
+fn unmount_when_gone(
+    client: std::sync::Arc<switchyard_remote::Client>,
+    at: std::net::SocketAddr,
+    dir: PathBuf,
+) -> impl FnMut(bool) {
+    let (mut gone, mut checked) = (false, std::time::Instant::now());
+    move |last| {
+        if gone || last || checked.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        checked = std::time::Instant::now();
+        if client.connected() {
+            return;
+        }
+        gone = true;
+        eprintln!(
+            "the server at {at} went away: calls on {} fail with ENOTCONN; unmounting",
+            dir.display()
+        );
+        if let Err(e) = umount(&UmountArgs { dir: dir.clone() }) {
+            eprintln!(
+                "{e:#}\nstill mounted (every call fails): close what is open under {} and run \
+                 `switchyard umount {}`",
+                dir.display(),
+                dir.display()
+            );
+        }
+    }
 }
 
 /// A tick for [`wait_for_unmount`] that runs `save` (of counters for `switchyard stat`) at

@@ -194,3 +194,34 @@ fn two_sqlite_processes_on_two_mounts_share_one_database() {
     drop(b);
     a.fsck();
 }
+
+/// A remote mount whose server dies says so and unmounts itself (nothing is open under it),
+/// rather than leaving a mount whose every call fails.
+#[test]
+fn a_remote_mount_whose_server_dies_unmounts_itself() {
+    let work = tempfile::tempdir().unwrap();
+    let mut m = Mount::remote(work.path());
+    std::fs::write(m.path("f"), b"before").unwrap();
+    let mut server = m.server.take().unwrap();
+    server.child.kill().unwrap(); // SIGKILL
+    server.child.wait().unwrap();
+    let mut mount = m.child.take().unwrap();
+    let t0 = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = mount.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(30),
+            "the mount outlived its server by 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert!(status.success(), "mount exited with {status}");
+    assert!(!common::mounted(&m.dir), "still mounted");
+    // The store recovers as after any crash, with the acknowledged write in it.
+    common::fsck(&m.store);
+    let m = m.restart();
+    assert_eq!(std::fs::read(m.path("f")).unwrap(), b"before");
+    m.fsck();
+}

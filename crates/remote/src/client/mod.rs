@@ -264,6 +264,16 @@ impl Client {
         })
     }
 
+    /// Whether the connection to the server still stands (this notices a server that went
+    /// away even while no call is made).
+    pub fn connected(&self) -> bool {
+        self.with(|i| {
+            i.node.progress();
+            Ok(i.node.is_open(&i.ctl))
+        })
+        .unwrap_or(false)
+    }
+
     /// Whether the server granted write access.
     pub fn writable(&self) -> bool {
         self.with(|i| Ok(i.welcome.writable)).expect("infallible")
