@@ -139,18 +139,8 @@ pub trait Inodes: Send + Sync + 'static {
 }
 
 impl Store {
-    /// What `ino` is now: attributes, data blocks and generation.
-    pub fn stat(&self, ino: u64) -> Result<Stat, Errno> {
-        Ok(Stat {
-            attr: self.getattr(ino)?,
-            blocks: self.data_blocks(ino)?,
-            generation: self.generation(ino)?,
-        })
-    }
-
-    /// `ino`'s stat, with one hold taken on it (released again if it is gone).
+    /// `ino`'s stat, one hold on it already taken (and released again if `ino` is gone).
     fn held_stat(&self, ino: u64) -> Result<Stat, Errno> {
-        self.hold(ino)?;
         self.stat(ino).inspect_err(|_| {
             let _ = self.release_holds(ino, 1);
         })
@@ -162,13 +152,7 @@ impl Store {
 impl Inodes for Store {
     fn lookup(&self, parent: u64, name: &[u8]) -> Result<(u64, Stat), Errno> {
         let (ino, _) = self.lookup_held(parent, name)?;
-        match self.stat(ino) {
-            Ok(s) => Ok((ino, s)),
-            Err(e) => {
-                let _ = self.release_holds(ino, 1);
-                Err(e)
-            }
-        }
+        Ok((ino, self.held_stat(ino)?))
     }
 
     fn forget(&self, ino: u64, n: u64) {
@@ -203,11 +187,13 @@ impl Inodes for Store {
             S_IFLNK => self.symlink(parent, name, target, owner)?,
             _ => self.mknod(parent, name, mode, rdev, owner)?,
         };
+        self.hold(ino)?;
         Ok((ino, self.held_stat(ino)?))
     }
 
     fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Stat, Errno> {
         Store::link(self, ino, parent, name)?;
+        self.hold(ino)?;
         self.held_stat(ino)
     }
 

@@ -47,6 +47,22 @@ impl Store {
         .map_err(Error::on(Op::Getattr, ino))
     }
 
+    /// What `ino` is now: attributes, data blocks and generation, read under one lock of
+    /// its slot.
+    pub fn stat(&self, ino: u64) -> Result<crate::inodes::Stat, Errno> {
+        let g = self.slot(ino)?.read();
+        let inode = g.as_ref().ok_or(Errno::ENOENT)?;
+        let blocks = match &inode.content {
+            Content::File(pages) => pages.len() as u64,
+            Content::Dir(_) => 0,
+        };
+        Ok(crate::inodes::Stat {
+            attr: inode.attr,
+            blocks,
+            generation: self.slot_generation(ino),
+        })
+    }
+
     /// The regular file in `slot` (read-locked by the caller) with its pages, once its last
     /// write's copies have finished: what a reader of its data needs.
     pub(super) fn settled_file<'g>(
