@@ -372,7 +372,7 @@ impl Mover {
         if sync
             && self.split
             && hints.direction != Direction::Dram
-            && body >= self.split_min_bytes.load(Ordering::Relaxed)
+            && body >= self.split_from(hints.direction)
         {
             let engine_bytes = self.split_bytes(hints.direction, body);
             if engine_bytes < 4096 {
@@ -385,6 +385,21 @@ impl Mover {
             });
         }
         offload(Path::Engine { channel })
+    }
+
+    /// The smallest synchronous request that is split: `split_min_bytes`, and while a
+    /// profile's thresholds adapt no more than the floor of the band explored below the
+    /// smallest threshold in effect. The tuner measures offloading as a split and puts the
+    /// split minimum at its smallest threshold, so a threshold explored or lowered below that
+    /// minimum must split too: otherwise its trials would test the engine alone, and a
+    /// profile whose thresholds were all "never" (and so its split minimum) could never
+    /// find the split its tune missed.
+    #[inline]
+    fn split_from(&self, dir: Direction) -> usize {
+        let configured = self.split_min_bytes.load(Ordering::Relaxed);
+        self.adapt
+            .split_floor(dir)
+            .map_or(configured, |floor| configured.min(floor))
     }
 
     /// The CPU-copied head of an offloaded write (§5.2): 0 unless a write's source and

@@ -476,6 +476,42 @@ fn splits_are_explored_when_the_estimates_rule_them_out() {
     );
 }
 
+/// A tune that found offloading nowhere writes "never" for every threshold and so for the
+/// split minimum (its smallest threshold). Adaptation must still be able to find the split
+/// such a tune missed: once the probe brings a band down to 256 KiB reads, the explored ones
+/// are split, as the tuner measures offloading, never sent to the engine alone (which on a
+/// 2-core machine never beats the CPU, so the trial could never move the threshold). With
+/// adaptation off, nothing is offloaded.
+#[test]
+fn a_never_profile_explores_the_split() {
+    let run = |adapt: bool| {
+        let m = mover(Policy::Auto, FaultPlan::default(), |c| {
+            c.mover.adapt = adapt;
+            let mut p = optimistic_profile(c);
+            p.tuned.thresholds = Thresholds::all(NEVER);
+            p.tuned.split_min_bytes = NEVER;
+            p.apply(c);
+            c.applied_profile = Some(Arc::new(p));
+        });
+        let len = 256 << 10;
+        let src = data(len, 5);
+        let mut dst = vec![0u8; len];
+        let t = std::time::Instant::now();
+        let limit = std::time::Duration::from_millis(if adapt { 20_000 } else { 300 });
+        while t.elapsed() < limit && m.stats().split_requests == 0 {
+            m.copy(&mut dst, &src, Hints::read()).unwrap();
+            assert_eq!(dst, src);
+            dst.fill(0);
+        }
+        m.stats()
+    };
+    let fixed = run(false);
+    assert_eq!(fixed.split_requests + fixed.engine_requests, 0, "{fixed:?}");
+    let adapted = run(true);
+    assert!(adapted.split_requests > 0, "{adapted:?}");
+    assert_eq!(adapted.engine_requests, 0, "{adapted:?}");
+}
+
 /// A format-3 profile written before the shifted-copy threshold was measured still loads, and
 /// applying it gives the built-in threshold; a measured one is applied as measured.
 #[test]

@@ -317,6 +317,13 @@ impl Adapt {
         self.cpu_below[dir.index()].load(Ordering::Relaxed)
     }
 
+    /// While thresholds adapt, the smallest request of `dir` a threshold in effect or an
+    /// explored band offloads ([`Adapt::cpu_below`]); `None` while they are fixed.
+    #[inline]
+    pub(crate) fn split_floor(&self, dir: Direction) -> Option<usize> {
+        (self.adapting_thresholds() && dir != Direction::Dram).then(|| self.cpu_below(dir))
+    }
+
     /// Threads that copied through the mover during the last epoch (0 before the first).
     #[inline]
     pub(crate) fn callers(&self) -> usize {

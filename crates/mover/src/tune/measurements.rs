@@ -19,6 +19,8 @@ pub struct SweepPoint {
     pub offload_gib_s: f64,
     /// Median per-round offload ÷ CPU.
     pub ratio: f64,
+    /// Rounds measured: the effort's, or more where a tie got more batches.
+    pub rounds: usize,
     /// Whether bisection (not the coarse sweep) measured it.
     pub bisected: bool,
     /// Whether this is a second measurement that replaced a lone loss between wins.

@@ -11,6 +11,10 @@
 //!    what the scheduler does above a threshold, so the thresholds are also where splitting
 //!    starts). Each size's rounds give a verdict (a 95% bound on the median ratio from order
 //!    statistics: [`Verdict::Win`], [`Verdict::Loss`] or, within noise, [`Verdict::Tie`]). A
+//!    tie gets more rounds, pooled, up to [`Effort::batches`] batches, its bound widened for
+//!    each look: with five rounds a win needs every round to win, so one disturbed round made
+//!    a clear 1.7× win at 4 MiB a tie, and a tie at the largest size left the direction
+//!    "never" (a quick tune on a 2-core EPYC, where the full tune found 256 KiB). A
 //!    coarse sweep finds the sizes from which offloading clearly wins at every larger size;
 //!    when the size below them clearly loses, bisection between the two narrows the
 //!    threshold (a lone loss is measured once more, and the second measurement stands). A
@@ -18,7 +22,7 @@
 //!    clearly better nor worse) leave the threshold undecided: the profile offloads only where
 //!    offloading clearly wins (or never), records the tie, and online adaptation settles it on
 //!    the live traffic ([`crate::adapt`]). A quick sweep, with fewer rounds, calls more
-//!    sizes ties rather than deciding them by chance.
+//!    sizes ties rather than deciding them by chance, and gives its ties more batches.
 //! 2. **Per-bin bandwidths** of the CPU and the engine alone, 16 KiB to 2 MiB, one thread
 //!    (the CPU's per request; the engine's while it executes), and the engine's start-up
 //!    delay from submission to its start: the engine's side as the mover's live estimates
@@ -67,6 +71,9 @@ pub const SHIFT: usize = 8;
 pub struct Effort {
     /// Rounds per comparison.
     pub rounds: usize,
+    /// Most batches of `rounds` a turning-point comparison that ties is measured in: a tie
+    /// gets another batch, pooled with the earlier ones, until it is decided or this many.
+    pub batches: usize,
     /// Length of one path's slice in a round.
     pub slice: Duration,
     /// Bisection steps per turning point.
@@ -79,6 +86,7 @@ impl Effort {
     /// `switchyard tune --quick`: well within 30 s on a 2-core machine.
     pub const QUICK: Effort = Effort {
         rounds: 5,
+        batches: 4,
         slice: Duration::from_millis(10),
         bisect: 2,
         fine_sweep: false,
@@ -86,6 +94,7 @@ impl Effort {
     /// `switchyard tune`: well within 2 minutes on a 2-core machine.
     pub const FULL: Effort = Effort {
         rounds: 9,
+        batches: 2,
         slice: Duration::from_millis(20),
         bisect: 3,
         fine_sweep: true,

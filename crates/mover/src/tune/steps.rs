@@ -6,10 +6,10 @@ use std::sync::Arc;
 use switchyard_engine::Engine;
 use switchyard_media::{Persist, Region};
 
-use super::verdict::{crossing, lone_losses, paired, paired_rounds};
+use super::verdict::{crossing, lone_losses, paired, settled};
 use super::{
-    crossing_of, sweep_sizes, verdict, Crossing, Effort, Measurements, NtPoint, Progress,
-    ScalePoint, ShiftedPoint, SweepPoint, Verdict, SATURATED, SHIFT,
+    crossing_of, sweep_sizes, Crossing, Effort, Measurements, NtPoint, Progress, ScalePoint,
+    ShiftedPoint, SweepPoint, Verdict, SATURATED, SHIFT,
 };
 use crate::bandwidth;
 use crate::config::{Config, ConfigError, Policy, Thresholds};
@@ -159,12 +159,11 @@ impl<'r, 'p> Tuner<'r, 'p> {
         size: usize,
         bisected: bool,
     ) -> SweepPoint {
-        let (lab, paths, slice) = (&self.lab, &self.paths, self.effort.slice);
-        let ([off, cpu, ratio], rounds) = paired_rounds(
-            self.effort.rounds,
-            || lab.rate(&paths.offload, dir, &[size], 1, misalign, slice),
-            || lab.rate(&paths.cpu, dir, &[size], 1, misalign, slice),
-        );
+        let (lab, paths, e) = (&self.lab, &self.paths, &self.effort);
+        let mut offload = || lab.rate(&paths.offload, dir, &[size], 1, misalign, e.slice);
+        let mut cpu = || lab.rate(&paths.cpu, dir, &[size], 1, misalign, e.slice);
+        let p = settled(e, &mut offload, &mut cpu);
+        let [off, cpu, ratio] = p.medians();
         SweepPoint {
             direction: dir.name(),
             aligned: misalign == 0,
@@ -172,9 +171,10 @@ impl<'r, 'p> Tuner<'r, 'p> {
             cpu_gib_s: cpu,
             offload_gib_s: off,
             ratio,
+            rounds: p.rounds(),
             bisected,
             remeasured: false,
-            verdict: verdict(&rounds),
+            verdict: p.verdict(),
         }
     }
 
