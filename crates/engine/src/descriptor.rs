@@ -171,6 +171,13 @@ impl Batch {
         self
     }
 
+    /// Keeps helpers ([`crate::Probe::help`]) away from this batch: only the engine executes
+    /// it (a throttled tenant's work must not move to a waiting CPU).
+    pub fn closed_to_helpers(self) -> Batch {
+        self.completion.forbid_help();
+        self
+    }
+
     /// The descriptors in execution order.
     pub fn descriptors(&self) -> &[Descriptor] {
         &self.completion.descriptors

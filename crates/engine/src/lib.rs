@@ -11,6 +11,9 @@
 //!   `bytes_completed` of the latest batch. A partial completion ([`Status::Partial`]) is
 //!   normal: the submitter finishes the rest;
 //! - channels can be suspended and resumed; queue depth can be queried;
+//! - a channel can be given a byte budget per epoch ([`Budget`]): once spent, it pauses
+//!   between descriptors until the next epoch and keeps accepting work (EasyIO §4.4's
+//!   throttling of a bulk channel);
 //! - a thread waiting for a batch may **help**: copy descriptors from the batch's tail
 //!   while the channel works from its head ([`Probe::help`]); the outcome covers both, and
 //!   [`Outcome::helped_bytes`] says how much the helper did. Helping relies on the channel
@@ -31,6 +34,7 @@
 // Under loom only the protocol modules are built; the threads engine that uses the rest is not.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
+pub mod budget;
 pub mod clock;
 mod completion;
 mod descriptor;
@@ -43,6 +47,7 @@ mod sync;
 pub mod threads;
 mod wake;
 
+pub use budget::Budget;
 pub use completion::{CompletionRecord, Outcome, Probe, RecordSnapshot, Status, Ticket};
 pub use descriptor::{Batch, Descriptor, Flags, Op};
 #[cfg(not(loom))]
@@ -125,6 +130,36 @@ pub trait Engine: Send + Sync {
 
     /// Whether `channel` is suspended.
     fn is_suspended(&self, channel: usize) -> bool;
+
+    /// Limits the bytes `channel` starts per epoch ([`Budget`]), or lifts the limit (`None`).
+    /// A channel whose epoch budget is spent pauses between descriptors until the next epoch
+    /// and keeps accepting submissions (unlike [`Engine::suspend`]). Returns whether the
+    /// engine enforces budgets; one that does not ignores the call.
+    fn set_budget(&self, channel: usize, budget: Option<Budget>) -> bool {
+        let _ = (channel, budget);
+        false
+    }
+
+    /// `channel`'s budget in effect.
+    fn budget(&self, channel: usize) -> Option<Budget> {
+        let _ = channel;
+        None
+    }
+
+    /// How often and how long `channel` paused for its budget.
+    fn pauses(&self, channel: usize) -> Pauses {
+        let _ = channel;
+        Pauses::default()
+    }
+}
+
+/// A channel's pauses for its budget ([`Engine::set_budget`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pauses {
+    /// Epochs in which the channel paused.
+    pub epochs: u64,
+    /// Nanoseconds it spent paused.
+    pub ns: u64,
 }
 
 #[cfg(all(test, loom))]

@@ -288,3 +288,40 @@ fn a_cancel_waits_for_helpers_of_a_queued_batch() {
         drop(batch);
     });
 }
+
+/// A channel paused for its budget (one byte per epoch, and the model's clock never reaches
+/// the next epoch) keeps accepting work while paused, and the worker, reading the budget
+/// after each pause, resumes once the controller lifts it: both items run, none is refused.
+#[test]
+fn a_paused_channel_accepts_work_and_resumes_when_its_budget_is_lifted() {
+    use crate::budget::{pace, Budget, BudgetCell, Meter};
+    loom::model(|| {
+        let ring = Arc::new(Ring::new(2));
+        let cell = Arc::new(BudgetCell::default());
+        cell.set(Some(Budget {
+            bytes: 1,
+            epoch_ns: 1_000,
+        }));
+        ring.push(1u32).unwrap();
+        let (r, c) = (ring.clone(), cell.clone());
+        let worker = thread::spawn(move || {
+            let mut meter = Meter::default();
+            let mut ran = Vec::new();
+            while ran.len() < 2 {
+                let Some((_, item)) = r.pop() else {
+                    crate::sync::yield_now();
+                    continue;
+                };
+                pace(&c, &mut meter, 1, &|| 0, &mut |_| {
+                    crate::sync::yield_now();
+                    true
+                });
+                ran.push(item);
+            }
+            ran
+        });
+        assert!(ring.push(2).is_ok(), "a paused channel accepts work");
+        cell.set(None);
+        assert_eq!(worker.join().unwrap(), [1, 2]);
+    });
+}

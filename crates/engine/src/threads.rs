@@ -19,13 +19,14 @@ use std::time::{Duration, Instant};
 
 use switchyard_media::Persist;
 
+use crate::budget::{self, Budget, BudgetCell, Meter};
 use crate::completion::{CompletionRecord, RecordSnapshot, Status};
 use crate::descriptor::{Batch, Flags};
 use crate::fault::{Fault, FaultPlan};
 use crate::ring::Ring;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
 use crate::wake::Wake;
-use crate::{clock, Engine, EngineInfo, SubmitError};
+use crate::{clock, Engine, EngineInfo, Pauses, SubmitError};
 
 /// Configuration of a [`ThreadsEngine`].
 #[derive(Debug, Clone)]
@@ -68,6 +69,9 @@ struct Channel {
     ring: Ring<Batch>,
     record: CompletionRecord,
     wake: Wake,
+    budget: BudgetCell,
+    paused_epochs: AtomicU64,
+    paused_ns: AtomicU64,
     suspended: AtomicBool,
     shutdown: AtomicBool,
     busy_ns: AtomicU64,
@@ -82,7 +86,47 @@ impl Channel {
             }
         }
     }
+
+    /// Before a descriptor of `len` bytes: returns at once without a budget or while the
+    /// epoch's budget lasts; otherwise pauses until an epoch admits it (the budget is read
+    /// again after each pause, so a raised or lifted one takes effect at the next boundary),
+    /// or until shutdown. Submissions keep arriving in the ring meanwhile.
+    fn pace(&self, meter: &mut Meter, len: u64) {
+        budget::pace(&self.budget, meter, len, &clock::now_ns, &mut |until| {
+            if self.shutdown.load(Ordering::Acquire) {
+                return false;
+            }
+            let paused = clock::now_ns();
+            pause_until(until);
+            self.paused_ns
+                .fetch_add(clock::now_ns() - paused, Ordering::Relaxed);
+            true
+        });
+        self.paused_epochs
+            .store(meter.paused_epochs, Ordering::Relaxed);
+    }
 }
+
+/// Waits until the engine clock reads `until_ns`: sleeping while more than [`SLEEP_OVER`]
+/// remains (the worker's timer slack is set to 1 ns, so a sleep ends on time), then yielding.
+fn pause_until(until_ns: u64) {
+    loop {
+        let now = clock::now_ns();
+        if now >= until_ns {
+            return;
+        }
+        let left = until_ns - now;
+        if left > SLEEP_OVER {
+            std::thread::sleep(Duration::from_nanos(left - SLEEP_OVER));
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// A pause longer than this sleeps for all but this much, and yields for the rest: a sleep
+/// wakes 50–100 µs late on a virtual machine whose idle vCPU halted.
+const SLEEP_OVER: u64 = 60_000;
 
 /// Worker threads as DMA channels.
 pub struct ThreadsEngine {
@@ -107,6 +151,9 @@ impl ThreadsEngine {
                 ring: Ring::new(config.queue_depth),
                 record: CompletionRecord::default(),
                 wake: Wake::new(),
+                budget: BudgetCell::default(),
+                paused_epochs: AtomicU64::new(0),
+                paused_ns: AtomicU64::new(0),
                 suspended: AtomicBool::new(false),
                 shutdown: AtomicBool::new(false),
                 busy_ns: AtomicU64::new(0),
@@ -119,6 +166,9 @@ impl ThreadsEngine {
                     if cfg.pin {
                         pin_to(i);
                     }
+                    // SAFETY: PR_SET_TIMERSLACK only changes how late this thread's timed
+                    // sleeps may end (1 ns: a budget pause ends on its epoch boundary).
+                    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
                     run(&c, &cfg);
                 })?;
             let _ = ch.worker.set(handle.thread().clone());
@@ -192,6 +242,23 @@ impl Engine for ThreadsEngine {
     fn is_suspended(&self, channel: usize) -> bool {
         self.channels[channel].suspended.load(Ordering::Acquire)
     }
+
+    fn set_budget(&self, channel: usize, budget: Option<Budget>) -> bool {
+        self.channels[channel].budget.set(budget);
+        true
+    }
+
+    fn budget(&self, channel: usize) -> Option<Budget> {
+        self.channels[channel].budget.get()
+    }
+
+    fn pauses(&self, channel: usize) -> Pauses {
+        let ch = &self.channels[channel];
+        Pauses {
+            epochs: ch.paused_epochs.load(Ordering::Relaxed),
+            ns: ch.paused_ns.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl Drop for ThreadsEngine {
@@ -209,6 +276,7 @@ impl Drop for ThreadsEngine {
 
 fn run(ch: &Channel, cfg: &ThreadsConfig) {
     let mut executed = 0u64;
+    let mut meter = Meter::default();
     loop {
         ch.wake.awake();
         while !ch.suspended.load(Ordering::Acquire) {
@@ -216,7 +284,7 @@ fn run(ch: &Channel, cfg: &ThreadsConfig) {
                 break;
             };
             executed += 1;
-            process(ch, cfg, batch, position, executed);
+            process(ch, cfg, batch, position, executed, &mut meter);
         }
         if ch.shutdown.load(Ordering::Acquire) && ch.ring.is_empty() {
             return;
@@ -249,7 +317,14 @@ fn run(ch: &Channel, cfg: &ThreadsConfig) {
     }
 }
 
-fn process(ch: &Channel, cfg: &ThreadsConfig, batch: Batch, position: u64, n: u64) {
+fn process(
+    ch: &Channel,
+    cfg: &ThreadsConfig,
+    batch: Batch,
+    position: u64,
+    n: u64,
+    meter: &mut Meter,
+) {
     let total = batch.len() as u64;
     if !batch.completion.begin(clock::now_ns()) {
         if let Some(r) = &batch.durable {
@@ -262,13 +337,19 @@ fn process(ch: &Channel, cfg: &ThreadsConfig, batch: Batch, position: u64, n: u6
         std::thread::sleep(cfg.faults.delay);
     }
     let started = Instant::now();
-    let (status, bytes) = match cfg.faults.fault_for(n, total) {
-        Fault::None => execute(&cfg.persist, &batch, None),
-        Fault::Partial(cut) => execute(&cfg.persist, &batch, Some((cut, Status::Partial))),
-        Fault::Error(cut) => execute(&cfg.persist, &batch, Some((cut, Status::Error))),
+    let paused_before = ch.paused_ns.load(Ordering::Relaxed);
+    let stop = match cfg.faults.fault_for(n, total) {
+        Fault::None => None,
+        Fault::Partial(cut) => Some((cut, Status::Partial)),
+        Fault::Error(cut) => Some((cut, Status::Error)),
     };
-    ch.busy_ns
-        .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    let (status, bytes) = execute(&cfg.persist, &batch, stop, &mut |len| ch.pace(meter, len));
+    // Busy: executing, not paused for the budget.
+    let paused = ch.paused_ns.load(Ordering::Relaxed) - paused_before;
+    ch.busy_ns.fetch_add(
+        (started.elapsed().as_nanos() as u64).saturating_sub(paused),
+        Ordering::Relaxed,
+    );
     // The durable record first: once anyone can see the batch finished, a crash can no longer
     // lose that fact.
     if let Some(r) = &batch.durable {
@@ -282,8 +363,14 @@ fn process(ch: &Channel, cfg: &ThreadsConfig, batch: Batch, position: u64, n: u6
 
 /// Runs the batch's descriptors in order from the front, as long as helpers have not claimed
 /// them from the back ([`crate::Probe::help`]), stopping at `stop` (byte count, status) if
-/// given; then waits for the helpers, so the result covers their bytes too.
-fn execute(p: &Persist, batch: &Batch, stop: Option<(u64, Status)>) -> (Status, u64) {
+/// given; then waits for the helpers, so the result covers their bytes too. `pace` is told
+/// each descriptor's length before it runs, and returns when it may (the channel's budget).
+fn execute(
+    p: &Persist,
+    batch: &Batch,
+    stop: Option<(u64, Status)>,
+    pace: &mut dyn FnMut(u64),
+) -> (Status, u64) {
     let c = &batch.completion;
     let mut done = 0u64;
     let result = loop {
@@ -299,6 +386,7 @@ fn execute(p: &Persist, batch: &Batch, stop: Option<(u64, Status)>) -> (Status, 
             }
             len = len.min((cut - done) as usize);
         }
+        pace(len as u64);
         if d.flags.contains(Flags::FENCE) {
             p.fence();
         }

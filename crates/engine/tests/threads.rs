@@ -185,6 +185,52 @@ fn suspended_channels_refuse_and_hold_work_until_resumed() {
     assert_eq!(dst, src);
 }
 
+/// A channel with a budget of one 64 KiB descriptor per 2 ms epoch takes at least 15 epoch
+/// boundaries for a 1 MiB batch of 64 KiB descriptors, accepts another batch meanwhile
+/// (paused, not suspended), loses no byte, and counts its pauses; once the budget is lifted
+/// it pauses no more.
+#[test]
+fn a_budgeted_channel_pauses_between_descriptors_and_keeps_accepting() {
+    use switchyard_engine::Budget;
+    let e = engine(|_| {});
+    let epoch = Duration::from_millis(2);
+    let budget = Budget {
+        bytes: 65536,
+        epoch_ns: epoch.as_nanos() as u64,
+    };
+    assert!(e.set_budget(0, Some(budget)));
+    assert_eq!(e.budget(0), Some(budget));
+    let src = pattern(1 << 20, 3);
+    let mut dst = vec![0u8; src.len()];
+    let small = pattern(4096, 4);
+    let mut small_dst = vec![0u8; 4096];
+    let begin = std::time::Instant::now();
+    let (a, mut ta) = Batch::new(copies(&mut dst, &src, 65536, Flags::NONE));
+    // SAFETY: every buffer outlives the waits below and nothing else touches them.
+    unsafe { e.try_submit(0, a) }.unwrap();
+    std::thread::sleep(epoch);
+    let (b, mut tb) = Batch::new(copies(&mut small_dst, &small, 4096, Flags::NONE));
+    // SAFETY: as above.
+    unsafe { e.try_submit(0, b) }.expect("a paused channel accepts work");
+    assert!(!e.is_suspended(0));
+    assert_eq!(ta.wait(1000).status, Status::Success);
+    assert_eq!(tb.wait(1000).status, Status::Success);
+    assert!(begin.elapsed() >= epoch * 15, "{:?}", begin.elapsed());
+    assert_eq!(dst, src);
+    assert_eq!(small_dst, small);
+    let paused = e.pauses(0);
+    assert!(paused.epochs >= 15 && paused.ns > 0, "{paused:?}");
+    e.set_budget(0, None);
+    assert_eq!(e.budget(0), None);
+    dst.fill(0);
+    let (c, mut tc) = Batch::new(copies(&mut dst, &src, 65536, Flags::NONE));
+    // SAFETY: as above.
+    unsafe { e.try_submit(0, c) }.unwrap();
+    assert_eq!(tc.wait(1000).status, Status::Success);
+    assert_eq!(dst, src);
+    assert_eq!(e.pauses(0).epochs, paused.epochs);
+}
+
 #[test]
 fn a_full_queue_pushes_back_and_cancelled_batches_are_never_run() {
     let e = engine(|c| {

@@ -11,6 +11,7 @@ use crate::adapt::Band;
 use crate::config::Policy;
 use crate::counters::Counter;
 use crate::hints::{Direction, Hints};
+use crate::qos::Class;
 use crate::Mover;
 
 /// Which path a request takes.
@@ -216,6 +217,7 @@ impl Mover {
         if self.policy == Policy::Auto
             && self.cores_shared
             && self.adapt.callers() > self.spare_cores
+            && !self.class(hints).is_bulk()
         {
             return unexplored(Reason::BusyCores);
         }
@@ -307,7 +309,7 @@ impl Mover {
                 self.inflight.fetch_add(1, Ordering::Relaxed);
                 return Decision {
                     path: Path::Engine {
-                        channel: self.next_channel(),
+                        channel: self.next_channel(hints),
                     },
                     head: 0,
                     reason: Reason::Fixed,
@@ -332,6 +334,7 @@ impl Mover {
         if self.cores_shared
             && (self.active_bulk.load(Ordering::Relaxed) > self.spare_cores
                 || self.adapt.callers() > self.spare_cores)
+            && !self.class(hints).is_bulk()
         {
             return self.cpu(Reason::BusyCores);
         }
@@ -343,20 +346,24 @@ impl Mover {
     /// busy one; an asynchronous read needs one with room), and engine or split.
     #[inline]
     fn claim_engine(&self, body: usize, head: usize, hints: &Hints, sync: bool) -> Decision {
+        // A bulk tenant's copy waits for the engine rather than move to the CPU (module
+        // `qos`): no saturation fallback, no split.
+        let bulk = self.class(hints).is_bulk();
         if self.inflight.fetch_add(1, Ordering::AcqRel)
             >= self.concurrency_limit.load(Ordering::Relaxed)
             && sync
+            && !bulk
         {
             self.inflight.fetch_sub(1, Ordering::Release);
             return self.cpu(Reason::Saturated);
         }
-        let mut channel = self.next_channel();
+        let mut channel = self.next_channel(hints);
         if hints.latency_critical && self.engine.queue_depth(channel) > 0 {
             self.inflight.fetch_sub(1, Ordering::Release);
             return self.cpu(Reason::LatencyQueue);
         }
         if !sync && hints.direction == Direction::FromSlow {
-            match self.admit_read(channel) {
+            match self.admit_read(channel, hints) {
                 Some(c) => channel = c,
                 None => {
                     self.inflight.fetch_sub(1, Ordering::Release);
@@ -371,6 +378,7 @@ impl Mover {
         };
         if sync
             && self.split
+            && !bulk
             && hints.direction != Direction::Dram
             && body >= self.split_from(hints.direction)
         {
@@ -437,11 +445,22 @@ impl Mover {
 
     /// EasyIO's read admission: the first channel from `preferred` on with fewer than 2
     /// batches queued.
-    fn admit_read(&self, preferred: usize) -> Option<usize> {
-        let n = self.engine_channels;
+    fn admit_read(&self, preferred: usize, hints: &Hints) -> Option<usize> {
+        let (first, n) = match &self.qos {
+            Some(q) => q.channels(q.class(hints.tenant)),
+            None => (0, self.engine_channels),
+        };
         (0..n)
-            .map(|k| (preferred + k) % n)
+            .map(|k| first + (preferred - first + k) % n)
             .find(|&c| self.engine.queue_depth(c) < 2 && !self.engine.is_suspended(c))
+    }
+
+    /// The class of a request's tenant ([`Class::Unmanaged`] without tenants).
+    #[inline]
+    pub(crate) fn class(&self, hints: &Hints) -> Class {
+        self.qos
+            .as_ref()
+            .map_or(Class::Unmanaged, |q| q.class(hints.tenant))
     }
 
     /// The engine threshold in effect for a copy from `src` to `dst` (its direction, locality
@@ -461,7 +480,10 @@ impl Mover {
         }
     }
 
-    fn next_channel(&self) -> usize {
+    fn next_channel(&self, hints: &Hints) -> usize {
+        if let Some(q) = &self.qos {
+            return q.channel(q.class(hints.tenant), &*self.engine);
+        }
         let n = self.engine_channels;
         let start = self.rr.fetch_add(1, Ordering::Relaxed);
         // Skip suspended channels; if all are suspended the submit reports it.

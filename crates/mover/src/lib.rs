@@ -21,6 +21,7 @@ pub mod hints;
 pub mod lab;
 pub mod plan;
 pub mod profile;
+pub mod qos;
 mod transfer;
 pub mod tune;
 
@@ -107,6 +108,8 @@ pub struct Mover {
     /// where they share the memory system or a core: a split's ratio adapts on these.
     pub(crate) split_bandwidth: Bandwidth,
     pub(crate) counters: counters::Counters,
+    /// The channel manager, when tenants are configured.
+    pub(crate) qos: Option<qos::Qos>,
 }
 
 impl Mover {
@@ -171,12 +174,20 @@ impl Mover {
             bandwidth,
             split_bandwidth,
             counters: Default::default(),
+            qos: qos::Qos::new(&config.qos),
         }
     }
 
     /// The counters so far.
     pub fn stats(&self) -> Stats {
         self.counters.snapshot()
+    }
+
+    /// Each tenant's counters (empty without tenants in `[qos]`).
+    pub fn tenants(&self) -> Vec<qos::TenantStats> {
+        self.qos
+            .as_ref()
+            .map_or_else(Vec::new, |q| q.stats(&*self.engine))
     }
 
     /// The live bandwidth estimates.

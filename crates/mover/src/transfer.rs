@@ -13,6 +13,7 @@ use crate::config::Policy;
 use crate::counters::Counter;
 use crate::decide::{Decision, Path, Reason, SyncDecision};
 use crate::hints::{Direction, Hints};
+use crate::qos::Class;
 use crate::{plan, Mover};
 
 /// What a finished request did.
@@ -89,6 +90,27 @@ impl Mover {
         len: usize,
         hints: Hints,
     ) -> Report {
+        let Some(q) = &self.qos else {
+            // SAFETY: forwarded from this function's contract.
+            return unsafe { self.copy_sync(dst, src, len, hints) };
+        };
+        // A tenant's copy is counted, and a latency tenant's timed end to end (module `qos`).
+        let class = q.class(hints.tenant);
+        let began = matches!(class, Class::Latency(_)).then(Instant::now);
+        // SAFETY: forwarded from this function's contract.
+        let report = unsafe { self.copy_sync(dst, src, len, hints) };
+        if let Class::Latency(t) | Class::Bulk(t) = class {
+            let ns = began.map(|b| b.elapsed().as_nanos() as u64);
+            q.record(t, len, ns, &*self.engine);
+        }
+        report
+    }
+
+    /// [`Mover::copy_raw`] past the channel manager's accounting.
+    ///
+    /// # Safety
+    /// As [`Mover::copy_raw`].
+    unsafe fn copy_sync(&self, dst: *mut u8, src: *const u8, len: usize, hints: Hints) -> Report {
         let SyncDecision {
             decision,
             trial,
@@ -272,6 +294,11 @@ impl Mover {
         records: &[DurableRecord],
     ) -> Transfer<'_> {
         let decision = self.decide(dst, src, len, &hints, false);
+        if let Some(q) = &self.qos {
+            if let Class::Latency(t) | Class::Bulk(t) = q.class(hints.tenant) {
+                q.record(t, len, None, &*self.engine);
+            }
+        }
         let mut report = Report::started(decision.path, decision.head);
         // SAFETY: head < len, inside the caller's ranges.
         unsafe { self.cpu_copy(dst, src, decision.head, &hints) };
@@ -420,6 +447,12 @@ impl Mover {
         if recorded {
             batch = batch.with_durable_record(records[channel]);
         }
+        // A bulk tenant's batch runs on the engine alone, and waits out a full queue (module
+        // `qos`): no waiting thread may carry throttled work.
+        let bulk = self.class(&hints).is_bulk();
+        if bulk {
+            batch = batch.closed_to_helpers();
+        }
         let submitted_ns = clock::now_ns();
         loop {
             // SAFETY: forwarded from this function's contract: the buffers stay valid until
@@ -439,7 +472,7 @@ impl Mover {
                         recorded,
                     })
                 }
-                Err(SubmitError::Full(b)) if self.policy == Policy::Engine => {
+                Err(SubmitError::Full(b)) if self.policy == Policy::Engine || bulk => {
                     batch = b;
                     std::thread::yield_now();
                 }
@@ -469,7 +502,11 @@ impl Mover {
         report.engine_bytes += done - helped;
         report.cpu_bytes += helped;
         let engine_len = f.len - helped;
-        if o.status == Status::Success && engine_len >= MIN_SAMPLED {
+        // A bulk tenant's batch ran under its budget: its pauses say nothing of the engine.
+        if o.status == Status::Success
+            && engine_len >= MIN_SAMPLED
+            && !self.class(&f.hints).is_bulk()
+        {
             // The engine side of a split ran beside the CPU side: its rate goes to the split's
             // estimates. The start-up delay does not depend on what the caller does meanwhile.
             let split = matches!(f.decision.path, Path::Split { .. });

@@ -69,6 +69,20 @@
 //! workers = 0                # request threads; 0 = one per core, at least 2
 //! attr_ttl_ms = 1000         # how long the kernel caches attributes and names
 //! max_io = 1048576           # largest read or write request the kernel sends
+//!
+//! [qos]                      # tenants and the channel manager (see `qos`); none by default
+//! bulk_channels = 1          # channels the bulk tenants share
+//! latency_channels = 1       # channels for latency tenants and unclassed requests (1-4)
+//! epoch_us = 100             # bulk budget epoch
+//! control_us = 1000          # controller period
+//! min_samples = 32           # new latencies per tenant before a decision
+//! decrease = 0.25            # share of the budget a missed objective takes away
+//! step_mib_s = 256.0         # budget added when every objective has slack
+//! slack = 0.2                # share of its bound a tenant must have to spare to raise it
+//! floor_mib_s = 64.0         # lowest bulk budget
+//! ceiling_mib_s = 65536.0    # at the ceiling the budget is lifted
+//! tenants = []               # e.g. [{ name = "web", kind = "latency", bound_us = 20.0 },
+//!                            #       { name = "gc", kind = "bulk" }]
 //! ```
 //!
 //! The threshold defaults were measured on a 2-core machine with the threads engine and a
@@ -86,9 +100,11 @@ use switchyard_media::{FlushKind, Persist};
 use crate::profile::{Profile, ProfileError};
 
 mod commented;
+mod qos;
 mod validate;
 
 pub use commented::Sources;
+pub use qos::{QosConfig, TenantConfig, TenantKind};
 
 /// The whole configuration.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -106,6 +122,8 @@ pub struct Config {
     pub store: StoreConfig,
     /// The FUSE mount (`switchyard_fuse`).
     pub fuse: FuseConfig,
+    /// Tenants and the channel manager.
+    pub qos: QosConfig,
     /// The profile applied by [`Config::with_profile`] (its bandwidths seed the mover).
     #[serde(skip)]
     pub applied_profile: Option<std::sync::Arc<Profile>>,

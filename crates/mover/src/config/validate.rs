@@ -6,7 +6,7 @@ use switchyard_media::FlushKind;
 use super::{AdaptationConfig, Config, ConfigError, EngineConfig, EstimatesConfig, MediaConfig};
 
 /// `Err` with `message`.
-fn bad(message: String) -> Result<(), ConfigError> {
+pub(super) fn bad(message: String) -> Result<(), ConfigError> {
     Err(ConfigError::Invalid(message))
 }
 
@@ -17,6 +17,7 @@ impl Config {
         validate_media(&self.media)?;
         validate_adaptation(&self.mover.adaptation)?;
         validate_estimates(&self.mover.estimates)?;
+        super::qos::validate_qos(&self.qos, self.engine.effective_channels())?;
         if !(0.0..1.0).contains(&self.mover.split_share) {
             return bad(format!(
                 "mover.split_share = {}: must be 0 (live estimates) or between 0 and 1",

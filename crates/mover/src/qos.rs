@@ -1,0 +1,422 @@
+//! The channel manager (EasyIO §4.4): tenants, the channels each class uses, and the
+//! controller that steers the bulk channels' byte budget.
+//!
+//! With tenants in `[qos]`, a request's [`Hints::tenant`](crate::Hints::tenant) (1-based: the
+//! n-th entry of `qos.tenants`; 0 or an id past the list is unclassed) picks its class:
+//!
+//! - **bulk** tenants share the first `bulk_channels` engine channels. A bulk copy the
+//!   thresholds offload goes to the engine alone: never split, never helped or taken back by a
+//!   waiting thread, never sent to the CPU because the engine is busy or its queue full (it
+//!   waits). Any of those would carry throttled work on the CPU — EasyIO's CPU-throttling
+//!   failure in reverse. Copies below the thresholds stay on the CPU as always.
+//! - **latency** tenants, and unclassed requests, use the next `latency_channels` channels, so
+//!   a bulk copy never queues ahead of them in one ring (head-of-line blocking, EasyIO
+//!   Fig. 4). A latency tenant's synchronous copies are timed end to end.
+//! - The bulk channels run under a byte budget per epoch (`epoch_us`), which the engine
+//!   enforces between descriptors ([`switchyard_engine::Budget`]); a copy's descriptors
+//!   (`engine.descriptor_bytes`, 64 KiB by default) are the pieces within which a paused
+//!   channel stops.
+//! - The controller (EasyIO Listing 1) has no thread: every `control_us` a caller that
+//!   finishes a copy and finds it due runs it. Once every latency tenant with traffic has
+//!   `min_samples` new latencies, it takes the smallest slack, (bound − percentile) ÷ bound:
+//!   below 0 (an objective missed) the budget drops by `decrease` of itself, above `slack` it
+//!   rises by `step`, between it holds; always within the floor (`floor_mib_s`, or the bulk
+//!   tenants' floors summed if more) and the ceiling, where the budget is lifted. A control
+//!   period in which no latency tenant copied anything lifts the budget at once, so an idle
+//!   latency tenant leaves the bulk tenants their whole bandwidth.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use switchyard_engine::{clock, Budget, Engine};
+
+use crate::config::{QosConfig, TenantKind};
+
+/// Latency samples kept per tenant.
+const WINDOW: usize = 1024;
+
+/// A tenant's class, as a request's channel and path depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// No tenants configured: today's behaviour.
+    Unmanaged,
+    /// Unclassed while tenants are configured: the latency channels, untimed.
+    Unclassed,
+    /// A latency tenant (index into the tenants).
+    Latency(usize),
+    /// A bulk tenant (index into the tenants).
+    Bulk(usize),
+}
+
+impl Class {
+    /// A bulk tenant's.
+    #[inline]
+    pub fn is_bulk(self) -> bool {
+        matches!(self, Class::Bulk(_))
+    }
+}
+
+/// One tenant's state.
+struct Tenant {
+    name: String,
+    kind: TenantKind,
+    /// Latency tenants: the percentile judged (0–100) and its bound, ns.
+    percentile: f64,
+    bound_ns: f64,
+    requests: AtomicU64,
+    bytes: AtomicU64,
+    misses: AtomicU64,
+    /// The percentile at the last decision, ns (0 before one).
+    last_ns: AtomicU64,
+    /// Latencies, ns (saturating), in a ring indexed by `recorded`.
+    window: Box<[AtomicU32]>,
+    recorded: AtomicU64,
+}
+
+/// What the controller's law needs, in bytes per epoch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Law {
+    pub floor: u64,
+    pub ceiling: u64,
+    pub step: u64,
+    pub decrease: f64,
+    pub slack: f64,
+}
+
+/// The next budget after one decision, from the smallest slack over the latency tenants with
+/// traffic (`None`: none had any). At the ceiling the budget is lifted.
+pub(crate) fn next_budget(budget: u64, slack: Option<f64>, law: &Law) -> u64 {
+    let b = match slack {
+        None => law.ceiling,
+        Some(s) if s < 0.0 => budget - (budget as f64 * law.decrease) as u64,
+        Some(s) if s > law.slack => budget.saturating_add(law.step),
+        Some(_) => budget,
+    };
+    b.clamp(law.floor, law.ceiling)
+}
+
+/// The controller's own state, taken by whichever caller runs it.
+struct Control {
+    /// Per tenant: samples already judged.
+    judged: Vec<u64>,
+    /// Per tenant: samples recorded at the last control period (to tell an idle one).
+    seen: Vec<u64>,
+}
+
+/// The channel manager of one mover.
+pub(crate) struct Qos {
+    tenants: Vec<Tenant>,
+    bulk_channels: usize,
+    latency_channels: usize,
+    epoch_ns: u64,
+    control_ns: u64,
+    min_samples: u64,
+    law: Law,
+    /// Bytes per epoch for all bulk channels together; at `law.ceiling`, lifted.
+    budget: AtomicU64,
+    next_control_ns: AtomicU64,
+    rr: [AtomicUsize; 2],
+    control: Mutex<Control>,
+}
+
+/// A tenant's counters (`switchyard stat`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TenantStats {
+    /// Its name in the configuration.
+    pub name: String,
+    /// `latency` or `bulk`.
+    pub kind: TenantKind,
+    /// Requests copied.
+    pub requests: u64,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Latency tenants: controller decisions at which its percentile exceeded its bound.
+    pub misses: u64,
+    /// Latency tenants: its percentile at the controller's last decision, µs.
+    pub percentile_us: f64,
+    /// Bulk tenants: epochs in which their channels paused for the budget.
+    pub throttled_epochs: u64,
+    /// Bulk tenants: the budget in effect, MiB/s (`None`: lifted).
+    pub budget_mib_s: Option<f64>,
+}
+
+impl Qos {
+    /// The channel manager for `config`, or `None` without tenants. The caller has validated
+    /// the configuration (enough channels).
+    pub fn new(config: &QosConfig) -> Option<Qos> {
+        if config.tenants.is_empty() {
+            return None;
+        }
+        let epoch_ns = config.epoch_us.max(1) * 1000;
+        let per_epoch = |mib_s: f64| (mib_s * 1_048_576.0 * epoch_ns as f64 / 1e9) as u64;
+        let floors: f64 = config.tenants.iter().map(|t| t.floor_mib_s).sum();
+        let law = Law {
+            floor: per_epoch(config.floor_mib_s.max(floors)).max(1),
+            ceiling: per_epoch(config.ceiling_mib_s).max(1),
+            step: per_epoch(config.step_mib_s).max(1),
+            decrease: config.decrease,
+            slack: config.slack,
+        };
+        let n = config.tenants.len();
+        Some(Qos {
+            tenants: config
+                .tenants
+                .iter()
+                .map(|t| Tenant {
+                    name: t.name.clone(),
+                    kind: t.kind,
+                    percentile: t.percentile,
+                    bound_ns: t.bound_us * 1000.0,
+                    requests: AtomicU64::new(0),
+                    bytes: AtomicU64::new(0),
+                    misses: AtomicU64::new(0),
+                    last_ns: AtomicU64::new(0),
+                    window: (0..WINDOW).map(|_| AtomicU32::new(0)).collect(),
+                    recorded: AtomicU64::new(0),
+                })
+                .collect(),
+            bulk_channels: config.bulk_channels,
+            latency_channels: config.latency_channels,
+            epoch_ns,
+            control_ns: config.control_us.max(1) * 1000,
+            min_samples: config.min_samples.max(1),
+            budget: AtomicU64::new(law.ceiling),
+            law,
+            next_control_ns: AtomicU64::new(0),
+            rr: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            control: Mutex::new(Control {
+                judged: vec![0; n],
+                seen: vec![0; n],
+            }),
+        })
+    }
+
+    /// The class of requests carrying `tenant`.
+    #[inline]
+    pub fn class(&self, tenant: u16) -> Class {
+        match (tenant as usize)
+            .checked_sub(1)
+            .and_then(|i| self.tenants.get(i).map(|t| (i, t.kind)))
+        {
+            Some((i, TenantKind::Latency)) => Class::Latency(i),
+            Some((i, TenantKind::Bulk)) => Class::Bulk(i),
+            None => Class::Unclassed,
+        }
+    }
+
+    /// The next channel for `class` (round-robin within its channels, skipping suspended
+    /// ones where it can).
+    pub fn channel(&self, class: Class, engine: &dyn Engine) -> usize {
+        let (first, n, rr) = match class {
+            Class::Bulk(_) => (0, self.bulk_channels, &self.rr[0]),
+            _ => (self.bulk_channels, self.latency_channels, &self.rr[1]),
+        };
+        let start = rr.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|k| first + (start + k) % n)
+            .find(|&c| !engine.is_suspended(c))
+            .unwrap_or(first + start % n)
+    }
+
+    /// The channels of `class`: the first and how many.
+    pub fn channels(&self, class: Class) -> (usize, usize) {
+        match class {
+            Class::Bulk(_) => (0, self.bulk_channels),
+            _ => (self.bulk_channels, self.latency_channels),
+        }
+    }
+
+    /// Counts a copy of `len` bytes by tenant `t` (an index) and, for a latency tenant, its
+    /// latency; then runs the controller if it is due.
+    pub fn record(&self, t: usize, len: usize, latency_ns: Option<u64>, engine: &dyn Engine) {
+        let tenant = &self.tenants[t];
+        tenant.requests.fetch_add(1, Ordering::Relaxed);
+        tenant.bytes.fetch_add(len as u64, Ordering::Relaxed);
+        if let Some(ns) = latency_ns {
+            let i = tenant.recorded.load(Ordering::Relaxed) as usize % WINDOW;
+            tenant.window[i].store(ns.min(u32::MAX as u64) as u32, Ordering::Relaxed);
+            tenant.recorded.fetch_add(1, Ordering::Release);
+        }
+        self.tick(engine);
+    }
+
+    /// Runs the controller if a control period has passed and nobody else is running it.
+    fn tick(&self, engine: &dyn Engine) {
+        let now = clock::now_ns();
+        let due = self.next_control_ns.load(Ordering::Relaxed);
+        if now < due
+            || self
+                .next_control_ns
+                .compare_exchange(
+                    due,
+                    now + self.control_ns,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            return;
+        }
+        let Ok(mut c) = self.control.try_lock() else {
+            return;
+        };
+        let mut any = false;
+        let mut ready = true;
+        let mut slack: Option<f64> = None;
+        let mut judged = Vec::new();
+        for (i, t) in self.tenants.iter().enumerate() {
+            if t.kind != TenantKind::Latency {
+                continue;
+            }
+            let recorded = t.recorded.load(Ordering::Acquire);
+            any |= recorded != c.seen[i];
+            c.seen[i] = recorded;
+            let fresh = recorded - c.judged[i];
+            if fresh == 0 {
+                continue;
+            }
+            if fresh < self.min_samples {
+                ready = false;
+                continue;
+            }
+            let take = fresh.min(WINDOW as u64);
+            let mut v: Vec<u32> = (recorded - take..recorded)
+                .map(|k| t.window[k as usize % WINDOW].load(Ordering::Relaxed))
+                .collect();
+            v.sort_unstable();
+            let rank = ((t.percentile / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len());
+            let p = f64::from(v[rank - 1]);
+            t.last_ns.store(p as u64, Ordering::Relaxed);
+            let s = (t.bound_ns - p) / t.bound_ns;
+            if s < 0.0 {
+                t.misses.fetch_add(1, Ordering::Relaxed);
+            }
+            slack = Some(slack.map_or(s, |m: f64| m.min(s)));
+            judged.push((i, recorded));
+        }
+        let decision = if !any {
+            Some(None)
+        } else if ready && slack.is_some() {
+            Some(slack)
+        } else {
+            None
+        };
+        let Some(slack) = decision else { return };
+        for (i, recorded) in judged {
+            c.judged[i] = recorded;
+        }
+        let before = self.budget.load(Ordering::Relaxed);
+        let after = next_budget(before, slack, &self.law);
+        if after != before || self.budget_changed_elsewhere(engine, after) {
+            self.budget.store(after, Ordering::Relaxed);
+            self.apply(engine, after);
+        }
+    }
+
+    /// Whether the engine's bulk channels hold a budget other than `budget` implies (the
+    /// first control period applies the initial state).
+    fn budget_changed_elsewhere(&self, engine: &dyn Engine, budget: u64) -> bool {
+        engine.budget(0) != self.per_channel(budget)
+    }
+
+    /// The budget of each bulk channel for a total of `budget` bytes per epoch (`None`:
+    /// lifted).
+    fn per_channel(&self, budget: u64) -> Option<Budget> {
+        (budget < self.law.ceiling).then(|| Budget {
+            bytes: (budget / self.bulk_channels.max(1) as u64).max(1),
+            epoch_ns: self.epoch_ns,
+        })
+    }
+
+    fn apply(&self, engine: &dyn Engine, budget: u64) {
+        for c in 0..self.bulk_channels {
+            engine.set_budget(c, self.per_channel(budget));
+        }
+    }
+
+    /// Every tenant's counters.
+    pub fn stats(&self, engine: &dyn Engine) -> Vec<TenantStats> {
+        let budget = self.budget.load(Ordering::Relaxed);
+        let mib_s = |b: u64| b as f64 / 1_048_576.0 * 1e9 / self.epoch_ns as f64;
+        let paused: u64 = (0..self.bulk_channels)
+            .map(|c| engine.pauses(c).epochs)
+            .sum();
+        self.tenants
+            .iter()
+            .map(|t| {
+                let bulk = t.kind == TenantKind::Bulk;
+                TenantStats {
+                    name: t.name.clone(),
+                    kind: t.kind,
+                    requests: t.requests.load(Ordering::Relaxed),
+                    bytes: t.bytes.load(Ordering::Relaxed),
+                    misses: t.misses.load(Ordering::Relaxed),
+                    percentile_us: t.last_ns.load(Ordering::Relaxed) as f64 / 1000.0,
+                    throttled_epochs: if bulk { paused } else { 0 },
+                    budget_mib_s: (bulk && budget < self.law.ceiling).then(|| mib_s(budget)),
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A synthetic machine: the latency tenant's p99 grows with the bulk budget, 10 µs plus
+    /// 1 µs per 16 KiB of budget per epoch. With a bound of 30 µs, the budget where the
+    /// objective is just met is 320 KiB per epoch.
+    fn plant(budget: u64) -> f64 {
+        10_000.0 + budget as f64 / 16_384.0 * 1_000.0
+    }
+
+    fn law() -> Law {
+        Law {
+            floor: 16 << 10,
+            ceiling: 4 << 20,
+            step: 16 << 10,
+            decrease: 0.25,
+            slack: 0.2,
+        }
+    }
+
+    /// From the ceiling, the controller brings the budget into the band where the objective
+    /// holds with no more than 20% to spare, and then holds it: the last 100 of 300 decisions
+    /// change nothing (no oscillation), and the objective is met there.
+    #[test]
+    fn the_controller_converges_and_holds_on_a_synthetic_latency_signal() {
+        let bound = 30_000.0;
+        let mut budget = law().ceiling;
+        let mut history = Vec::new();
+        for _ in 0..300 {
+            let slack = (bound - plant(budget)) / bound;
+            budget = next_budget(budget, Some(slack), &law());
+            history.push(budget);
+        }
+        let settled = history[200];
+        assert!(
+            history[200..].iter().all(|&b| b == settled),
+            "{:?}",
+            &history[190..]
+        );
+        let slack = (bound - plant(settled)) / bound;
+        assert!(
+            (0.0..=0.2).contains(&slack),
+            "settled at {settled} with slack {slack}"
+        );
+    }
+
+    /// A miss lowers the budget by a quarter, never below the floor; slack raises it by a
+    /// step, never above the ceiling; no traffic lifts it at once.
+    #[test]
+    fn the_law_steps_within_floor_and_ceiling() {
+        let l = law();
+        assert_eq!(next_budget(1 << 20, Some(-0.5), &l), 3 << 18);
+        assert_eq!(next_budget(l.floor, Some(-0.5), &l), l.floor);
+        assert_eq!(next_budget(1 << 20, Some(0.5), &l), (1 << 20) + l.step);
+        assert_eq!(next_budget(l.ceiling, Some(0.5), &l), l.ceiling);
+        assert_eq!(next_budget(1 << 20, Some(0.1), &l), 1 << 20);
+        assert_eq!(next_budget(l.floor, None, &l), l.ceiling);
+    }
+}

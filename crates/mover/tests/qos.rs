@@ -1,0 +1,173 @@
+//! The channel manager end to end: tenants' channels, a bulk tenant that never moves to the
+//! CPU, and the budget the controller sets from a latency tenant's objective.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use switchyard_engine::{ThreadsConfig, ThreadsEngine};
+use switchyard_media::Persist;
+use switchyard_mover::config::{TenantConfig, TenantKind, Thresholds};
+use switchyard_mover::{Config, Hints, Mover, Path};
+
+const WEB: u16 = 1;
+const GC: u16 = 2;
+
+/// A mover over a 2-channel engine with a latency tenant `web` (p99 under `bound_us`) and a
+/// bulk tenant `gc`; every copy from 64 KiB is offloaded.
+fn mover(bound_us: f64) -> Mover {
+    let mut c = Config::default();
+    c.engine.channels = 2;
+    c.mover.thresholds = Thresholds::all(64 << 10);
+    c.qos.tenants = vec![
+        TenantConfig {
+            name: "web".into(),
+            kind: TenantKind::Latency,
+            percentile: 99.0,
+            bound_us,
+            floor_mib_s: 0.0,
+        },
+        TenantConfig {
+            name: "gc".into(),
+            kind: TenantKind::Bulk,
+            percentile: 99.0,
+            bound_us: 0.0,
+            floor_mib_s: 0.0,
+        },
+    ];
+    c.qos.min_samples = 4;
+    c.validate().unwrap();
+    let persist = Persist::detect();
+    let engine = ThreadsEngine::start(ThreadsConfig {
+        channels: 2,
+        pin: false,
+        persist,
+        ..ThreadsConfig::default()
+    })
+    .unwrap();
+    Mover::with_engine(&c, Arc::new(engine), persist)
+}
+
+fn data(n: usize, seed: u64) -> Vec<u8> {
+    (0..n as u64)
+        .map(|i| (i.wrapping_mul(0x9E37_79B9).wrapping_add(seed) >> 7) as u8)
+        .collect()
+}
+
+fn read(tenant: u16) -> Hints {
+    Hints {
+        tenant,
+        ..Hints::read()
+    }
+}
+
+/// A bulk tenant's copies run on its channel (0), whole on the engine, never split; a latency
+/// tenant's on the next channel (1); each tenant's bytes are counted.
+#[test]
+fn each_class_keeps_to_its_channels_and_a_bulk_copy_stays_on_the_engine() {
+    let m = mover(1_000_000.0);
+    let src = data(2 << 20, 1);
+    let mut dst = vec![0u8; src.len()];
+    for _ in 0..4 {
+        let r = m.copy(&mut dst, &src, read(GC)).unwrap();
+        assert_eq!(dst, src);
+        assert_eq!(r.path, Path::Engine { channel: 0 });
+        assert_eq!((r.engine_bytes, r.cpu_bytes), (src.len(), 0), "{r:?}");
+        dst.fill(0);
+    }
+    let s = m.stats();
+    assert_eq!(s.split_requests, 0, "{s:?}");
+    assert_eq!(
+        m.engine().record(1).seq,
+        0,
+        "no bulk batch on the latency channel"
+    );
+    assert!(m.engine().record(0).seq >= 4);
+    let small = data(256 << 10, 2);
+    let mut out = vec![0u8; small.len()];
+    let r = m.copy(&mut out, &small, read(WEB)).unwrap();
+    assert_eq!(out, small);
+    match r.path {
+        Path::Engine { channel } | Path::Split { channel, .. } => assert_eq!(channel, 1),
+        Path::Cpu => {}
+    }
+    let t = m.tenants();
+    assert_eq!(
+        (t[0].name.as_str(), t[0].requests, t[0].bytes),
+        ("web", 1, 256 << 10)
+    );
+    assert_eq!(
+        (t[1].name.as_str(), t[1].requests, t[1].bytes),
+        ("gc", 4, 8 << 20)
+    );
+}
+
+/// A latency tenant whose objective cannot be met (p99 under 10 ns) makes the controller
+/// cut the bulk budget: the bulk channel pauses, the bulk tenant's bytes still all arrive on
+/// the engine, and the counters say so. Once the latency tenant idles, the next control
+/// period lifts the budget.
+#[test]
+fn a_missed_objective_throttles_the_bulk_tenant_and_an_idle_one_lifts_it() {
+    let m = mover(0.01);
+    let src = data(2 << 20, 3);
+    let small = data(64 << 10, 4);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let throttled = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut out = vec![0u8; small.len()];
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                m.copy(&mut out, &small, read(WEB)).unwrap();
+                assert_eq!(out, small);
+            }
+        });
+        let mut dst = vec![0u8; src.len()];
+        let t = Instant::now();
+        let mut seen = None;
+        while seen.is_none() && t.elapsed() < Duration::from_secs(20) {
+            let r = m.copy(&mut dst, &src, read(GC)).unwrap();
+            assert_eq!(dst, src);
+            assert_eq!(r.engine_bytes, src.len(), "{r:?}");
+            dst.fill(0);
+            let gc = &m.tenants()[1];
+            if gc.throttled_epochs > 0 && gc.budget_mib_s.is_some() {
+                seen = Some(m.tenants());
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        seen
+    });
+    let t = throttled.expect("the bulk tenant was throttled");
+    assert!(t[0].misses > 0, "{t:?}");
+    // The latency tenant is gone: bulk traffic alone lifts the budget within a few periods.
+    let mut dst = vec![0u8; src.len()];
+    let t0 = Instant::now();
+    while m.tenants()[1].budget_mib_s.is_some() && t0.elapsed() < Duration::from_secs(10) {
+        m.copy(&mut dst, &src, read(GC)).unwrap();
+        assert_eq!(dst, src);
+    }
+    assert_eq!(m.tenants()[1].budget_mib_s, None, "{:?}", m.tenants());
+    assert_eq!(m.engine().budget(0), None);
+}
+
+/// Without tenants the configuration is today's: one class, every channel, no budget.
+#[test]
+fn without_tenants_nothing_is_managed() {
+    let m = Mover::start(&Config::default()).unwrap();
+    assert!(m.tenants().is_empty());
+    assert_eq!(m.engine().budget(0), None);
+}
+
+/// A configuration asking for more channels than the engine starts is refused, naming the fix.
+#[test]
+fn too_few_channels_for_the_tenants_is_refused() {
+    let mut c = Config::default();
+    c.engine.channels = 1;
+    c.qos.tenants = vec![TenantConfig {
+        name: "gc".into(),
+        kind: TenantKind::Bulk,
+        percentile: 99.0,
+        bound_us: 0.0,
+        floor_mib_s: 0.0,
+    }];
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("engine.channels = 2"), "{e}");
+}
