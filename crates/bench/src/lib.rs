@@ -20,6 +20,7 @@ pub mod meta;
 pub mod mix;
 pub mod mount;
 mod pmdk;
+pub mod qos;
 pub mod remote;
 pub mod report;
 pub mod tune;

@@ -11,7 +11,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use switchyard_bench::{
-    aio, apps, copy, decide, fs, idle, large, meta, mix, mount as mount_bench, remote, report, tune,
+    aio, apps, copy, decide, fs, idle, large, meta, mix, mount as mount_bench, qos, remote, report,
+    tune,
 };
 
 /// Switchyard: a userspace storage stack for slow memory that moves data with the cheapest
@@ -97,6 +98,11 @@ enum Bench {
     /// graph-walk mixes), reads and writes, 1..N threads, through cpu-only, engine-only,
     /// default and tuned scheduling; with --grid, the best static setting for comparison.
     Mix(mix::MixArgs),
+    /// The channel manager: a latency tenant's 64 KiB reads (Poisson arrivals) beside a bulk
+    /// tenant's 2 MiB copies, alone, on a shared channel, on separate channels, with the bulk
+    /// thread CPU-throttled, with the engine throttling the bulk channel, and under fixed
+    /// budgets (latency against budget).
+    Qos(qos::QosArgs),
     /// Reading a served store (`serve`) over UCX: one-sided reads, reads with the data in
     /// messages, the transport's raw gets and the store read in process, by request size;
     /// CPU per GiB on client and server; `stat` with and without the metadata cache.
@@ -123,6 +129,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Mix(a)) => mix::run(&a),
         Command::Bench(Bench::Decide(a)) => decide::run(&a),
         Command::Bench(Bench::Remote(a)) => remote::run(&a),
+        Command::Bench(Bench::Qos(a)) => qos::run(&a),
         Command::Bench(Bench::Idle(a)) => idle::run(&a),
         Command::Stat(a) => stat::run(&a),
         Command::Config(a) => config_cmd::run(&a),

@@ -139,7 +139,7 @@ impl Mover {
                 pace: m.adaptation,
             },
         );
-        Mover {
+        let mover = Mover {
             policy: m.policy,
             estimates: m.estimates,
             adapt,
@@ -175,7 +175,11 @@ impl Mover {
             split_bandwidth,
             counters: Default::default(),
             qos: qos::Qos::new(&config.qos),
+        };
+        if let Some(q) = &mover.qos {
+            q.start(&*mover.engine);
         }
+        mover
     }
 
     /// The counters so far.
@@ -188,6 +192,20 @@ impl Mover {
         self.qos
             .as_ref()
             .map_or_else(Vec::new, |q| q.stats(&*self.engine))
+    }
+
+    /// Reports one request's latency, `ns`, for a latency tenant whose configuration says it
+    /// reports its own (`reported = true` in `[[qos.tenants]]`): the time its client waited,
+    /// from the request's arrival to its answer, which the copies it made are only part of.
+    /// Ignored for any other tenant.
+    pub fn report_latency(&self, tenant: u16, ns: u64) {
+        if let Some(q) = &self.qos {
+            if let qos::Class::Latency(t) = q.class(tenant) {
+                if q.reported(t) {
+                    q.sample(t, ns, &*self.engine);
+                }
+            }
+        }
     }
 
     /// The live bandwidth estimates.

@@ -63,6 +63,8 @@ struct Tenant {
     /// Latency tenants: the percentile judged (0–100) and its bound, ns.
     percentile: f64,
     bound_ns: f64,
+    /// Latencies come from the application (`Mover::report_latency`), not the copies.
+    reported: bool,
     requests: AtomicU64,
     bytes: AtomicU64,
     misses: AtomicU64,
@@ -112,6 +114,8 @@ pub(crate) struct Qos {
     control_ns: u64,
     min_samples: u64,
     law: Law,
+    /// The budget is fixed (`qos.fixed_mib_s`): decisions judge but change nothing.
+    fixed: bool,
     /// Bytes per epoch for all bulk channels together; at `law.ceiling`, lifted.
     budget: AtomicU64,
     next_control_ns: AtomicU64,
@@ -167,6 +171,7 @@ impl Qos {
                     kind: t.kind,
                     percentile: t.percentile,
                     bound_ns: t.bound_us * 1000.0,
+                    reported: t.reported,
                     requests: AtomicU64::new(0),
                     bytes: AtomicU64::new(0),
                     misses: AtomicU64::new(0),
@@ -180,7 +185,12 @@ impl Qos {
             epoch_ns,
             control_ns: config.control_us.max(1) * 1000,
             min_samples: config.min_samples.max(1),
-            budget: AtomicU64::new(law.ceiling),
+            budget: AtomicU64::new(if config.fixed_mib_s > 0.0 {
+                per_epoch(config.fixed_mib_s).max(1)
+            } else {
+                law.ceiling
+            }),
+            fixed: config.fixed_mib_s > 0.0,
             law,
             next_control_ns: AtomicU64::new(0),
             rr: [AtomicUsize::new(0), AtomicUsize::new(0)],
@@ -226,17 +236,29 @@ impl Qos {
         }
     }
 
-    /// Counts a copy of `len` bytes by tenant `t` (an index) and, for a latency tenant, its
-    /// latency; then runs the controller if it is due.
+    /// Counts a copy of `len` bytes by tenant `t` (an index) and, for a latency tenant whose
+    /// copies are timed, its latency; then runs the controller if it is due.
     pub fn record(&self, t: usize, len: usize, latency_ns: Option<u64>, engine: &dyn Engine) {
         let tenant = &self.tenants[t];
         tenant.requests.fetch_add(1, Ordering::Relaxed);
         tenant.bytes.fetch_add(len as u64, Ordering::Relaxed);
-        if let Some(ns) = latency_ns {
-            let i = tenant.recorded.load(Ordering::Relaxed) as usize % WINDOW;
-            tenant.window[i].store(ns.min(u32::MAX as u64) as u32, Ordering::Relaxed);
-            tenant.recorded.fetch_add(1, Ordering::Release);
+        match latency_ns {
+            Some(ns) if !tenant.reported => self.sample(t, ns, engine),
+            _ => self.tick(engine),
         }
+    }
+
+    /// Whether latency tenant `t` (an index) reports its latencies itself.
+    pub fn reported(&self, t: usize) -> bool {
+        self.tenants[t].reported
+    }
+
+    /// Adds a latency sample of tenant `t` (an index); then runs the controller if it is due.
+    pub fn sample(&self, t: usize, ns: u64, engine: &dyn Engine) {
+        let tenant = &self.tenants[t];
+        let i = tenant.recorded.load(Ordering::Relaxed) as usize % WINDOW;
+        tenant.window[i].store(ns.min(u32::MAX as u64) as u32, Ordering::Relaxed);
+        tenant.recorded.fetch_add(1, Ordering::Release);
         self.tick(engine);
     }
 
@@ -305,24 +327,26 @@ impl Qos {
         for (i, recorded) in judged {
             c.judged[i] = recorded;
         }
+        if self.fixed {
+            return;
+        }
         let before = self.budget.load(Ordering::Relaxed);
         let after = next_budget(before, slack, &self.law);
-        if after != before || self.budget_changed_elsewhere(engine, after) {
+        if after != before {
             self.budget.store(after, Ordering::Relaxed);
             self.apply(engine, after);
         }
     }
 
-    /// Whether the engine's bulk channels hold a budget other than `budget` implies (the
-    /// first control period applies the initial state).
-    fn budget_changed_elsewhere(&self, engine: &dyn Engine, budget: u64) -> bool {
-        engine.budget(0) != self.per_channel(budget)
+    /// Puts the initial budget on the bulk channels (lifted, or the fixed one).
+    pub fn start(&self, engine: &dyn Engine) {
+        self.apply(engine, self.budget.load(Ordering::Relaxed));
     }
 
     /// The budget of each bulk channel for a total of `budget` bytes per epoch (`None`:
     /// lifted).
     fn per_channel(&self, budget: u64) -> Option<Budget> {
-        (budget < self.law.ceiling).then(|| Budget {
+        (budget < self.law.ceiling || self.fixed).then(|| Budget {
             bytes: (budget / self.bulk_channels.max(1) as u64).max(1),
             epoch_ns: self.epoch_ns,
         })
@@ -353,7 +377,8 @@ impl Qos {
                     misses: t.misses.load(Ordering::Relaxed),
                     percentile_us: t.last_ns.load(Ordering::Relaxed) as f64 / 1000.0,
                     throttled_epochs: if bulk { paused } else { 0 },
-                    budget_mib_s: (bulk && budget < self.law.ceiling).then(|| mib_s(budget)),
+                    budget_mib_s: (bulk && (budget < self.law.ceiling || self.fixed))
+                        .then(|| mib_s(budget)),
                 }
             })
             .collect()

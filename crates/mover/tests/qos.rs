@@ -25,6 +25,7 @@ fn mover(bound_us: f64) -> Mover {
             percentile: 99.0,
             bound_us,
             floor_mib_s: 0.0,
+            reported: false,
         },
         TenantConfig {
             name: "gc".into(),
@@ -32,6 +33,7 @@ fn mover(bound_us: f64) -> Mover {
             percentile: 99.0,
             bound_us: 0.0,
             floor_mib_s: 0.0,
+            reported: false,
         },
     ];
     c.qos.min_samples = 4;
@@ -167,6 +169,7 @@ fn too_few_channels_for_the_tenants_is_refused() {
         percentile: 99.0,
         bound_us: 0.0,
         floor_mib_s: 0.0,
+        reported: false,
     }];
     let e = c.validate().unwrap_err().to_string();
     assert!(e.contains("engine.channels = 2"), "{e}");

@@ -81,6 +81,7 @@
 //! slack = 0.2                # share of its bound a tenant must have to spare to raise it
 //! floor_mib_s = 64.0         # lowest bulk budget
 //! ceiling_mib_s = 65536.0    # at the ceiling the budget is lifted
+//! fixed_mib_s = 0.0          # a fixed bulk budget the controller leaves alone; 0 = steered
 //! tenants = []               # e.g. [{ name = "web", kind = "latency", bound_us = 20.0 },
 //!                            #       { name = "gc", kind = "bulk" }]
 //! ```

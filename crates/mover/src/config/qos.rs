@@ -37,6 +37,9 @@ pub struct QosConfig {
     pub floor_mib_s: f64,
     /// Highest bulk budget, MiB/s: at the ceiling the budget is lifted.
     pub ceiling_mib_s: f64,
+    /// A fixed bulk budget, MiB/s, which the controller leaves alone (it still judges the
+    /// latency tenants and counts their misses); 0: the controller steers the budget.
+    pub fixed_mib_s: f64,
 }
 
 impl Default for QosConfig {
@@ -53,6 +56,7 @@ impl Default for QosConfig {
             slack: 0.2,
             floor_mib_s: 64.0,
             ceiling_mib_s: 65536.0,
+            fixed_mib_s: 0.0,
         }
     }
 }
@@ -85,6 +89,11 @@ pub struct TenantConfig {
     /// Bulk tenants: bandwidth the budget never goes below, MiB/s (default 0).
     #[serde(default)]
     pub floor_mib_s: f64,
+    /// Latency tenants: the application reports each request's latency as its clients see
+    /// it (`Mover::report_latency`: from arrival to answer, queueing included); `false`
+    /// (default): the mover times each synchronous copy.
+    #[serde(default)]
+    pub reported: bool,
 }
 
 fn default_percentile() -> f64 {
@@ -135,6 +144,12 @@ pub(super) fn validate_qos(q: &QosConfig, channels: usize) -> Result<(), ConfigE
             "qos.step_mib_s = {}, qos.floor_mib_s = {}, qos.ceiling_mib_s = {}: the step and \
              floor must be positive and the ceiling above the floor",
             q.step_mib_s, q.floor_mib_s, q.ceiling_mib_s
+        ));
+    }
+    if q.fixed_mib_s.is_nan() || q.fixed_mib_s < 0.0 {
+        return bad(format!(
+            "qos.fixed_mib_s = {}: must be 0 (steered) or a budget",
+            q.fixed_mib_s
         ));
     }
     for t in &q.tenants {

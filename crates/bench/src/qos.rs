@@ -1,0 +1,510 @@
+//! `switchyard bench qos`: the channel manager (EasyIO §6.4.3, Fig. 12) in one run.
+//!
+//! A latency tenant serves 64 KiB reads from slow memory with Poisson arrivals (a web server;
+//! each latency counts from the request's arrival, so time spent behind a late request is
+//! counted, as a client would see it) beside a bulk tenant that copies 2 MiB every
+//! `--bulk-period-us` (a garbage collector), on a 2-channel engine with every copy from
+//! 64 KiB offloaded. Modes, in rotated rounds:
+//!
+//! - `idle`: the latency tenant alone (the baseline of every ratio);
+//! - `shared`: both tenants on one channel, no manager (head-of-line blocking, EasyIO Fig. 4);
+//! - `separate`: each class on its own channel, no throttling;
+//! - `cpu-throttle`: separate channels, and the bulk tenant's thread limited to
+//!   `--cpu-quota` of a core by a cgroup (v1 `cpu` controller; skipped where it cannot be
+//!   written): its copies run on the engine, so this throttles almost nothing;
+//! - `engine-throttle`: separate channels, and the controller steering the bulk channel's
+//!   budget to keep the latency tenant's p99 under the objective;
+//! - `budget N`: separate channels under a fixed budget of N MiB/s, for the curve of the
+//!   latency tenant's p99 against the budget.
+//!
+//! Each mode reports the latency tenant's p50, p99 and max, their ratios to `idle` in the same
+//! round (medians over rounds), the bulk tenant's GiB/s, and the process's CPU seconds per GiB
+//! moved by both.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use serde::Serialize;
+use switchyard_media::Region;
+use switchyard_mover::config::{TenantConfig, TenantKind, Thresholds};
+use switchyard_mover::lab::{rotated, DramBuffer};
+use switchyard_mover::{Config, Hints, Mover};
+
+use crate::cpu_time;
+use crate::measure::{emit, median, scratch_dir, Setup};
+
+/// `bench qos` options.
+#[derive(Args)]
+pub struct QosArgs {
+    /// Directory for the scratch region (default /dev/shm when it exists).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// About a minute: 3 rounds of 400 ms per mode, three budgets on the curve.
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON record per mode and a summary record instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// The latency tenant's requests per second (Poisson arrivals).
+    #[arg(long, default_value_t = 5000.0)]
+    rate: f64,
+    /// The bulk tenant copies 2 MiB every this many µs (back to back when a copy takes longer).
+    #[arg(long, default_value_t = 250)]
+    bulk_period_us: u64,
+    /// The latency objective, p99 in µs [default: 1.2 × the p99 of a first idle slice].
+    #[arg(long)]
+    objective_us: Option<f64>,
+    /// Share of a core the bulk tenant's thread gets in `cpu-throttle`.
+    #[arg(long, default_value_t = 0.2)]
+    cpu_quota: f64,
+    /// Rounds (default 5; 3 with --quick).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Milliseconds each mode runs per round (default 1000; 400 with --quick).
+    #[arg(long)]
+    ms: Option<u64>,
+}
+
+/// Bytes of a latency request and of a bulk copy.
+const SMALL: usize = 64 << 10;
+const BULK: usize = 2 << 20;
+const WEB: u16 = 1;
+const GC: u16 = 2;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Idle,
+    Shared,
+    Separate,
+    CpuThrottle,
+    EngineThrottle,
+    Budget(f64),
+}
+
+impl Mode {
+    fn name(self) -> String {
+        match self {
+            Mode::Idle => "idle".into(),
+            Mode::Shared => "shared".into(),
+            Mode::Separate => "separate".into(),
+            Mode::CpuThrottle => "cpu-throttle".into(),
+            Mode::EngineThrottle => "engine-throttle".into(),
+            Mode::Budget(b) => format!("budget {b:.0}"),
+        }
+    }
+}
+
+/// One slice of one mode.
+#[derive(Debug, Clone, Default)]
+struct Slice {
+    p50_us: f64,
+    p99_us: f64,
+    max_us: f64,
+    bulk_gib_s: f64,
+    cpu_s_per_gib: f64,
+}
+
+/// One mode over the rounds.
+#[derive(Debug, Clone, Serialize)]
+struct Record {
+    bench: &'static str,
+    mode: String,
+    p50_us: f64,
+    p99_us: f64,
+    max_us: f64,
+    /// Medians over rounds of this mode ÷ `idle` in the same round.
+    p50_vs_idle: f64,
+    p99_vs_idle: f64,
+    max_vs_idle: f64,
+    bulk_gib_s: f64,
+    cpu_s_per_gib: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Summary {
+    summary: bool,
+    bench: &'static str,
+    objective_us: f64,
+    rate: f64,
+    bulk_period_us: u64,
+    /// Why `cpu-throttle` did not run, if it did not.
+    cpu_throttle_skipped: Option<String>,
+    setup: Setup,
+}
+
+/// A cgroup (v1 `cpu` controller) limiting the threads put in it to a share of one core.
+struct CpuQuota {
+    dir: PathBuf,
+}
+
+impl CpuQuota {
+    const ROOT: &'static str = "/sys/fs/cgroup/cpu";
+
+    fn new(share: f64) -> anyhow::Result<CpuQuota> {
+        let dir =
+            Path::new(Self::ROOT).join(format!("switchyard-bench-qos-{}", std::process::id()));
+        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let q = CpuQuota { dir };
+        q.write("cpu.cfs_period_us", "100000")?;
+        q.write(
+            "cpu.cfs_quota_us",
+            &((share * 100_000.0) as u64).max(1000).to_string(),
+        )?;
+        Ok(q)
+    }
+
+    fn write(&self, file: &str, value: &str) -> anyhow::Result<()> {
+        let path = self.dir.join(file);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(value.as_bytes()))
+            .with_context(|| format!("writing {value} to {}", path.display()))
+    }
+
+    /// Moves the calling thread into the cgroup (`true`) or back to the root.
+    fn place_me(&self, inside: bool) {
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() }.to_string();
+        let tasks = if inside {
+            self.dir.join("tasks")
+        } else {
+            Path::new(Self::ROOT).join("tasks")
+        };
+        if let Err(e) = std::fs::write(&tasks, &tid) {
+            eprintln!(
+                "bench qos: cannot move thread {tid} to {}: {e}",
+                tasks.display()
+            );
+        }
+    }
+}
+
+impl Drop for CpuQuota {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// What the slices share.
+struct Bench<'a> {
+    region: &'a Region,
+    span: usize,
+    engine1: std::sync::Arc<dyn switchyard_engine::Engine>,
+    engine2: std::sync::Arc<dyn switchyard_engine::Engine>,
+    base: Config,
+    rate: f64,
+    bulk_period: Duration,
+    quota: Option<CpuQuota>,
+}
+
+impl Bench<'_> {
+    /// The mover for `mode` (made afresh per slice, so its budget starts from its own state).
+    fn mover(&self, mode: Mode, objective_us: f64) -> Mover {
+        let mut c = self.base.clone();
+        if mode == Mode::Shared {
+            return Mover::with_engine(&c, self.engine1.clone(), c.persist());
+        }
+        let bound_us = if mode == Mode::EngineThrottle {
+            objective_us
+        } else {
+            1e12
+        };
+        c.qos.tenants = vec![
+            TenantConfig {
+                name: "web".into(),
+                kind: TenantKind::Latency,
+                percentile: 99.0,
+                bound_us,
+                floor_mib_s: 0.0,
+                reported: true,
+            },
+            TenantConfig {
+                name: "gc".into(),
+                kind: TenantKind::Bulk,
+                percentile: 99.0,
+                bound_us: 0.0,
+                floor_mib_s: 0.0,
+                reported: false,
+            },
+        ];
+        if let Mode::Budget(b) = mode {
+            c.qos.fixed_mib_s = b;
+        }
+        Mover::with_engine(&c, self.engine2.clone(), c.persist())
+    }
+
+    /// Runs `mode` for `dur`.
+    fn slice(&self, mode: Mode, objective_us: f64, dur: Duration) -> Slice {
+        let m = self.mover(mode, objective_us);
+        let half = self.span / 2;
+        let stop = AtomicBool::new(false);
+        let web_dram = DramBuffer::new(SMALL, 0);
+        let gc_dram = DramBuffer::new(BULK, 0);
+        let cpu0 = cpu_time::process();
+        let begin = Instant::now();
+        let (latencies, bulk_bytes) = std::thread::scope(|s| {
+            let bulk = (mode != Mode::Idle).then(|| {
+                let (m, stop, gc_dram) = (&m, &stop, &gc_dram);
+                let quota = self.quota.as_ref().filter(|_| mode == Mode::CpuThrottle);
+                s.spawn(move || {
+                    if let Some(q) = quota {
+                        q.place_me(true);
+                    }
+                    let mut bytes = 0u64;
+                    let mut at = 0usize;
+                    let mut next = Instant::now();
+                    while !stop.load(Ordering::Relaxed) {
+                        let off = half + at;
+                        at = (at + BULK) % (half - BULK).max(BULK);
+                        // SAFETY: off + BULK <= span, inside the region; the DRAM buffer is
+                        // this thread's alone.
+                        unsafe {
+                            m.copy_raw(
+                                gc_dram.at(0),
+                                self.region.as_mut_ptr().add(off),
+                                BULK,
+                                Hints {
+                                    tenant: GC,
+                                    ..Hints::read()
+                                },
+                            );
+                        }
+                        bytes += BULK as u64;
+                        next += self.bulk_period;
+                        let now = Instant::now();
+                        if next > now {
+                            std::thread::sleep(next - now);
+                        } else {
+                            next = now;
+                        }
+                    }
+                    if let Some(q) = quota {
+                        q.place_me(false);
+                    }
+                    bytes
+                })
+            });
+            let lat = self.web(&m, &web_dram, half, dur);
+            stop.store(true, Ordering::Relaxed);
+            (lat, bulk.map_or(0, |h| h.join().expect("bulk thread")))
+        });
+        let wall = begin.elapsed().as_secs_f64();
+        let cpu = (cpu_time::process() - cpu0).as_secs_f64();
+        let mut lat = latencies;
+        lat.sort_unstable();
+        let pct = |p: f64| {
+            let i = ((p * lat.len() as f64).ceil() as usize).clamp(1, lat.len().max(1)) - 1;
+            lat.get(i).copied().unwrap_or(0) as f64 / 1000.0
+        };
+        let moved = (bulk_bytes + (lat.len() * SMALL) as u64) as f64 / (1u64 << 30) as f64;
+        Slice {
+            p50_us: pct(0.5),
+            p99_us: pct(0.99),
+            max_us: lat.last().copied().unwrap_or(0) as f64 / 1000.0,
+            bulk_gib_s: bulk_bytes as f64 / (1u64 << 30) as f64 / wall,
+            cpu_s_per_gib: cpu / moved.max(1e-12),
+        }
+    }
+
+    /// The latency tenant: Poisson arrivals at `rate` for `dur`, each a 64 KiB read at a
+    /// pseudo-random place in the first `span` bytes; latencies from arrival, ns.
+    fn web(&self, m: &Mover, dram: &DramBuffer, span: usize, dur: Duration) -> Vec<u64> {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next_u = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let begin = Instant::now();
+        let mut arrival = begin;
+        let mut out = Vec::with_capacity((self.rate * dur.as_secs_f64() * 1.2) as usize);
+        let slots = (span / SMALL).max(1);
+        while arrival - begin < dur {
+            let gap = -(1.0 - next_u()).ln() / self.rate;
+            arrival += Duration::from_secs_f64(gap);
+            // Sleep while far from the arrival (with a 1 ns timer slack), then spin.
+            loop {
+                let now = Instant::now();
+                if now >= arrival {
+                    break;
+                }
+                let left = arrival - now;
+                if left > Duration::from_micros(80) {
+                    std::thread::sleep(left - Duration::from_micros(60));
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+            let off = (next_u() * slots as f64) as usize % slots * SMALL;
+            // SAFETY: off + SMALL <= span, inside the region; the DRAM buffer is this
+            // thread's alone.
+            unsafe {
+                m.copy_raw(
+                    dram.at(0),
+                    self.region.as_mut_ptr().add(off),
+                    SMALL,
+                    Hints {
+                        tenant: WEB,
+                        ..Hints::read()
+                    },
+                );
+            }
+            let ns = arrival.elapsed().as_nanos() as u64;
+            m.report_latency(WEB, ns);
+            out.push(ns);
+        }
+        out
+    }
+}
+
+/// Runs the benchmark.
+pub fn run(a: &QosArgs) -> anyhow::Result<()> {
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 }).max(1);
+    // SAFETY: PR_SET_TIMERSLACK only changes how late this thread's (the latency tenant's)
+    // timed sleeps may end: 1 ns, so arrivals are served on time.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
+    let dur = Duration::from_millis(a.ms.unwrap_or(if a.quick { 400 } else { 1000 }));
+    let mut base = Config::default();
+    base.mover.thresholds = Thresholds::all(SMALL);
+    base.mover.adapt = false;
+    let mut two = base.clone();
+    two.engine.channels = 2;
+    let mut one = base.clone();
+    one.engine.channels = 1;
+    let dir = scratch_dir(&a.dir);
+    let scratch = tempfile::Builder::new()
+        .prefix("switchyard-bench-qos.")
+        .suffix(".region")
+        .tempfile_in(&dir)
+        .with_context(|| format!("creating a scratch region in {}", dir.display()))?;
+    let region = Region::create(scratch.path(), 256 << 20, base.persist())?;
+    // SAFETY: the region is mapped for its length and this bench is its only user.
+    unsafe { std::ptr::write_bytes(region.as_mut_ptr(), 1, region.len()) };
+    let (quota, cpu_throttle_skipped) = match CpuQuota::new(a.cpu_quota) {
+        Ok(q) => (Some(q), None),
+        Err(e) => (None, Some(format!("{e:#}"))),
+    };
+    let b = Bench {
+        region: &region,
+        span: region.len(),
+        engine1: switchyard_mover::start_engine(&one)?,
+        engine2: switchyard_mover::start_engine(&two)?,
+        base,
+        rate: a.rate,
+        bulk_period: Duration::from_micros(a.bulk_period_us),
+        quota,
+    };
+    let objective_us = match a.objective_us {
+        Some(o) => o,
+        None => 1.2 * b.slice(Mode::Idle, 1e12, dur).p99_us,
+    };
+    let budgets: &[f64] = if a.quick {
+        &[512.0, 2048.0, 8192.0]
+    } else {
+        &[256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0]
+    };
+    let mut modes = vec![Mode::Idle, Mode::Shared, Mode::Separate];
+    if b.quota.is_some() {
+        modes.push(Mode::CpuThrottle);
+    }
+    modes.push(Mode::EngineThrottle);
+    modes.extend(budgets.iter().map(|&x| Mode::Budget(x)));
+    let bar = indicatif::ProgressBar::new((modes.len() * rounds) as u64);
+    eprintln!(
+        "scratch region in {}; {rounds} rounds × {} ms per mode; latency objective p99 ≤ \
+         {objective_us:.1} µs",
+        dir.display(),
+        dur.as_millis()
+    );
+    let Ok(got) = rotated(modes.len(), rounds, |i| {
+        bar.inc(1);
+        Ok::<_, std::convert::Infallible>(b.slice(modes[i], objective_us, dur))
+    });
+    bar.finish_and_clear();
+    let records: Vec<Record> = modes
+        .iter()
+        .enumerate()
+        .map(|(i, mode)| {
+            let med =
+                |f: &dyn Fn(&Slice) -> f64| median(&mut got[i].iter().map(f).collect::<Vec<_>>());
+            let vs = |f: &dyn Fn(&Slice) -> f64| {
+                median(
+                    &mut got[i]
+                        .iter()
+                        .zip(&got[0])
+                        .map(|(x, idle)| f(x) / f(idle).max(1e-9))
+                        .collect::<Vec<_>>(),
+                )
+            };
+            Record {
+                bench: "qos",
+                mode: mode.name(),
+                p50_us: med(&|s| s.p50_us),
+                p99_us: med(&|s| s.p99_us),
+                max_us: med(&|s| s.max_us),
+                p50_vs_idle: vs(&|s| s.p50_us),
+                p99_vs_idle: vs(&|s| s.p99_us),
+                max_vs_idle: vs(&|s| s.max_us),
+                bulk_gib_s: med(&|s| s.bulk_gib_s),
+                cpu_s_per_gib: med(&|s| s.cpu_s_per_gib),
+            }
+        })
+        .collect();
+    let summary = Summary {
+        summary: true,
+        bench: "qos",
+        objective_us,
+        rate: a.rate,
+        bulk_period_us: a.bulk_period_us,
+        cpu_throttle_skipped,
+        setup: Setup::now(&two, &region, a.quick),
+    };
+    emit(a.json, &records, &summary, print_table)
+}
+
+fn print_table(records: &[Record], s: &Summary) {
+    println!(
+        "{:<16} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9}",
+        "mode",
+        "p50 µs",
+        "p99 µs",
+        "max µs",
+        "p50÷idle",
+        "p99÷idle",
+        "max÷idle",
+        "bulk GiB/s",
+        "CPU s/GiB"
+    );
+    for r in records {
+        println!(
+            "{:<16} {:>8.1} {:>8.1} {:>9.1} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>9.3}",
+            r.mode,
+            r.p50_us,
+            r.p99_us,
+            r.max_us,
+            r.p50_vs_idle,
+            r.p99_vs_idle,
+            r.max_vs_idle,
+            r.bulk_gib_s,
+            r.cpu_s_per_gib
+        );
+    }
+    println!(
+        "(latency tenant: 64 KiB reads, {:.0}/s Poisson, latency from arrival; bulk tenant: 2 MiB \
+         every {} µs; ratios are medians of per-round ratios to idle)",
+        s.rate, s.bulk_period_us
+    );
+    println!(
+        "latency objective (engine-throttle): p99 ≤ {:.1} µs",
+        s.objective_us
+    );
+    if let Some(why) = &s.cpu_throttle_skipped {
+        println!("cpu-throttle skipped: {why}");
+    }
+}

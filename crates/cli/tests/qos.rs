@@ -1,0 +1,57 @@
+//! `switchyard bench qos`: every mode runs, the budgets throttle the bulk tenant, and nothing
+//! is left behind.
+
+use assert_cmd::Command;
+
+#[test]
+fn qos_bench_runs_every_mode_and_its_budgets_throttle_the_bulk_tenant() {
+    let d = tempfile::tempdir().unwrap();
+    let out = Command::cargo_bin("switchyard")
+        .unwrap()
+        .current_dir(d.path())
+        .args(["bench", "qos", "--json", "--rounds", "1", "--ms", "60"])
+        .args(["--objective-us", "100", "--dir"])
+        .arg(d.path())
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let (summary, records) = lines.split_last().unwrap();
+    assert_eq!(summary["summary"], true);
+    assert_eq!(summary["objective_us"].as_f64(), Some(100.0));
+    let mode = |name: &str| {
+        records
+            .iter()
+            .find(|r| r["mode"] == name)
+            .unwrap_or_else(|| panic!("no mode {name} in {records:?}"))
+    };
+    let gib_s = |name: &str| mode(name)["bulk_gib_s"].as_f64().unwrap();
+    assert_eq!(gib_s("idle"), 0.0);
+    for m in [
+        "shared",
+        "separate",
+        "engine-throttle",
+        "budget 256",
+        "budget 8192",
+    ] {
+        assert!(gib_s(m) > 0.0, "{m}: {records:?}");
+        assert!(mode(m)["p99_us"].as_f64().unwrap() > 0.0);
+    }
+    // 256 MiB/s is a quarter GiB/s whatever the machine; unthrottled copies run far faster.
+    assert!(gib_s("budget 256") < 0.4, "{records:?}");
+    assert!(gib_s("budget 256") * 4.0 < gib_s("separate"), "{records:?}");
+    let cpu = records.iter().any(|r| r["mode"] == "cpu-throttle");
+    assert_eq!(cpu, summary["cpu_throttle_skipped"].is_null(), "{summary}");
+    let left: Vec<_> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("bench-qos"))
+        .collect();
+    assert!(left.is_empty(), "scratch files left behind: {left:?}");
+}
