@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A/B of this checkout against an earlier revision on the quick benchmarks, to show that a
+# A/B of this checkout against an earlier revision on the quick benchmarks (copy, fs, mount,
+# mix: every policy of every case), to show that a
 # change leaves the figures where they were:
 #
 #   bash scripts/ab.sh REV [bench ...]      (default benches: copy fs mount)
@@ -53,6 +54,10 @@ def points(bench, tag):
             if r.get("path") not in ("cpu", "engine", "scheduled"):
                 continue
             key, value = (r["path"], r["direction"], r["size"], r["threads"], r.get("shift")), r["gib_per_s"]
+        elif bench == "mix":
+            for policy, v in r.get("gib_s", []):
+                out[(r["workload"], r["direction"], r["threads"], policy)] = v
+            continue
         elif "store_gib_s" in r:
             key = tuple(sorted((k, str(v)) for k, v in r.items() if not isinstance(v, float)))
             value = r["store_gib_s"]

@@ -30,7 +30,7 @@ use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use switchyard_media::Region;
-use switchyard_mover::config::{TenantConfig, TenantKind, Thresholds};
+use switchyard_mover::config::{TenantConfig, Thresholds};
 use switchyard_mover::lab::{rotated, DramBuffer};
 use switchyard_mover::{Config, Hints, Mover};
 
@@ -216,21 +216,10 @@ impl Bench<'_> {
         };
         c.qos.tenants = vec![
             TenantConfig {
-                name: "web".into(),
-                kind: TenantKind::Latency,
-                percentile: 99.0,
-                bound_us,
-                floor_mib_s: 0.0,
                 reported: true,
+                ..TenantConfig::latency("web", bound_us)
             },
-            TenantConfig {
-                name: "gc".into(),
-                kind: TenantKind::Bulk,
-                percentile: 99.0,
-                bound_us: 0.0,
-                floor_mib_s: 0.0,
-                reported: false,
-            },
+            TenantConfig::bulk("gc"),
         ];
         if let Mode::Budget(b) = mode {
             c.qos.fixed_mib_s = b;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use switchyard_engine::{ThreadsConfig, ThreadsEngine};
 use switchyard_media::Persist;
-use switchyard_mover::config::{TenantConfig, TenantKind, Thresholds};
+use switchyard_mover::config::{TenantConfig, Thresholds};
 use switchyard_mover::{Config, Hints, Mover, Path};
 
 const WEB: u16 = 1;
@@ -19,22 +19,8 @@ fn mover(bound_us: f64) -> Mover {
     c.engine.channels = 2;
     c.mover.thresholds = Thresholds::all(64 << 10);
     c.qos.tenants = vec![
-        TenantConfig {
-            name: "web".into(),
-            kind: TenantKind::Latency,
-            percentile: 99.0,
-            bound_us,
-            floor_mib_s: 0.0,
-            reported: false,
-        },
-        TenantConfig {
-            name: "gc".into(),
-            kind: TenantKind::Bulk,
-            percentile: 99.0,
-            bound_us: 0.0,
-            floor_mib_s: 0.0,
-            reported: false,
-        },
+        TenantConfig::latency("web", bound_us),
+        TenantConfig::bulk("gc"),
     ];
     c.qos.min_samples = 4;
     c.validate().unwrap();
@@ -163,14 +149,7 @@ fn without_tenants_nothing_is_managed() {
 fn too_few_channels_for_the_tenants_is_refused() {
     let mut c = Config::default();
     c.engine.channels = 1;
-    c.qos.tenants = vec![TenantConfig {
-        name: "gc".into(),
-        kind: TenantKind::Bulk,
-        percentile: 99.0,
-        bound_us: 0.0,
-        floor_mib_s: 0.0,
-        reported: false,
-    }];
+    c.qos.tenants = vec![TenantConfig::bulk("gc")];
     let e = c.validate().unwrap_err().to_string();
     assert!(e.contains("engine.channels = 2"), "{e}");
 }

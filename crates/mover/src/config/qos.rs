@@ -96,6 +96,28 @@ pub struct TenantConfig {
     pub reported: bool,
 }
 
+impl TenantConfig {
+    /// A latency tenant whose p99 must stay under `bound_us`, its copies timed by the mover.
+    pub fn latency(name: &str, bound_us: f64) -> TenantConfig {
+        TenantConfig {
+            name: name.into(),
+            kind: TenantKind::Latency,
+            percentile: default_percentile(),
+            bound_us,
+            floor_mib_s: 0.0,
+            reported: false,
+        }
+    }
+
+    /// A bulk tenant without a floor.
+    pub fn bulk(name: &str) -> TenantConfig {
+        TenantConfig {
+            kind: TenantKind::Bulk,
+            ..TenantConfig::latency(name, 0.0)
+        }
+    }
+}
+
 fn default_percentile() -> f64 {
     99.0
 }
