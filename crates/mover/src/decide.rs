@@ -347,7 +347,7 @@ impl Mover {
     #[inline]
     fn claim_engine(&self, body: usize, head: usize, hints: &Hints, sync: bool) -> Decision {
         // A bulk tenant's copy waits for the engine rather than move to the CPU (module
-        // `qos`): no saturation fallback, no split.
+        // `qos`): no saturation fallback, no read admission, no split.
         let bulk = self.class(hints).is_bulk();
         if self.inflight.fetch_add(1, Ordering::AcqRel)
             >= self.concurrency_limit.load(Ordering::Relaxed)
@@ -362,7 +362,8 @@ impl Mover {
             self.inflight.fetch_sub(1, Ordering::Release);
             return self.cpu(Reason::LatencyQueue);
         }
-        if !sync && hints.direction == Direction::FromSlow {
+        // A bulk tenant's asynchronous read waits in its channel's queue: no admission.
+        if !sync && hints.direction == Direction::FromSlow && !bulk {
             match self.admit_read(channel, hints) {
                 Some(c) => channel = c,
                 None => {

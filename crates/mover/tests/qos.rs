@@ -153,3 +153,26 @@ fn too_few_channels_for_the_tenants_is_refused() {
     let e = c.validate().unwrap_err().to_string();
     assert!(e.contains("engine.channels = 2"), "{e}");
 }
+
+/// A bulk tenant's asynchronous reads queue on its channel however deep the queue is: read
+/// admission (EasyIO Listing 2) would send the third and later ones to the CPU.
+#[test]
+fn a_bulk_tenants_asynchronous_reads_wait_in_their_queue() {
+    let m = mover(1_000_000.0);
+    let src: Vec<Vec<u8>> = (0..8).map(|i| data(1 << 20, i)).collect();
+    let mut dst: Vec<Vec<u8>> = (0..8).map(|_| vec![0u8; 1 << 20]).collect();
+    let transfers: Vec<_> = dst
+        .iter_mut()
+        .zip(&src)
+        .map(|(d, s)| {
+            // SAFETY: both buffers outlive the transfer, which is waited for below.
+            unsafe { m.submit(d.as_mut_ptr(), s.as_ptr(), s.len(), read(GC)) }
+        })
+        .collect();
+    for t in transfers {
+        let r = t.wait();
+        assert_eq!((r.engine_bytes, r.cpu_bytes), (1 << 20, 0), "{r:?}");
+    }
+    assert_eq!(dst, src);
+    assert_eq!(m.stats().fallback_queue_depth, 0);
+}
