@@ -6,7 +6,7 @@
 //!
 //! - **bulk** tenants share the first `bulk_channels` engine channels. A bulk copy the
 //!   thresholds offload goes to the engine alone: never split, never helped or taken back by a
-//!   waiting thread, never sent to the CPU because the engine is busy or its queue full (it
+//!   waiting thread, never sent to the CPU because the engine is busy, its queue full or deep (it
 //!   waits). Any of those would carry throttled work on the CPU — EasyIO's CPU-throttling
 //!   failure in reverse. Copies below the thresholds stay on the CPU as always.
 //! - **latency** tenants, and unclassed requests, use the next `latency_channels` channels, so
