@@ -102,6 +102,24 @@ pub fn scratch_dir(dir: &Option<PathBuf>) -> PathBuf {
     }
 }
 
+/// A scratch region of `len` bytes in `dir` for benchmark `bench` (a temporary file named
+/// for it, removed when the returned file handle drops; keep it alive while the region is).
+pub fn scratch_region(
+    dir: &Path,
+    bench: &str,
+    len: u64,
+    persist: switchyard_media::Persist,
+) -> anyhow::Result<(tempfile::NamedTempFile, Region)> {
+    use anyhow::Context;
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!("switchyard-bench-{bench}."))
+        .suffix(".region")
+        .tempfile_in(dir)
+        .with_context(|| format!("creating a scratch region in {}", dir.display()))?;
+    let region = Region::create(scratch.path(), len, persist)?;
+    Ok((scratch, region))
+}
+
 /// Where and when a benchmark ran, as its JSON output names it (`switchyard report` puts it
 /// on the page next to the figures).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

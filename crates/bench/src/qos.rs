@@ -35,7 +35,7 @@ use switchyard_mover::lab::{rotated, DramBuffer};
 use switchyard_mover::{Config, Hints, Mover};
 
 use crate::cpu_time;
-use crate::measure::{emit, median, scratch_dir, Setup};
+use crate::measure::{emit, median, scratch_dir, scratch_region, Setup};
 
 /// `bench qos` options.
 #[derive(Args)]
@@ -250,19 +250,7 @@ impl Bench<'_> {
                     while !stop.load(Ordering::Relaxed) {
                         let off = half + at;
                         at = (at + BULK) % (half - BULK).max(BULK);
-                        // SAFETY: off + BULK <= span, inside the region; the DRAM buffer is
-                        // this thread's alone.
-                        unsafe {
-                            m.copy_raw(
-                                gc_dram.at(0),
-                                self.region.as_mut_ptr().add(off),
-                                BULK,
-                                Hints {
-                                    tenant: GC,
-                                    ..Hints::read()
-                                },
-                            );
-                        }
+                        self.read(m, gc_dram, off, BULK, GC);
                         bytes += BULK as u64;
                         next += self.bulk_period;
                         let now = Instant::now();
@@ -300,6 +288,31 @@ impl Bench<'_> {
         }
     }
 
+    /// Reads `len` bytes at `off` of the region into the start of `dram` for `tenant`.
+    ///
+    /// # Panics
+    ///
+    /// If the read would leave the region or the buffer.
+    fn read(&self, m: &Mover, dram: &DramBuffer, off: usize, len: usize, tenant: u16) {
+        assert!(
+            off + len <= self.span && len <= dram.len(),
+            "a read past its buffers"
+        );
+        // SAFETY: checked above: both ranges lie inside their buffers; each tenant's thread
+        // has its own DRAM buffer and reads only.
+        unsafe {
+            m.copy_raw(
+                dram.at(0),
+                self.region.as_mut_ptr().add(off),
+                len,
+                Hints {
+                    tenant,
+                    ..Hints::read()
+                },
+            );
+        }
+    }
+
     /// The latency tenant: Poisson arrivals at `rate` for `dur`, each a 64 KiB read at a
     /// pseudo-random place in the first `span` bytes; latencies from arrival, ns.
     fn web(&self, m: &Mover, dram: &DramBuffer, span: usize, dur: Duration) -> Vec<u64> {
@@ -331,19 +344,7 @@ impl Bench<'_> {
                 }
             }
             let off = (next_u() * slots as f64) as usize % slots * SMALL;
-            // SAFETY: off + SMALL <= span, inside the region; the DRAM buffer is this
-            // thread's alone.
-            unsafe {
-                m.copy_raw(
-                    dram.at(0),
-                    self.region.as_mut_ptr().add(off),
-                    SMALL,
-                    Hints {
-                        tenant: WEB,
-                        ..Hints::read()
-                    },
-                );
-            }
+            self.read(m, dram, off, SMALL, WEB);
             let ns = arrival.elapsed().as_nanos() as u64;
             m.report_latency(WEB, ns);
             out.push(ns);
@@ -367,12 +368,7 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
     let mut one = base.clone();
     one.engine.channels = 1;
     let dir = scratch_dir(&a.dir);
-    let scratch = tempfile::Builder::new()
-        .prefix("switchyard-bench-qos.")
-        .suffix(".region")
-        .tempfile_in(&dir)
-        .with_context(|| format!("creating a scratch region in {}", dir.display()))?;
-    let region = Region::create(scratch.path(), 256 << 20, base.persist())?;
+    let (_scratch, region) = scratch_region(&dir, "qos", 256 << 20, base.persist())?;
     // SAFETY: the region is mapped for its length and this bench is its only user.
     unsafe { std::ptr::write_bytes(region.as_mut_ptr(), 1, region.len()) };
     let (quota, cpu_throttle_skipped) = match CpuQuota::new(a.cpu_quota) {

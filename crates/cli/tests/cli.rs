@@ -4,19 +4,14 @@ use assert_cmd::Command;
 use predicates::prelude::*;
 use predicates::str::contains;
 
+mod common;
+
+use common::{assert_no_scratch, json_lines};
+
 fn sy(dir: &std::path::Path) -> Command {
     let mut c = Command::cargo_bin("switchyard").unwrap();
     c.current_dir(dir);
     c
-}
-
-/// A `--json` command's output: one JSON value per line.
-fn json_lines(stdout: Vec<u8>) -> Vec<serde_json::Value> {
-    String::from_utf8(stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 #[test]
@@ -543,14 +538,6 @@ fn mix_bench_names_the_workloads_when_asked_for_an_unknown_one() {
 }
 
 /// Asserts that no entry of `dir` has `marker` in its name: a bench removed its scratch files.
-fn assert_no_scratch(dir: &std::path::Path, marker: &str) {
-    let left: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains(marker))
-        .collect();
-    assert!(left.is_empty(), "scratch files left behind: {left:?}");
-}
 
 #[test]
 fn aio_bench_compares_orderless_and_ordered_writes() {

@@ -3,6 +3,10 @@
 
 use assert_cmd::Command;
 
+mod common;
+
+use common::{assert_no_scratch, json_lines};
+
 #[test]
 fn qos_bench_runs_every_mode_and_its_budgets_throttle_the_bulk_tenant() {
     let d = tempfile::tempdir().unwrap();
@@ -17,11 +21,7 @@ fn qos_bench_runs_every_mode_and_its_budgets_throttle_the_bulk_tenant() {
         .get_output()
         .stdout
         .clone();
-    let lines: Vec<serde_json::Value> = String::from_utf8(out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = json_lines(out);
     let (summary, records) = lines.split_last().unwrap();
     assert_eq!(summary["summary"], true);
     assert_eq!(summary["objective_us"].as_f64(), Some(100.0));
@@ -48,10 +48,5 @@ fn qos_bench_runs_every_mode_and_its_budgets_throttle_the_bulk_tenant() {
     assert!(gib_s("budget 256") * 4.0 < gib_s("separate"), "{records:?}");
     let cpu = records.iter().any(|r| r["mode"] == "cpu-throttle");
     assert_eq!(cpu, summary["cpu_throttle_skipped"].is_null(), "{summary}");
-    let left: Vec<_> = std::fs::read_dir(d.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n.contains("bench-qos"))
-        .collect();
-    assert!(left.is_empty(), "scratch files left behind: {left:?}");
+    assert_no_scratch(d.path(), "bench-qos");
 }

@@ -92,18 +92,22 @@ impl Channel {
     /// again after each pause, so a raised or lifted one takes effect at the next boundary),
     /// or until shutdown. Submissions keep arriving in the ring meanwhile.
     fn pace(&self, meter: &mut Meter, len: u64) {
+        let mut paused = false;
         budget::pace(&self.budget, meter, len, &clock::now_ns, &mut |until| {
             if self.shutdown.load(Ordering::Acquire) {
                 return false;
             }
-            let paused = clock::now_ns();
+            paused = true;
+            let began = clock::now_ns();
             pause_until(until);
             self.paused_ns
-                .fetch_add(clock::now_ns() - paused, Ordering::Relaxed);
+                .fetch_add(clock::now_ns() - began, Ordering::Relaxed);
             true
         });
-        self.paused_epochs
-            .store(meter.paused_epochs, Ordering::Relaxed);
+        if paused {
+            self.paused_epochs
+                .store(meter.paused_epochs, Ordering::Relaxed);
+        }
     }
 }
 

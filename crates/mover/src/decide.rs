@@ -331,14 +331,31 @@ impl Mover {
             Some(head) => head,
             None => return self.cpu(Reason::MisalignedWrite),
         };
+        if self.class(hints).is_bulk() {
+            return self.claim_for_bulk(head, hints);
+        }
         if self.cores_shared
             && (self.active_bulk.load(Ordering::Relaxed) > self.spare_cores
                 || self.adapt.callers() > self.spare_cores)
-            && !self.class(hints).is_bulk()
         {
             return self.cpu(Reason::BusyCores);
         }
         self.claim_engine(len - head, head, hints, sync)
+    }
+
+    /// A bulk tenant's offloaded copy (module `qos`): the engine alone, on its class's
+    /// channels, whatever the load. It waits there rather than move to the CPU — no busy-core
+    /// or saturation fallback, no read admission, no split — so a throttle cannot leak.
+    #[inline]
+    fn claim_for_bulk(&self, head: usize, hints: &Hints) -> Decision {
+        self.inflight.fetch_add(1, Ordering::AcqRel);
+        Decision {
+            path: Path::Engine {
+                channel: self.next_channel(hints),
+            },
+            head,
+            reason: Reason::Offload,
+        }
     }
 
     /// The last checks of a request bound for the engine (`body` bytes after a CPU-copied
@@ -346,13 +363,9 @@ impl Mover {
     /// busy one; an asynchronous read needs one with room), and engine or split.
     #[inline]
     fn claim_engine(&self, body: usize, head: usize, hints: &Hints, sync: bool) -> Decision {
-        // A bulk tenant's copy waits for the engine rather than move to the CPU (module
-        // `qos`): no saturation fallback, no read admission, no split.
-        let bulk = self.class(hints).is_bulk();
         if self.inflight.fetch_add(1, Ordering::AcqRel)
             >= self.concurrency_limit.load(Ordering::Relaxed)
             && sync
-            && !bulk
         {
             self.inflight.fetch_sub(1, Ordering::Release);
             return self.cpu(Reason::Saturated);
@@ -362,8 +375,7 @@ impl Mover {
             self.inflight.fetch_sub(1, Ordering::Release);
             return self.cpu(Reason::LatencyQueue);
         }
-        // A bulk tenant's asynchronous read waits in its channel's queue: no admission.
-        if !sync && hints.direction == Direction::FromSlow && !bulk {
+        if !sync && hints.direction == Direction::FromSlow {
             match self.admit_read(channel, hints) {
                 Some(c) => channel = c,
                 None => {
@@ -379,7 +391,6 @@ impl Mover {
         };
         if sync
             && self.split
-            && !bulk
             && hints.direction != Direction::Dram
             && body >= self.split_from(hints.direction)
         {
@@ -447,10 +458,10 @@ impl Mover {
     /// EasyIO's read admission: the first channel from `preferred` on with fewer than 2
     /// batches queued.
     fn admit_read(&self, preferred: usize, hints: &Hints) -> Option<usize> {
-        let (first, n) = match &self.qos {
-            Some(q) => q.channels(q.class(hints.tenant)),
-            None => (0, self.engine_channels),
-        };
+        let (first, n) = self
+            .qos
+            .as_ref()
+            .map_or((0, self.engine_channels), |q| q.channels(self.class(hints)));
         (0..n)
             .map(|k| first + (preferred - first + k) % n)
             .find(|&c| self.engine.queue_depth(c) < 2 && !self.engine.is_suspended(c))
@@ -483,7 +494,7 @@ impl Mover {
 
     fn next_channel(&self, hints: &Hints) -> usize {
         if let Some(q) = &self.qos {
-            return q.channel(q.class(hints.tenant), &*self.engine);
+            return q.channel(self.class(hints), &*self.engine);
         }
         let n = self.engine_channels;
         let start = self.rr.fetch_add(1, Ordering::Relaxed);

@@ -217,11 +217,8 @@ impl Qos {
     /// The next channel for `class` (round-robin within its channels, skipping suspended
     /// ones where it can).
     pub fn channel(&self, class: Class, engine: &dyn Engine) -> usize {
-        let (first, n, rr) = match class {
-            Class::Bulk(_) => (0, self.bulk_channels, &self.rr[0]),
-            _ => (self.bulk_channels, self.latency_channels, &self.rr[1]),
-        };
-        let start = rr.fetch_add(1, Ordering::Relaxed);
+        let (first, n) = self.channels(class);
+        let start = self.rr[usize::from(!class.is_bulk())].fetch_add(1, Ordering::Relaxed);
         (0..n)
             .map(|k| first + (start + k) % n)
             .find(|&c| !engine.is_suspended(c))

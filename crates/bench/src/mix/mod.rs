@@ -39,15 +39,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
-use switchyard_media::Region;
 use switchyard_mover::config::Thresholds;
 use switchyard_mover::lab::Lab;
 use switchyard_mover::{Config, Direction, Mover, Policy};
 
-use crate::measure::{emit, median, scratch_dir, Measured, Rounds, Setup};
+use crate::measure::{emit, median, scratch_dir, scratch_region, Measured, Rounds, Setup};
 use crate::{cpu_time, tune};
 
 mod grid;
@@ -300,12 +298,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
     let rounds = a.rounds.unwrap_or(if a.quick { 5 } else { 9 }).max(1);
     let slice = Duration::from_millis(a.slice_ms.unwrap_or(if a.quick { 30 } else { 50 }));
 
-    let scratch = tempfile::Builder::new()
-        .prefix("switchyard-bench-mix.")
-        .suffix(".region")
-        .tempfile_in(&dir)
-        .with_context(|| format!("creating a scratch region in {}", dir.display()))?;
-    let region = Region::create(scratch.path(), 256 << 20, base.persist())?;
+    let (_scratch, region) = scratch_region(&dir, "mix", 256 << 20, base.persist())?;
     let lab = Lab::new(&region);
     let engine = switchyard_mover::start_engine(&base)?;
     let with = |cfg: &Config, f: &dyn Fn(&mut Config)| {

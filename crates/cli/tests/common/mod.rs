@@ -1,5 +1,5 @@
-//! What the tests of real programs on a real mount share: the `switchyard` binary, a mount
-//! process that unmounts when dropped, `fsck`, and errno helpers.
+//! What the command tests share: the `switchyard` binary, a mount
+//! process that unmounts when dropped, `fsck`, errno helpers, `--json` output and scratch checks.
 #![allow(dead_code)] // each test crate uses its own part of this
 
 use std::path::{Path, PathBuf};
@@ -272,4 +272,23 @@ pub fn run(cmd: &mut Command) -> String {
 
 pub fn errno(r: std::io::Result<impl Sized>) -> i32 {
     r.err().and_then(|e| e.raw_os_error()).unwrap_or(0)
+}
+
+/// A `--json` command's output: one JSON value per line.
+pub fn json_lines(stdout: Vec<u8>) -> Vec<serde_json::Value> {
+    String::from_utf8(stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Fails if a file whose name contains `marker` is left in `dir` (a benchmark's scratch).
+pub fn assert_no_scratch(dir: &std::path::Path, marker: &str) {
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(marker))
+        .collect();
+    assert!(left.is_empty(), "scratch files left behind: {left:?}");
 }
