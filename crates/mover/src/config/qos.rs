@@ -186,7 +186,7 @@ pub(super) fn validate_qos(q: &QosConfig, channels: usize) -> Result<(), ConfigE
                     t.bound_us, t.percentile
                 ));
             }
-            TenantKind::Bulk if t.floor_mib_s < 0.0 => {
+            TenantKind::Bulk if t.floor_mib_s.is_nan() || t.floor_mib_s < 0.0 => {
                 return bad(format!(
                     "qos tenant {name:?}: floor_mib_s = {} must not be negative",
                     t.floor_mib_s
@@ -196,4 +196,39 @@ pub(super) fn validate_qos(q: &QosConfig, channels: usize) -> Result<(), ConfigE
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(f: impl FnOnce(&mut QosConfig)) -> Result<(), ConfigError> {
+        let mut q = QosConfig {
+            tenants: vec![TenantConfig::latency("web", 20.0), TenantConfig::bulk("gc")],
+            ..QosConfig::default()
+        };
+        f(&mut q);
+        validate_qos(&q, 2)
+    }
+
+    /// Every out-of-range or NaN value is refused, naming its key; the defaults with two
+    /// tenants on two channels pass.
+    #[test]
+    fn bad_qos_values_are_refused_by_name() {
+        assert!(with(|_| {}).is_ok());
+        let refused = |f: &dyn Fn(&mut QosConfig), key: &str| {
+            let e = with(f).unwrap_err().to_string();
+            assert!(e.contains(key), "{e}");
+        };
+        refused(&|q| q.latency_channels = 5, "latency_channels");
+        refused(&|q| q.bulk_channels = 2, "engine.channels = 3");
+        refused(&|q| q.control_us = 10, "control_us");
+        refused(&|q| q.decrease = f64::NAN, "decrease");
+        refused(&|q| q.slack = 1.0, "slack");
+        refused(&|q| q.ceiling_mib_s = 1.0, "ceiling_mib_s");
+        refused(&|q| q.fixed_mib_s = -1.0, "fixed_mib_s");
+        refused(&|q| q.tenants[0].bound_us = f64::NAN, "\"web\"");
+        refused(&|q| q.tenants[0].percentile = 101.0, "percentile");
+        refused(&|q| q.tenants[1].floor_mib_s = f64::NAN, "\"gc\"");
+    }
 }
