@@ -144,9 +144,11 @@ struct CpuQuota {
 impl CpuQuota {
     const ROOT: &'static str = "/sys/fs/cgroup/cpu";
 
+    const PREFIX: &'static str = "switchyard-bench-qos-";
+
     fn new(share: f64) -> anyhow::Result<CpuQuota> {
-        let dir =
-            Path::new(Self::ROOT).join(format!("switchyard-bench-qos-{}", std::process::id()));
+        Self::remove_stale();
+        let dir = Path::new(Self::ROOT).join(format!("{}{}", Self::PREFIX, std::process::id()));
         std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let q = CpuQuota { dir };
         q.write("cpu.cfs_period_us", "100000")?;
@@ -155,6 +157,23 @@ impl CpuQuota {
             &((share * 100_000.0) as u64).max(1000).to_string(),
         )?;
         Ok(q)
+    }
+
+    /// Removes the cgroups of runs that were killed before they could (their process is gone;
+    /// a cgroup without tasks can be removed).
+    fn remove_stale() {
+        let Ok(entries) = std::fs::read_dir(Self::ROOT) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name.strip_prefix(Self::PREFIX) else {
+                continue;
+            };
+            if !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir(e.path());
+            }
+        }
     }
 
     fn write(&self, file: &str, value: &str) -> anyhow::Result<()> {

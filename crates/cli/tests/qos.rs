@@ -10,6 +10,10 @@ use common::{assert_no_scratch, json_lines};
 #[test]
 fn qos_bench_runs_every_mode_and_its_budgets_throttle_the_bulk_tenant() {
     let d = tempfile::tempdir().unwrap();
+    // A killed run's cgroup (no process has this pid: pids never exceed 2^22) is
+    // removed by the next run, where the cgroup controller can be written at all.
+    let stale = std::path::Path::new("/sys/fs/cgroup/cpu/switchyard-bench-qos-4194305");
+    let cgroups = std::fs::create_dir(stale).is_ok();
     let out = Command::cargo_bin("switchyard")
         .unwrap()
         .current_dir(d.path())
@@ -49,4 +53,5 @@ fn qos_bench_runs_every_mode_and_its_budgets_throttle_the_bulk_tenant() {
     let cpu = records.iter().any(|r| r["mode"] == "cpu-throttle");
     assert_eq!(cpu, summary["cpu_throttle_skipped"].is_null(), "{summary}");
     assert_no_scratch(d.path(), "bench-qos");
+    assert!(!(cgroups && stale.exists()), "a stale cgroup was left");
 }
