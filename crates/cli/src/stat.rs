@@ -55,6 +55,32 @@ fn print_remote(what: &str, s: &RemoteSaved) {
     }
 }
 
+/// Prints the tenants' counters (`[qos]`), if there are tenants.
+fn print_tenants(tenants: &[switchyard_mover::qos::TenantStats]) {
+    if tenants.is_empty() {
+        return;
+    }
+    println!(
+        "  tenants:  {:<12} {:<8} {:>10} {:>14} {:>7} {:>9} {:>10} {:>12}",
+        "name", "kind", "requests", "bytes", "misses", "pct µs", "throttled", "budget MiB/s"
+    );
+    for t in tenants {
+        let kind = match t.kind {
+            switchyard_mover::config::TenantKind::Latency => "latency",
+            switchyard_mover::config::TenantKind::Bulk => "bulk",
+        };
+        let budget = match (t.kind, t.budget_mib_s) {
+            (switchyard_mover::config::TenantKind::Latency, _) => "-".to_string(),
+            (_, None) => "lifted".to_string(),
+            (_, Some(b)) => format!("{b:.0}"),
+        };
+        println!(
+            "            {:<12} {kind:<8} {:>10} {:>14} {:>7} {:>9.1} {:>10} {budget:>12}",
+            t.name, t.requests, t.bytes, t.misses, t.percentile_us, t.throttled_epochs
+        );
+    }
+}
+
 /// `stat --remote`: both sides of remote access, as this machine sees them.
 fn remote(a: &StatArgs, addr: &str) -> anyhow::Result<()> {
     let key = a
@@ -168,6 +194,7 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
             for (d, bc, bd, t0) in s.estimates_1m {
                 println!("  estimates at 1 MiB, {d:<9}: B_C {bc:6.2} GiB/s  B_D {bd:6.2} GiB/s  engine start-up {t0:7.1} µs");
             }
+            print_tenants(&s.tenants);
         }
     }
     if a.region.is_none() {

@@ -18,17 +18,33 @@ pub struct Budget {
     pub bytes: u64,
     /// Epoch length, nanoseconds (at least 1).
     pub epoch_ns: u64,
+    /// From this time on ([`crate::clock::now_ns`]) the budget has lapsed and the channel
+    /// runs unthrottled, until someone renews it ([`crate::Engine::renew_budget`]) or sets
+    /// another; 0: it never lapses. A controller that throttles a channel for the sake of a
+    /// tenant that may go quiet gives its budget a lease, so the channel gets its bandwidth
+    /// back when that tenant idles even if no one is left to run the controller.
+    pub lapses_ns: u64,
 }
 
-/// A channel's budget as the worker reads it and the controller sets it: two words, so a
-/// change is two relaxed stores and the worker's check two relaxed loads. A budget and its
-/// epoch need not change together: the worker reads each once per descriptor and either
-/// combination is a budget somebody set or is setting.
+impl Budget {
+    /// Whether the budget has lapsed at `now_ns`.
+    #[inline]
+    pub fn lapsed(&self, now_ns: u64) -> bool {
+        self.lapses_ns != 0 && now_ns >= self.lapses_ns
+    }
+}
+
+/// A channel's budget as the worker reads it and the controller sets it: three words, so a
+/// change is three relaxed stores and the worker's check three relaxed loads. The words need
+/// not change together: the worker reads each once per descriptor and any combination is a
+/// budget somebody set or is setting (a lease renewed a moment early or late moves when the
+/// channel runs free by that moment).
 #[derive(Debug, Default)]
 pub(crate) struct BudgetCell {
     /// 0: no budget.
     bytes: AtomicU64,
     epoch_ns: AtomicU64,
+    lapses_ns: AtomicU64,
 }
 
 impl BudgetCell {
@@ -36,6 +52,7 @@ impl BudgetCell {
     pub fn set(&self, budget: Option<Budget>) {
         match budget {
             Some(b) => {
+                self.lapses_ns.store(b.lapses_ns, Ordering::Relaxed);
                 self.epoch_ns.store(b.epoch_ns.max(1), Ordering::Relaxed);
                 self.bytes.store(b.bytes.max(1), Ordering::Relaxed);
             }
@@ -43,13 +60,20 @@ impl BudgetCell {
         }
     }
 
-    /// The budget in effect, if any.
+    /// The budget set, if any (lapsed or not).
     pub fn get(&self) -> Option<Budget> {
         let bytes = self.bytes.load(Ordering::Relaxed);
         (bytes > 0).then(|| Budget {
             bytes,
             epoch_ns: self.epoch_ns.load(Ordering::Relaxed).max(1),
+            lapses_ns: self.lapses_ns.load(Ordering::Relaxed),
         })
+    }
+
+    /// Moves the time the budget lapses to `lapses_ns` (0: never), keeping its bytes and
+    /// epoch.
+    pub fn renew(&self, lapses_ns: u64) {
+        self.lapses_ns.store(lapses_ns, Ordering::Relaxed);
     }
 }
 
@@ -99,8 +123,8 @@ impl Meter {
     }
 }
 
-/// Before a descriptor of `len` bytes: returns at once without a budget in `cell` or while
-/// the epoch's budget lasts; otherwise calls `pause(until_ns)` (which waits, or returns
+/// Before a descriptor of `len` bytes: returns at once without a budget in `cell`, with a
+/// lapsed one, or while the epoch's budget lasts; otherwise calls `pause(until_ns)` (which waits, or returns
 /// `false` to give up: shutdown) and asks again, reading the budget afresh, so a budget
 /// raised or lifted during a pause takes effect when the pause ends. Submissions are not
 /// involved: a paused channel's ring keeps accepting.
@@ -112,7 +136,11 @@ pub(crate) fn pace(
     pause: &mut dyn FnMut(u64) -> bool,
 ) {
     while let Some(budget) = cell.get() {
-        let Err(until) = meter.admit(budget, len, now_ns()) else {
+        let now = now_ns();
+        if budget.lapsed(now) {
+            return;
+        }
+        let Err(until) = meter.admit(budget, len, now) else {
             return;
         };
         if !pause(until) {
@@ -137,7 +165,7 @@ mod tests {
             epoch_ns in 1_000u64..1_000_000,
             steps in proptest::collection::vec((1u64..1 << 18, 0u64..200_000), 1..400),
         ) {
-            let budget = Budget { bytes, epoch_ns };
+            let budget = Budget { bytes, epoch_ns, lapses_ns: 0 };
             let mut m = Meter::default();
             let mut now = 0u64;
             let mut per_epoch = std::collections::BTreeMap::<u64, u64>::new();
@@ -174,6 +202,7 @@ mod tests {
         let b = Budget {
             bytes: 4096,
             epoch_ns: 100_000,
+            lapses_ns: 0,
         };
         c.set(Some(b));
         assert_eq!(c.get(), Some(b));
@@ -195,6 +224,7 @@ mod tests {
         let b = Budget {
             bytes: 27 << 10,
             epoch_ns: 100_000,
+            lapses_ns: 0,
         };
         let mut m = Meter::default();
         let (mut now, mut total) = (0u64, 0u64);
@@ -211,11 +241,43 @@ mod tests {
         );
     }
 
+    /// A lapsed budget lets every descriptor start without a pause; renewed, it throttles
+    /// again; a pause that runs into the lapse ends at the next epoch boundary.
+    #[test]
+    fn a_lapsed_budget_stops_throttling_until_renewed() {
+        let c = BudgetCell::default();
+        c.set(Some(Budget {
+            bytes: 100,
+            epoch_ns: 1_000,
+            lapses_ns: 5_000,
+        }));
+        let now = std::cell::Cell::new(0u64);
+        let mut m = Meter::default();
+        let mut pauses = Vec::new();
+        let run = |m: &mut Meter, pauses: &mut Vec<u64>| {
+            pace(&c, m, 100, &|| now.get(), &mut |until| {
+                pauses.push(until);
+                now.set(until);
+                true
+            })
+        };
+        for _ in 0..7 {
+            run(&mut m, &mut pauses);
+        }
+        assert_eq!(pauses, [1_000, 2_000, 3_000, 4_000, 5_000], "then lapsed");
+        assert_eq!(now.get(), 5_000);
+        c.renew(9_000);
+        run(&mut m, &mut pauses);
+        run(&mut m, &mut pauses);
+        assert_eq!(pauses.last(), Some(&6_000), "renewed: throttled again");
+    }
+
     #[test]
     fn paused_epochs_count_each_epoch_once() {
         let b = Budget {
             bytes: 100,
             epoch_ns: 1_000,
+            lapses_ns: 0,
         };
         let mut m = Meter::default();
         assert_eq!(m.admit(b, 100, 0), Ok(()));

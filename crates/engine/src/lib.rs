@@ -140,7 +140,13 @@ pub trait Engine: Send + Sync {
         false
     }
 
-    /// `channel`'s budget in effect.
+    /// Moves the time `channel`'s budget lapses ([`Budget::lapses_ns`]) to `lapses_ns`,
+    /// keeping its bytes and epoch; nothing without a budget.
+    fn renew_budget(&self, channel: usize, lapses_ns: u64) {
+        let _ = (channel, lapses_ns);
+    }
+
+    /// `channel`'s budget as set (lapsed or not).
     fn budget(&self, channel: usize) -> Option<Budget> {
         let _ = channel;
         None

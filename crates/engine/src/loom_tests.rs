@@ -301,6 +301,7 @@ fn a_paused_channel_accepts_work_and_resumes_when_its_budget_is_lifted() {
         cell.set(Some(Budget {
             bytes: 1,
             epoch_ns: 1_000,
+            lapses_ns: 0,
         }));
         ring.push(1u32).unwrap();
         let (r, c) = (ring.clone(), cell.clone());

@@ -252,6 +252,10 @@ impl Engine for ThreadsEngine {
         true
     }
 
+    fn renew_budget(&self, channel: usize, lapses_ns: u64) {
+        self.channels[channel].budget.renew(lapses_ns);
+    }
+
     fn budget(&self, channel: usize) -> Option<Budget> {
         self.channels[channel].budget.get()
     }

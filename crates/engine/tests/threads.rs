@@ -197,6 +197,7 @@ fn a_budgeted_channel_pauses_between_descriptors_and_keeps_accepting() {
     let budget = Budget {
         bytes: 65536,
         epoch_ns: epoch.as_nanos() as u64,
+        lapses_ns: 0,
     };
     assert!(e.set_budget(0, Some(budget)));
     assert_eq!(e.budget(0), Some(budget));

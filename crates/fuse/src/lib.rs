@@ -80,14 +80,23 @@ pub enum Access {
 
 /// Mounts `store` at `dir` with `config`'s request threads (each with its own `/dev/fuse`
 /// descriptor), request size and cache lifetime, kernel permission checks, this store's name
-/// in the mount table, and access for `access`.
+/// in the mount table, and access for `access`. Callers are classed into the tenants of the
+/// store's mover by its rules ([`switchyard_mover::qos::Classes`]).
 pub fn mount(
     store: Store,
     dir: &Path,
     config: &FuseConfig,
     access: Access,
 ) -> std::io::Result<Mount> {
-    mount_inodes(std::sync::Arc::new(store), dir, config, access, false)
+    let classes = store.mover().classes().clone();
+    spawn(
+        InodeFs::new(std::sync::Arc::new(store), config).classing(&classes),
+        "switchyard",
+        dir,
+        config.effective_workers(),
+        access,
+        false,
+    )
 }
 
 /// Mounts `inodes` (the store in this process, or a remote store through its client) at

@@ -110,6 +110,8 @@ pub struct Mover {
     pub(crate) counters: counters::Counters,
     /// The channel manager, when tenants are configured.
     pub(crate) qos: Option<qos::Qos>,
+    /// The rules that class callers by uid and path.
+    classes: qos::Classes,
 }
 
 impl Mover {
@@ -175,6 +177,7 @@ impl Mover {
             split_bandwidth,
             counters: Default::default(),
             qos: qos::Qos::new(&config.qos),
+            classes: qos::Classes::new(&config.qos),
         };
         if let Some(q) = &mover.qos {
             q.start(&*mover.engine);
@@ -192,6 +195,12 @@ impl Mover {
         self.qos
             .as_ref()
             .map_or_else(Vec::new, |q| q.stats(&*self.engine))
+    }
+
+    /// The rules that class a front end's callers by uid and path (`uids` and `paths` in
+    /// `[[qos.tenants]]`; empty without them).
+    pub fn classes(&self) -> &qos::Classes {
+        &self.classes
     }
 
     /// Reports one request's latency, `ns`, for a latency tenant whose configuration says it

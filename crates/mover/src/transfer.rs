@@ -94,9 +94,13 @@ impl Mover {
             // SAFETY: forwarded from this function's contract.
             return unsafe { self.copy_sync(dst, src, len, hints) };
         };
-        // A tenant's copy is counted, and a latency tenant's timed end to end (module `qos`).
+        // A tenant's copy is counted, and a latency tenant's timed end to end and renews the
+        // bulk budget's lease (module `qos`).
         let class = q.class(hints.tenant);
-        let began = matches!(class, Class::Latency(_)).then(Instant::now);
+        let began = matches!(class, Class::Latency(_)).then(|| {
+            q.active(&*self.engine);
+            Instant::now()
+        });
         // SAFETY: forwarded from this function's contract.
         let report = unsafe { self.copy_sync(dst, src, len, hints) };
         if let Class::Latency(t) | Class::Bulk(t) = class {
@@ -295,7 +299,11 @@ impl Mover {
     ) -> Transfer<'_> {
         let decision = self.decide(dst, src, len, &hints, false);
         if let Some(q) = &self.qos {
-            if let Class::Latency(t) | Class::Bulk(t) = q.class(hints.tenant) {
+            let class = q.class(hints.tenant);
+            if let Class::Latency(_) = class {
+                q.active(&*self.engine);
+            }
+            if let Class::Latency(t) | Class::Bulk(t) = class {
                 q.record(t, len, None, &*self.engine);
             }
         }

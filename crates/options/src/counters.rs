@@ -34,6 +34,9 @@ pub struct Saved {
     pub split_ratio: Option<f64>,
     /// (direction, B_C GiB/s, B_D GiB/s, engine start-up µs) for the 1 MiB bin.
     pub estimates_1m: Vec<(String, f64, f64, f64)>,
+    /// Each tenant's counters (`[qos]`; empty without tenants).
+    #[serde(default)]
+    pub tenants: Vec<switchyard_mover::qos::TenantStats>,
 }
 
 /// Saves `mover`'s counters for `stat` in `path` (owner-only, as every file Switchyard makes).
@@ -66,6 +69,7 @@ pub fn save(path: &Path, command: &str, mover: &Mover) -> anyhow::Result<()> {
                 )
             })
             .collect(),
+        tenants: mover.tenants(),
     };
     switchyard_media::private::write_private(
         path,

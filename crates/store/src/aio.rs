@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
-use switchyard_mover::{Detached, Hints};
+use switchyard_mover::{qos, Detached, Hints};
 
 use crate::error::Errno;
 use crate::fs::{Access, Fd, Fs};
@@ -64,7 +64,7 @@ impl Store {
     /// Reads up to `buf.len()` bytes at `off` (as [`Store::read`]); resolves to the count and
     /// the buffer.
     pub fn read_async(&self, ino: u64, off: u64, buf: Vec<u8>) -> ReadFuture<'_> {
-        ReadFuture::new(self, Ok((ino, At::Offset(off))), buf)
+        ReadFuture::new(self, Ok((ino, At::Offset(off))), buf, 0)
     }
 
     /// Writes `data` at `off` (as [`Store::write`]); resolves to the offset written at (all of
@@ -81,12 +81,12 @@ impl Store {
         data: Vec<u8>,
         order: WriteOrder,
     ) -> WriteFuture<'_> {
-        WriteFuture::new(self, Ok((ino, At::Offset(off))), data, order)
+        WriteFuture::new(self, Ok((ino, At::Offset(off))), data, order, 0)
     }
 
     /// Appends `data` (as [`Store::append`]); resolves to the offset it landed at.
     pub fn append_async(&self, ino: u64, data: Vec<u8>) -> WriteFuture<'_> {
-        WriteFuture::new(self, Ok((ino, At::End)), data, WriteOrder::Orderless)
+        WriteFuture::new(self, Ok((ino, At::End)), data, WriteOrder::Orderless, 0)
     }
 
     /// Arranges for `waker` to be woken when `p`'s first unfinished copy finishes.
@@ -112,41 +112,49 @@ impl Store {
 impl Fs {
     /// Reads at the descriptor's offset and advances it (as [`Fs::read`]).
     pub fn read_async(&self, fd: Fd, buf: Vec<u8>) -> ReadFuture<'_> {
+        let mut tenant = 0;
         let at = self.open_for(fd, Access::Read, None).map(|f| {
+            tenant = f.tenant();
             let cursor = At::Cursor {
                 cursor: f.offset.clone(),
                 append: false,
             };
             (f.ino, cursor)
         });
-        ReadFuture::new(self.store(), at, buf)
+        ReadFuture::new(self.store(), at, buf, tenant)
     }
 
     /// Reads at `off` without moving the descriptor's offset (as [`Fs::pread`]).
     pub fn pread_async(&self, fd: Fd, buf: Vec<u8>, off: u64) -> ReadFuture<'_> {
-        let at = self
-            .open_for(fd, Access::Read, Some(off))
-            .map(|f| (f.ino, At::Offset(off)));
-        ReadFuture::new(self.store(), at, buf)
+        let mut tenant = 0;
+        let at = self.open_for(fd, Access::Read, Some(off)).map(|f| {
+            tenant = f.tenant();
+            (f.ino, At::Offset(off))
+        });
+        ReadFuture::new(self.store(), at, buf, tenant)
     }
 
     /// Writes at the descriptor's offset (or the end, with `append`) and advances it (as
     /// [`Fs::write`]); resolves to the offset written at.
     pub fn write_async(&self, fd: Fd, data: Vec<u8>) -> WriteFuture<'_> {
+        let mut tenant = 0;
         let at = self.open_for(fd, Access::Write, None).map(|f| {
+            tenant = f.tenant();
             let cursor = At::Cursor {
                 cursor: f.offset.clone(),
                 append: f.flags.append,
             };
             (f.ino, cursor)
         });
-        WriteFuture::new(self.store(), at, data, WriteOrder::Orderless)
+        WriteFuture::new(self.store(), at, data, WriteOrder::Orderless, tenant)
     }
 
     /// Writes at `off` without moving the descriptor's offset (`append` still appends) (as
     /// [`Fs::pwrite`]); resolves to the offset written at.
     pub fn pwrite_async(&self, fd: Fd, data: Vec<u8>, off: u64) -> WriteFuture<'_> {
+        let mut tenant = 0;
         let at = self.open_for(fd, Access::Write, Some(off)).map(|f| {
+            tenant = f.tenant();
             let at = if f.flags.append {
                 At::End
             } else {
@@ -154,15 +162,27 @@ impl Fs {
             };
             (f.ino, at)
         });
-        WriteFuture::new(self.store(), at, data, WriteOrder::Orderless)
+        WriteFuture::new(self.store(), at, data, WriteOrder::Orderless, tenant)
     }
 
     /// Appends at the end (as [`Fs::append`]); resolves to the offset it landed at.
     pub fn append_async(&self, fd: Fd, data: Vec<u8>) -> WriteFuture<'_> {
-        let at = self
-            .open_for(fd, Access::Write, None)
-            .map(|f| (f.ino, At::End));
-        WriteFuture::new(self.store(), at, data, WriteOrder::Orderless)
+        let mut tenant = 0;
+        let at = self.open_for(fd, Access::Write, None).map(|f| {
+            tenant = f.tenant();
+            (f.ino, At::End)
+        });
+        WriteFuture::new(self.store(), at, data, WriteOrder::Orderless, tenant)
+    }
+}
+
+/// `tenant`, or where it is 0 the tenant of the thread that makes the future (its copies
+/// carry it wherever the future is polled).
+fn or_current(tenant: u16) -> u16 {
+    if tenant == 0 {
+        qos::current()
+    } else {
+        tenant
     }
 }
 
@@ -185,6 +205,8 @@ pub struct WriteFuture<'s> {
     data: Vec<u8>,
     order: Order,
     state: WriteState,
+    /// The tenant its copies carry, wherever it is polled.
+    tenant: u16,
 }
 
 impl<'s> WriteFuture<'s> {
@@ -193,10 +215,12 @@ impl<'s> WriteFuture<'s> {
         at: Result<(u64, At), Errno>,
         data: Vec<u8>,
         order: WriteOrder,
+        tenant: u16,
     ) -> WriteFuture<'s> {
         WriteFuture {
             store,
             data,
+            tenant: or_current(tenant),
             order: match order {
                 WriteOrder::Orderless => Order::Orderless,
                 WriteOrder::Ordered => Order::Ordered,
@@ -247,6 +271,7 @@ impl Future for WriteFuture<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        let _tenant = qos::enter(this.tenant);
         let store = this.store;
         loop {
             match std::mem::replace(&mut this.state, WriteState::Done) {
@@ -310,13 +335,21 @@ pub struct ReadFuture<'s> {
     store: &'s Store,
     buf: Vec<u8>,
     state: ReadState,
+    /// The tenant its copies carry, wherever it is polled.
+    tenant: u16,
 }
 
 impl<'s> ReadFuture<'s> {
-    fn new(store: &'s Store, at: Result<(u64, At), Errno>, buf: Vec<u8>) -> ReadFuture<'s> {
+    fn new(
+        store: &'s Store,
+        at: Result<(u64, At), Errno>,
+        buf: Vec<u8>,
+        tenant: u16,
+    ) -> ReadFuture<'s> {
         ReadFuture {
             store,
             buf,
+            tenant: or_current(tenant),
             state: match at {
                 Ok((ino, at)) => ReadState::Start { ino, at },
                 Err(e) => ReadState::Failed(e),
@@ -409,6 +442,7 @@ impl Future for ReadFuture<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
+        let _tenant = qos::enter(this.tenant);
         loop {
             match std::mem::replace(&mut this.state, ReadState::Done) {
                 ReadState::Failed(e) => {

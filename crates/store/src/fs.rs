@@ -7,9 +7,11 @@
 //! `default_permissions`, so the kernel checks them).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use switchyard_mover::qos;
 
 use crate::error::Errno;
 use crate::format::{Attr, ROOT, S_IFDIR, S_IFLNK, S_IFMT};
@@ -72,6 +74,16 @@ pub(crate) struct Open {
     pub(crate) ino: u64,
     pub(crate) flags: OpenFlags,
     pub(crate) offset: Arc<Mutex<u64>>,
+    /// The tenant its copies carry (module `switchyard_mover::qos`; 0: the calling
+    /// thread's).
+    tenant: AtomicU16,
+}
+
+impl Open {
+    /// The tenant this descriptor's copies carry (0: the calling thread's).
+    pub(crate) fn tenant(&self) -> u16 {
+        self.tenant.load(Ordering::Relaxed)
+    }
 }
 
 /// What a descriptor call does with the file.
@@ -265,15 +277,30 @@ impl Fs {
             .find(|n| !fds.contains_key(n))
             .expect("fewer than 2^32 open");
         self.store.open(ino)?;
+        let tenant = (self.store.mover().classes()).of(self.owner.uid, Some(path.as_bytes()));
         fds.insert(
             n,
             Arc::new(Open {
                 ino,
                 flags,
                 offset: Arc::new(Mutex::new(0)),
+                tenant: AtomicU16::new(tenant),
             }),
         );
         Ok(Fd(n))
+    }
+
+    /// Makes `fd`'s copies carry `tenant` (1-based into `qos.tenants`; 0: the calling
+    /// thread's, [`qos::enter`]), in place of the one `open` found by the configuration's
+    /// rules (this process's uid and the path as opened, [`qos::Classes`]).
+    pub fn set_tenant(&self, fd: Fd, tenant: u16) -> Result<(), Errno> {
+        self.open_file(fd)?.tenant.store(tenant, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The tenant `fd`'s copies carry (0: the calling thread's).
+    pub fn tenant(&self, fd: Fd) -> Result<u16, Errno> {
+        Ok(self.open_file(fd)?.tenant())
     }
 
     /// Closes a descriptor.
@@ -285,6 +312,7 @@ impl Fs {
     /// Reads at the descriptor's offset and advances it.
     pub fn read(&self, fd: Fd, buf: &mut [u8]) -> Result<usize, Errno> {
         let f = self.open_for(fd, Access::Read, None)?;
+        let _tenant = qos::enter(f.tenant());
         let mut off = f.offset.lock();
         let n = self.store.read(f.ino, *off, buf)?;
         *off += n as u64;
@@ -294,12 +322,14 @@ impl Fs {
     /// Reads at `off` without moving the descriptor's offset.
     pub fn pread(&self, fd: Fd, buf: &mut [u8], off: u64) -> Result<usize, Errno> {
         let f = self.open_for(fd, Access::Read, Some(off))?;
+        let _tenant = qos::enter(f.tenant());
         self.store.read(f.ino, off, buf).map_err(Errno::from)
     }
 
     /// Writes at the descriptor's offset (or the end, with `append`) and advances it.
     pub fn write(&self, fd: Fd, data: &[u8]) -> Result<usize, Errno> {
         let f = self.open_for(fd, Access::Write, None)?;
+        let _tenant = qos::enter(f.tenant());
         let mut off = f.offset.lock();
         if f.flags.append {
             let at = self.store.append(f.ino, data)?;
@@ -315,6 +345,7 @@ impl Fs {
     /// Linux).
     pub fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize, Errno> {
         let f = self.open_for(fd, Access::Write, Some(off))?;
+        let _tenant = qos::enter(f.tenant());
         if f.flags.append {
             self.store.append(f.ino, data)?;
             return Ok(data.len());
@@ -325,6 +356,7 @@ impl Fs {
     /// Appends `data` at the end; returns the offset it landed at.
     pub fn append(&self, fd: Fd, data: &[u8]) -> Result<u64, Errno> {
         let f = self.open_for(fd, Access::Write, None)?;
+        let _tenant = qos::enter(f.tenant());
         self.store.append(f.ino, data).map_err(Errno::from)
     }
 

@@ -70,6 +70,26 @@ fn every_crash_image_of_async_writes_recovers_to_before_or_after() {
     );
 }
 
+/// Asynchronous writes by a bulk tenant whose engine channel is throttled (paused between
+/// and within copies after their metadata committed) recover to before or after each write
+/// at every crash image, and the channel did pause.
+#[test]
+fn every_crash_image_of_throttled_async_writes_recovers_to_before_or_after() {
+    let opts = Options {
+        random_sequences: 20,
+        ..Options::default()
+    };
+    let (report, paused) = switchyard_store::crash::run_async_throttled(&opts, |_| {});
+    eprintln!(
+        "throttled async: {} workloads, {} distinct images, {} during async writes, {paused} \
+         paused epochs",
+        report.workloads, report.images, report.async_images
+    );
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    assert!(report.async_images >= 1_000, "{}", report.async_images);
+    assert!(paused > 0, "the bulk channel never paused");
+}
+
 /// Proof that the asynchronous harness can fail: entries that do not name their copy let
 /// recovery keep a mapping to unwritten data.
 #[test]

@@ -15,6 +15,7 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
+use switchyard_mover::qos::{self, Classes};
 use switchyard_store::format::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 use switchyard_store::{
     DirEntry, Errno, Falloc, Inodes, Owner, RecordLock, Rename, SetAttr, Stat, XattrMode,
@@ -24,6 +25,7 @@ use crate::{configure, masked, open_flags, with_read_buffer, FuseConfig, Replies
 
 mod create;
 mod kernel;
+mod tenants;
 
 use kernel::{empty, errno, file_attr, handle, kind, ns, owner, xattr_reply};
 
@@ -55,6 +57,8 @@ pub struct InodeFs<I: Inodes> {
     /// Directory snapshots by handle, taken at `opendir`.
     dirs: Mutex<HashMap<u64, Arc<Listing>>>,
     next_dir: AtomicU64,
+    /// The rules that class callers into tenants, where there are any.
+    tenants: Option<tenants::Tenants>,
 }
 
 impl<I: Inodes> InodeFs<I> {
@@ -72,7 +76,22 @@ impl<I: Inodes> InodeFs<I> {
             owner_uid: Owner::current().uid,
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
+            tenants: None,
         }
+    }
+
+    /// Classes callers into tenants by `classes` (by uid and by path; see
+    /// [`switchyard_mover::qos::Classes`]): an open's file handle keeps its tenant, and the
+    /// handle's reads and writes carry it to the mover.
+    pub fn classing(mut self, classes: &Classes) -> InodeFs<I> {
+        self.tenants = tenants::Tenants::new(classes);
+        self
+    }
+
+    /// The file handle of an open of `ino` by `req` with `flags`: its tenant in it.
+    fn handle(&self, req: &Request, ino: u64, flags: i32) -> FileHandle {
+        let t = self.tenants.as_ref().map_or(0, |t| t.of(req.uid(), ino));
+        tenants::with_tenant(handle(flags), t)
     }
 
     /// Runs `f` with the reserved share closed unless `req` comes from root or the owner.
@@ -121,14 +140,19 @@ impl<I: Inodes> InodeFs<I> {
     /// Replies with an entry the kernel will count as one lookup of its inode: `r` comes
     /// from a call that took that hold (so the kernel's `forget` always finds the holds it
     /// releases).
-    fn entry(&self, reply: ReplyEntry, r: Result<(u64, Stat), Errno>) {
+    fn entry(&self, reply: ReplyEntry, at: (u64, &[u8]), r: Result<(u64, Stat), Errno>) {
         match r {
-            Ok((ino, s)) => reply.entry_with_ttls(
-                &self.cache_ttl,
-                &self.cache_ttl,
-                &file_attr(ino, &s),
-                Generation(s.generation),
-            ),
+            Ok((ino, s)) => {
+                if let Some(t) = &self.tenants {
+                    t.seen(at.0, at.1, ino);
+                }
+                reply.entry_with_ttls(
+                    &self.cache_ttl,
+                    &self.cache_ttl,
+                    &file_attr(ino, &s),
+                    Generation(s.generation),
+                )
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -153,10 +177,14 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(reply, self.inodes.lookup(parent.0, name.as_bytes()));
+        let name = name.as_bytes();
+        self.entry(reply, (parent.0, name), self.inodes.lookup(parent.0, name));
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if let Some(t) = &self.tenants {
+            t.forget(ino.0, nlookup);
+        }
         // The kernel dropped the inode: its number may be reused once nothing else holds it.
         self.inodes.forget(ino.0, nlookup);
     }
@@ -234,7 +262,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
             &[],
             owner(req),
         );
-        self.entry(reply, r);
+        self.entry(reply, (parent.0, name.as_bytes()), r);
     }
 
     fn mkdir(
@@ -250,7 +278,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         let r = self
             .inodes
             .make(parent.0, name.as_bytes(), mode, 0, &[], owner(req));
-        self.entry(reply, r);
+        self.entry(reply, (parent.0, name.as_bytes()), r);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -279,7 +307,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
                 owner(req),
             )
         });
-        self.entry(reply, r);
+        self.entry(reply, (parent.0, link_name.as_bytes()), r);
     }
 
     fn rename(
@@ -303,7 +331,11 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
             return reply.error(fuser::Errno::EINVAL);
         };
         let (p, n, np, nn) = (parent.0, name.as_bytes(), newparent.0, newname.as_bytes());
-        empty(reply, self.inodes.rename(p, n, np, nn, how));
+        let r = self.inodes.rename(p, n, np, nn, how);
+        if let (Ok(()), Some(t)) = (&r, &self.tenants) {
+            t.renamed((p, n), (np, nn), how == Rename::Exchange);
+        }
+        empty(reply, r);
     }
 
     fn link(
@@ -318,12 +350,15 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
             .inodes
             .link(ino.0, newparent.0, newname.as_bytes())
             .map(|s| (ino.0, s));
-        self.entry(reply, r);
+        self.entry(reply, (newparent.0, newname.as_bytes()), r);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.inodes.open(ino.0) {
-            Ok(current) => reply.opened(handle(flags.0), self.open_flags(flags.0, current)),
+            Ok(current) => reply.opened(
+                self.handle(req, ino.0, flags.0),
+                self.open_flags(flags.0, current),
+            ),
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -332,13 +367,14 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyData,
     ) {
+        let _tenant = qos::enter(tenants::tenant(fh));
         with_read_buffer(size, |buf| match self.inodes.read(ino.0, offset, buf) {
             Ok(n) => reply.data(&buf[..n]),
             Err(e) => reply.error(errno(e)),
@@ -357,6 +393,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _tenant = qos::enter(tenants::tenant(fh));
         let r = self.as_caller(req, || {
             if fh.0 & FH_APPEND != 0 {
                 if self.inodes.shared() {
@@ -646,14 +683,19 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
             }
         });
         match opened {
-            Ok((ino, s, current)) => reply.created(
-                // One lifetime for both here: the attributes' bounds the name's.
-                &self.cache_ttl,
-                &file_attr(ino, &s),
-                Generation(s.generation),
-                handle(flags),
-                self.open_flags(flags, current),
-            ),
+            Ok((ino, s, current)) => {
+                if let Some(t) = &self.tenants {
+                    t.seen(parent.0, name, ino);
+                }
+                reply.created(
+                    // One lifetime for both here: the attributes' bounds the name's.
+                    &self.cache_ttl,
+                    &file_attr(ino, &s),
+                    Generation(s.generation),
+                    self.handle(req, ino, flags),
+                    self.open_flags(flags, current),
+                )
+            }
             Err(e) => reply.error(errno(e)),
         }
     }

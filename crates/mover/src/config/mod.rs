@@ -75,6 +75,7 @@
 //! latency_channels = 1       # channels for latency tenants and unclassed requests (1-4)
 //! epoch_us = 100             # bulk budget epoch
 //! control_us = 1000          # controller period
+//! idle_us = 500              # a latency tenant idle this long lets the bulk budget lapse
 //! min_samples = 32           # new latencies per tenant before a decision
 //! decrease = 0.25            # share of the budget a missed objective takes away
 //! step_mib_s = 256.0         # budget added when every objective has slack
@@ -82,8 +83,9 @@
 //! floor_mib_s = 64.0         # lowest bulk budget
 //! ceiling_mib_s = 65536.0    # at the ceiling the budget is lifted
 //! fixed_mib_s = 0.0          # a fixed bulk budget the controller leaves alone; 0 = steered
-//! tenants = []               # e.g. [{ name = "web", kind = "latency", bound_us = 20.0 },
-//!                            #       { name = "gc", kind = "bulk" }]
+//! tenants = []               # e.g. [{ name = "web", kind = "latency", bound_us = 20.0,
+//!                            #         uids = [33] },
+//!                            #       { name = "gc", kind = "bulk", paths = ["/archive"] }]
 //! ```
 //!
 //! The threshold defaults were measured on a 2-core machine with the threads engine and a

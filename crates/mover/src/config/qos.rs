@@ -24,6 +24,9 @@ pub struct QosConfig {
     pub epoch_us: u64,
     /// Controller period, µs.
     pub control_us: u64,
+    /// A latency tenant that starts no copy for this long is idle: a budget the controller
+    /// set lapses, and the bulk channels run free until a latency tenant's next copy (µs).
+    pub idle_us: u64,
     /// New latencies per latency tenant before the controller judges its percentile.
     pub min_samples: u64,
     /// Share of the budget a missed objective takes away.
@@ -50,6 +53,7 @@ impl Default for QosConfig {
             latency_channels: 1,
             epoch_us: 100,
             control_us: 1000,
+            idle_us: 500,
             min_samples: 32,
             decrease: 0.25,
             step_mib_s: 256.0,
@@ -94,6 +98,15 @@ pub struct TenantConfig {
     /// (default): the mover times each synchronous copy.
     #[serde(default)]
     pub reported: bool,
+    /// Callers by uid whose requests are this tenant's, through a mount or a program's
+    /// descriptors ([`crate::qos::Classes`]); empty: any uid, if `paths` is given.
+    #[serde(default)]
+    pub uids: Vec<u32>,
+    /// Files under these paths (from the store's root, whole components: `/logs` holds
+    /// `/logs/a`, not `/logs2`) are this tenant's; empty: any path, if `uids` is given.
+    /// A tenant with neither is chosen only by the caller's hints.
+    #[serde(default)]
+    pub paths: Vec<String>,
 }
 
 impl TenantConfig {
@@ -106,6 +119,8 @@ impl TenantConfig {
             bound_us,
             floor_mib_s: 0.0,
             reported: false,
+            uids: Vec::new(),
+            paths: Vec::new(),
         }
     }
 
@@ -148,11 +163,11 @@ pub(super) fn validate_qos(q: &QosConfig, channels: usize) -> Result<(), ConfigE
             q.bulk_channels, q.latency_channels
         ));
     }
-    if q.epoch_us == 0 || q.control_us < q.epoch_us {
+    if q.epoch_us == 0 || q.control_us < q.epoch_us || q.idle_us < q.epoch_us {
         return bad(format!(
-            "qos.epoch_us = {}, qos.control_us = {}: the epoch must be at least 1 µs and the \
-             control period at least one epoch",
-            q.epoch_us, q.control_us
+            "qos.epoch_us = {}, qos.control_us = {}, qos.idle_us = {}: the epoch must be at \
+             least 1 µs, and the control period and idle time at least one epoch",
+            q.epoch_us, q.control_us, q.idle_us
         ));
     }
     if !(q.decrease > 0.0 && q.decrease < 1.0 && (0.0..1.0).contains(&q.slack)) {
@@ -194,6 +209,12 @@ pub(super) fn validate_qos(q: &QosConfig, channels: usize) -> Result<(), ConfigE
             }
             _ => {}
         }
+        if let Some(p) = t.paths.iter().find(|p| !p.starts_with('/')) {
+            return bad(format!(
+                "qos tenant {name:?}: paths = [{p:?}]: a path starts at the store's root, \
+                 with '/'"
+            ));
+        }
     }
     Ok(())
 }
@@ -223,6 +244,7 @@ mod tests {
         refused(&|q| q.latency_channels = 5, "latency_channels");
         refused(&|q| q.bulk_channels = 2, "engine.channels = 3");
         refused(&|q| q.control_us = 10, "control_us");
+        refused(&|q| q.idle_us = 0, "idle_us");
         refused(&|q| q.decrease = f64::NAN, "decrease");
         refused(&|q| q.slack = 1.0, "slack");
         refused(&|q| q.ceiling_mib_s = 1.0, "ceiling_mib_s");
@@ -230,5 +252,6 @@ mod tests {
         refused(&|q| q.tenants[0].bound_us = f64::NAN, "\"web\"");
         refused(&|q| q.tenants[0].percentile = 101.0, "percentile");
         refused(&|q| q.tenants[1].floor_mib_s = f64::NAN, "\"gc\"");
+        refused(&|q| q.tenants[1].paths = vec!["logs".into()], "paths");
     }
 }

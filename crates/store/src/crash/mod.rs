@@ -182,6 +182,43 @@ pub fn run_async(opts: &Options, progress: impl FnMut(&Report)) -> Report {
     run_ops(&async_ops(), &delayed, opts, progress)
 }
 
+/// [`run_async`] with the writes made by a bulk tenant whose engine channel runs under a
+/// small fixed budget (module `switchyard_mover::qos`: 64 MiB/s, about 6.5 KiB per 100 µs
+/// epoch), so the engine pauses between and within their copies while their metadata has
+/// committed. Also returns the epochs the bulk channel paused in, over every workload (the
+/// proof that the copies were throttled).
+pub fn run_async_throttled(opts: &Options, progress: impl FnMut(&Report)) -> (Report, u64) {
+    let paused = std::sync::Mutex::new((0u64, None::<Arc<Mover>>));
+    let count = |m: &Mover| m.tenants().iter().map(|t| t.throttled_epochs).sum::<u64>();
+    let throttled = |persist| {
+        let mut cfg = Config::default();
+        cfg.mover.policy = Policy::Engine;
+        cfg.engine.channels = 2;
+        cfg.qos.tenants = vec![switchyard_mover::config::TenantConfig::bulk("writer")];
+        cfg.qos.fixed_mib_s = 64.0;
+        let engine = ThreadsEngine::start(ThreadsConfig {
+            channels: 2,
+            pin: false,
+            persist,
+            ..ThreadsConfig::default()
+        })
+        .expect("threads engine");
+        let m = Arc::new(Mover::with_engine(&cfg, Arc::new(engine), persist));
+        // Keep the last mover only (each holds engine threads): count the one before.
+        let mut p = paused.lock().expect("not poisoned");
+        if let Some(last) = p.1.replace(m.clone()) {
+            p.0 += count(&last);
+        }
+        m
+    };
+    let report = {
+        let _writer = switchyard_mover::qos::enter(1);
+        run_ops(&async_ops(), &throttled, opts, progress)
+    };
+    let (total, last) = paused.into_inner().expect("not poisoned");
+    (report, total + last.map_or(0, |m| count(&m)))
+}
+
 /// Makes the mover of one traced workload from the region's traced `Persist`.
 type MakeMover<'a> = &'a dyn Fn(Persist) -> Arc<Mover>;
 

@@ -2,7 +2,9 @@
 //! controller that steers the bulk channels' byte budget.
 //!
 //! With tenants in `[qos]`, a request's [`Hints::tenant`](crate::Hints::tenant) (1-based: the
-//! n-th entry of `qos.tenants`; 0 or an id past the list is unclassed) picks its class:
+//! n-th entry of `qos.tenants`; 0 names none, and the calling thread's tenant, [`enter`], is
+//! taken; an id past the list is unclassed) picks its class. A mount or a program's
+//! descriptors find their callers' tenants by uid and path ([`Classes`]).
 //!
 //! - **bulk** tenants share the first `bulk_channels` engine channels. A bulk copy the
 //!   thresholds offload goes to the engine alone: never split, never helped or taken back by a
@@ -24,6 +26,14 @@
 //!   tenants' floors summed if more) and the ceiling, where the budget is lifted. A control
 //!   period in which no latency tenant copied anything lifts the budget at once, so an idle
 //!   latency tenant leaves the bulk tenants their whole bandwidth.
+//! - A steered budget is a lease ([`Budget::lapses_ns`]): each latency tenant's copy renews
+//!   it for `idle_us` as it starts, and once no latency tenant has started one for that long
+//!   the engine runs the bulk channels free, even while no copy finishes to run the
+//!   controller (a throttled bulk copy can take many control periods).
+
+mod classes;
+
+pub use classes::{current, enter, Classes, TenantScope};
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -118,6 +128,10 @@ pub(crate) struct Qos {
     fixed: bool,
     /// Bytes per epoch for all bulk channels together; at `law.ceiling`, lifted.
     budget: AtomicU64,
+    /// How long a steered budget holds after a latency tenant's last copy began, ns.
+    lease_ns: u64,
+    /// When the steered budget lapses ([`clock::now_ns`]).
+    lapses_ns: AtomicU64,
     next_control_ns: AtomicU64,
     rr: [AtomicUsize; 2],
     control: Mutex<Control>,
@@ -191,6 +205,8 @@ impl Qos {
                 law.ceiling
             }),
             fixed: config.fixed_mib_s > 0.0,
+            lease_ns: config.idle_us.max(1) * 1000,
+            lapses_ns: AtomicU64::new(0),
             law,
             next_control_ns: AtomicU64::new(0),
             rr: [AtomicUsize::new(0), AtomicUsize::new(0)],
@@ -201,9 +217,11 @@ impl Qos {
         })
     }
 
-    /// The class of requests carrying `tenant`.
+    /// The class of requests carrying `tenant`; 0 names none: the calling thread's tenant
+    /// ([`enter`]) is theirs.
     #[inline]
     pub fn class(&self, tenant: u16) -> Class {
+        let tenant = if tenant == 0 { current() } else { tenant };
         match (tenant as usize)
             .checked_sub(1)
             .and_then(|i| self.tenants.get(i).map(|t| (i, t.kind)))
@@ -242,6 +260,25 @@ impl Qos {
         match latency_ns {
             Some(ns) if !tenant.reported => self.sample(t, ns, engine),
             _ => self.tick(engine),
+        }
+    }
+
+    /// A latency tenant's copy begins: a steered budget holds for another lease (renewed at
+    /// most every quarter lease, so a busy latency tenant costs a relaxed load per copy).
+    #[inline]
+    pub fn active(&self, engine: &dyn Engine) {
+        if self.fixed {
+            return;
+        }
+        let until = clock::now_ns() + self.lease_ns;
+        if until < self.lapses_ns.load(Ordering::Relaxed) + self.lease_ns / 4 {
+            return;
+        }
+        self.lapses_ns.store(until, Ordering::Relaxed);
+        if self.budget.load(Ordering::Relaxed) < self.law.ceiling {
+            for c in 0..self.bulk_channels {
+                engine.renew_budget(c, until);
+            }
         }
     }
 
@@ -346,6 +383,15 @@ impl Qos {
         (budget < self.law.ceiling || self.fixed).then(|| Budget {
             bytes: (budget / self.bulk_channels.max(1) as u64).max(1),
             epoch_ns: self.epoch_ns,
+            // A decision to throttle comes from latency tenants' traffic: the lease starts.
+            lapses_ns: if self.fixed {
+                0
+            } else {
+                let until = clock::now_ns() + self.lease_ns;
+                self.lapses_ns
+                    .fetch_max(until, Ordering::Relaxed)
+                    .max(until)
+            },
         })
     }
 
@@ -357,7 +403,12 @@ impl Qos {
 
     /// Every tenant's counters.
     pub fn stats(&self, engine: &dyn Engine) -> Vec<TenantStats> {
-        let budget = self.budget.load(Ordering::Relaxed);
+        let lapsed = !self.fixed && clock::now_ns() >= self.lapses_ns.load(Ordering::Relaxed);
+        let budget = if lapsed {
+            self.law.ceiling
+        } else {
+            self.budget.load(Ordering::Relaxed)
+        };
         let mib_s = |b: u64| b as f64 / 1_048_576.0 * 1e9 / self.epoch_ns as f64;
         let paused: u64 = (0..self.bulk_channels)
             .map(|c| engine.pauses(c).epochs)
