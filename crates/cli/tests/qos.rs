@@ -50,6 +50,13 @@ fn qos_bench_runs_every_mode_and_its_budgets_throttle_the_bulk_tenant() {
     // 256 MiB/s is a quarter GiB/s whatever the machine; unthrottled copies run far faster.
     assert!(gib_s("budget 256") < 0.4, "{records:?}");
     assert!(gib_s("budget 256") * 4.0 < gib_s("separate"), "{records:?}");
+    // One recovery figure per round (a round that never recovered says null).
+    assert_eq!(
+        summary["recovery_epochs"].as_array().unwrap().len(),
+        1,
+        "{summary}"
+    );
+    assert_eq!(summary["epoch_us"].as_u64(), Some(100));
     let cpu = records.iter().any(|r| r["mode"] == "cpu-throttle");
     assert_eq!(cpu, summary["cpu_throttle_skipped"].is_null(), "{summary}");
     assert_no_scratch(d.path(), "bench-qos");

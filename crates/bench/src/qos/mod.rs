@@ -19,7 +19,9 @@
 //!
 //! Each mode reports the latency tenant's p50, p99 and max, their ratios to `idle` in the same
 //! round (medians over rounds), the bulk tenant's GiB/s, and the process's CPU seconds per GiB
-//! moved by both.
+//! moved by both. In `separate` and `engine-throttle` the bulk tenant then copies back to back
+//! for a tail after the latency tenant's last request (module `recovery`): how many epochs
+//! the throttled bulk tenant takes to reach 90% of its unthrottled rate.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -36,6 +38,10 @@ use switchyard_mover::{Config, Hints, Mover};
 
 use crate::cpu_time;
 use crate::measure::{emit, median, scratch_dir, scratch_region, Setup};
+
+mod recovery;
+
+use recovery::{Tail, PIECE, TAIL_EPOCHS};
 
 /// `bench qos` options.
 #[derive(Args)]
@@ -106,6 +112,11 @@ struct Slice {
     max_us: f64,
     bulk_gib_s: f64,
     cpu_s_per_gib: f64,
+    /// The bulk tenant's copies after the latency tenant stopped (`separate` and
+    /// `engine-throttle`).
+    tail: Option<Tail>,
+    /// The bulk budget when the latency tenant stopped, MiB/s (`None`: lifted).
+    budget_at_stop: Option<f64>,
 }
 
 /// One mode over the rounds.
@@ -133,6 +144,16 @@ struct Summary {
     bulk_period_us: u64,
     /// Why `cpu-throttle` did not run, if it did not.
     cpu_throttle_skipped: Option<String>,
+    /// Once the latency tenant stops: epochs (`epoch_us` each) until the engine-throttled
+    /// bulk tenant moves at 90% of its unthrottled rate (`separate`'s tail in the same round)
+    /// over two epochs, each round's, and their median.
+    recovery_epochs: Vec<Option<usize>>,
+    recovery_epochs_median: Option<f64>,
+    /// From that epoch to the end of the tail, its rate ÷ the unthrottled rate (median).
+    recovered_rate_vs_unthrottled: Option<f64>,
+    /// The budget when the latency tenant stopped, per round, MiB/s (`None`: lifted).
+    budget_at_stop_mib_s: Vec<Option<f64>>,
+    epoch_us: u64,
     setup: Setup,
 }
 
@@ -253,24 +274,31 @@ impl Bench<'_> {
         let stop = AtomicBool::new(false);
         let web_dram = DramBuffer::new(SMALL, 0);
         let gc_dram = DramBuffer::new(BULK, 0);
+        let stopped_at = std::sync::OnceLock::new();
+        let tail_wanted = matches!(mode, Mode::Separate | Mode::EngineThrottle);
+        let epoch = Duration::from_micros(self.base.qos.epoch_us);
         let cpu0 = cpu_time::process();
         let begin = Instant::now();
-        let (latencies, bulk_bytes) = std::thread::scope(|s| {
+        let (latencies, (bulk_bytes, tail), budget_at_stop) = std::thread::scope(|s| {
             let bulk = (mode != Mode::Idle).then(|| {
-                let (m, stop, gc_dram) = (&m, &stop, &gc_dram);
+                let (m, stop, gc_dram, stopped_at) = (&m, &stop, &gc_dram, &stopped_at);
                 let quota = self.quota.as_ref().filter(|_| mode == Mode::CpuThrottle);
                 s.spawn(move || {
                     if let Some(q) = quota {
                         q.place_me(true);
                     }
                     let mut bytes = 0u64;
+                    let mut tail = Tail::default();
                     let mut at = 0usize;
                     let mut next = Instant::now();
                     while !stop.load(Ordering::Relaxed) {
                         let off = half + at;
                         at = (at + BULK) % (half - BULK).max(BULK);
                         self.read(m, gc_dram, off, BULK, GC);
-                        bytes += BULK as u64;
+                        match stopped_at.get() {
+                            None => bytes += BULK as u64,
+                            t0 => tail.ended(t0.copied(), BULK),
+                        }
                         next += self.bulk_period;
                         let now = Instant::now();
                         if next > now {
@@ -279,17 +307,30 @@ impl Bench<'_> {
                             next = now;
                         }
                     }
+                    // The tail: back to back, until TAIL_EPOCHS after the stop.
+                    let t0 = stopped_at.get().copied();
+                    while tail_wanted && t0.is_some_and(|t0| t0.elapsed() < epoch * TAIL_EPOCHS) {
+                        let off = half + at;
+                        at = (at + PIECE) % (half - PIECE).max(PIECE);
+                        self.read(m, gc_dram, off, PIECE, GC);
+                        tail.ended(t0, PIECE);
+                    }
                     if let Some(q) = quota {
                         q.place_me(false);
                     }
-                    bytes
+                    (bytes, tail)
                 })
             });
             let lat = self.web(&m, &web_dram, half, dur);
+            let _ = stopped_at.set(Instant::now());
+            let budget = m.tenants().get(1).and_then(|t| t.budget_mib_s);
             stop.store(true, Ordering::Relaxed);
-            (lat, bulk.map_or(0, |h| h.join().expect("bulk thread")))
+            let bulk = bulk.map_or_else(Default::default, |h| h.join().expect("bulk thread"));
+            (lat, bulk, budget)
         });
-        let wall = begin.elapsed().as_secs_f64();
+        let wall = (stopped_at.get().copied())
+            .map_or(begin.elapsed(), |t0| t0 - begin)
+            .as_secs_f64();
         let cpu = (cpu_time::process() - cpu0).as_secs_f64();
         let mut lat = latencies;
         lat.sort_unstable();
@@ -304,6 +345,8 @@ impl Bench<'_> {
             max_us: lat.last().copied().unwrap_or(0) as f64 / 1000.0,
             bulk_gib_s: bulk_bytes as f64 / (1u64 << 30) as f64 / wall,
             cpu_s_per_gib: cpu / moved.max(1e-12),
+            tail: tail_wanted.then_some(tail),
+            budget_at_stop,
         }
     }
 
@@ -460,6 +503,22 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
             }
         })
         .collect();
+    let at = |m: Mode| modes.iter().position(|&x| x == m).expect("always run");
+    let epoch_us = b.base.qos.epoch_us;
+    let pairs = got[at(Mode::EngineThrottle)]
+        .iter()
+        .zip(&got[at(Mode::Separate)]);
+    let recovered: Vec<Option<(usize, f64)>> = pairs
+        .clone()
+        .map(|(throttled, free)| {
+            let (t, f) = (throttled.tail.as_ref()?, free.tail.as_ref()?);
+            t.recovered(epoch_us as f64, f.rate(), 0.9)
+        })
+        .collect();
+    let found = |f: &dyn Fn(&(usize, f64)) -> f64| {
+        let mut v: Vec<f64> = recovered.iter().flatten().map(f).collect();
+        (v.len() == recovered.len()).then(|| median(&mut v))
+    };
     let summary = Summary {
         summary: true,
         bench: "qos",
@@ -467,6 +526,11 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
         rate: a.rate,
         bulk_period_us: a.bulk_period_us,
         cpu_throttle_skipped,
+        recovery_epochs: recovered.iter().map(|r| r.map(|r| r.0)).collect(),
+        recovery_epochs_median: found(&|r| r.0 as f64),
+        recovered_rate_vs_unthrottled: found(&|r| r.1),
+        budget_at_stop_mib_s: pairs.map(|(t, _)| t.budget_at_stop).collect(),
+        epoch_us,
         setup: Setup::now(&two, &region, a.quick),
     };
     emit(a.json, &records, &summary, print_table)
@@ -507,6 +571,24 @@ fn print_table(records: &[Record], s: &Summary) {
     println!(
         "latency objective (engine-throttle): p99 ≤ {:.1} µs",
         s.objective_us
+    );
+    let rounds: Vec<String> = (s.recovery_epochs.iter())
+        .zip(&s.budget_at_stop_mib_s)
+        .map(|(r, b)| {
+            let r = r.map_or("never".into(), |r| r.to_string());
+            let b = b.map_or("lifted".into(), |b| format!("{b:.0} MiB/s"));
+            format!("{r} (budget {b})")
+        })
+        .collect();
+    println!(
+        "latency tenant stops: the engine-throttled bulk tenant reaches 90% of its unthrottled \
+         rate after {} epochs of {} µs (median; per round: {}), then runs at {} of it",
+        s.recovery_epochs_median
+            .map_or("no".into(), |e| format!("{e:.0}")),
+        s.epoch_us,
+        rounds.join(", "),
+        s.recovered_rate_vs_unthrottled
+            .map_or("-".into(), |r| format!("{r:.2}"))
     );
     if let Some(why) = &s.cpu_throttle_skipped {
         println!("cpu-throttle skipped: {why}");
