@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use switchyard_mover::qos;
 use switchyard_store::{Errno, Inodes, Owner, PreparedWrite, RecordLock, Store};
 use switchyard_ucx::{Endpoint, Node};
 
@@ -102,6 +103,9 @@ struct Peer<'s> {
     opens: HashMap<u64, u64>,
     /// Holds (kernel lookups of the client's mount) by inode, released when the client goes.
     holds: HashMap<u64, u64>,
+    /// The tenant its requests' copies carry (module `switchyard_mover::qos`), from the uid
+    /// it proved the key for.
+    tenant: u16,
 }
 
 /// Serves `store` until `stop` is set: listens, calls `ready` with the address bound, and
@@ -216,6 +220,7 @@ impl<'s> Server<'s, '_> {
                 prepared: HashMap::new(),
                 opens: HashMap::new(),
                 holds: HashMap::new(),
+                tenant: 0,
             };
             self.peers.insert(peer.ep.id(), peer);
         }
@@ -247,6 +252,7 @@ impl<'s> Server<'s, '_> {
     /// Answers one message from `peer`; returns whether its connection stays.
     fn handle(&mut self, node: &Node, peer: &mut Peer<'s>, b: &[u8]) -> bool {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let _tenant = qos::enter(peer.tenant);
         // A writer's data, written from the message in place.
         let write = Request::write_of(b).filter(|_| peer.writable == Some(true));
         if let Some((seq, ino, off, data)) = write {
@@ -338,7 +344,7 @@ impl<'s> Server<'s, '_> {
 
     fn authenticate(&self, peer: &mut Peer<'s>, req: Request) -> (Reply, bool) {
         match req {
-            Request::Auth { mac, write } if self.opts.key.verify(&peer.challenge, &mac) => {
+            Request::Auth { mac, write, uid } if self.opts.key.verify(&peer.challenge, &mac) => {
                 let mut w = self.welcome.clone();
                 if write {
                     // A reader gets the read-only key; a writer the writable one.
@@ -349,6 +355,8 @@ impl<'s> Server<'s, '_> {
                     w.writable = true;
                 }
                 peer.writable = Some(write);
+                // Path rules never match here: a client names files by number.
+                peer.tenant = self.store.mover().classes().of(uid, None);
                 self.stats.authenticated.fetch_add(1, Ordering::Relaxed);
                 (Reply::Welcome(w), true)
             }

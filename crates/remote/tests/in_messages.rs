@@ -4,8 +4,10 @@
 
 mod common;
 
+use switchyard_mover::config::TenantConfig;
+use switchyard_mover::Config;
 use switchyard_remote::{Client, DataPath};
-use switchyard_store::{Files, OpenFlags};
+use switchyard_store::{Files, OpenFlags, Owner};
 
 #[test]
 fn without_one_sided_access_data_moves_in_messages() {
@@ -24,4 +26,38 @@ fn without_one_sided_access_data_moves_in_messages() {
     let s = c.stats();
     assert_eq!(s.one_sided_bytes, 0);
     assert!(s.message_bytes >= 2 * data.len() as u64, "{s:?}");
+}
+
+/// The server classes a connection by the uid its client acts for (`uids` in
+/// `[[qos.tenants]]`): the copies of its in-message reads and writes are that tenant's.
+#[test]
+fn a_connection_is_the_tenant_of_the_uid_it_acts_for() {
+    std::env::set_var("UCX_TLS", "tcp");
+    let me = Owner::current().uid;
+    let mut config = Config::default();
+    config.engine.channels = 2;
+    config.qos.tenants = vec![
+        TenantConfig {
+            uids: vec![me.wrapping_add(1)],
+            ..TenantConfig::bulk("someone else")
+        },
+        TenantConfig {
+            uids: vec![me],
+            ..TenantConfig::bulk("me")
+        },
+    ];
+    let srv = common::start_with(false, config);
+    let c = Client::connect(srv.addr, &srv.key, true).unwrap();
+    let fd = c.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    let data = vec![7u8; 1 << 20];
+    c.pwrite(fd, &data, 0).unwrap();
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(c.pread(fd, &mut back, 0).unwrap(), data.len());
+    assert_eq!(back, data);
+    c.close(fd).unwrap();
+    drop(c);
+    let store = srv.stop();
+    let t = store.mover().tenants();
+    assert_eq!(t[0].bytes, 0, "{t:?}");
+    assert!(t[1].bytes >= 2 << 20, "{t:?}");
 }

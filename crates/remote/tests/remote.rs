@@ -168,6 +168,7 @@ fn a_client_gone_before_its_commit_leaves_nothing() {
         let auth = Request::Auth {
             mac: srv.key.prove(&nonce),
             write: true,
+            uid: 0,
         };
         node.send(&ep, &[], &auth.encode(1)).unwrap();
         let Reply::Welcome(w) = next(&node) else {

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use switchyard_store::format::{S_IFDIR, S_IFLNK};
 use switchyard_store::{
-    Attr, DirEntry, Errno, Extents, Fd, Files, OpenFlags, Rename, SetAttr, Stat, StatFs, Whence,
+    Attr, DirEntry, Errno, Extents, Fd, Files, OpenFlags, Owner, Rename, SetAttr, Stat, StatFs,
+    Whence,
 };
 use switchyard_ucx::{Endpoint, Failures, Node, RKey};
 
@@ -165,6 +166,7 @@ impl Client {
         let auth = Request::Auth {
             mac: key.prove(&nonce),
             write,
+            uid: Owner::current().uid,
         };
         node.send(&ctl, &[], &auth.encode(1))
             .map_err(|e| fail("sending the proof", &e))?;

@@ -16,7 +16,7 @@ mod request;
 mod wire;
 
 /// The protocol's version: a client and a server must agree on it.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Longest byte string a message may carry (names, link targets, data of the in-message data
 /// path): larger requests are cut by the client.
@@ -44,6 +44,10 @@ pub enum Request {
         mac: [u8; 32],
         /// Whether the client wants to change the store.
         write: bool,
+        /// The user the client acts for (the connecting process's): the server classes the
+        /// connection's requests into a tenant by it (`uids` in `[[qos.tenants]]`). Trusted
+        /// as the key's holder is.
+        uid: u32,
     },
     /// The inode `name` names in directory `parent`.
     Lookup {

@@ -77,9 +77,9 @@ impl Request {
         let mut w = W(Vec::with_capacity(64));
         w.u8(self.kind()).u64(seq);
         match self {
-            Request::Auth { mac, write } => {
+            Request::Auth { mac, write, uid } => {
                 w.0.extend_from_slice(mac);
-                w.u8(*write as u8);
+                w.u8(*write as u8).u32(*uid);
             }
             Request::Lookup { parent, name, hold } => {
                 w.u64(*parent).bytes(name).u8(*hold as u8);
@@ -192,6 +192,7 @@ impl Request {
             1 => Request::Auth {
                 mac: r.array32()?,
                 write: r.bool()?,
+                uid: r.u32()?,
             },
             2 => Request::Lookup {
                 parent: r.u64()?,

@@ -65,7 +65,8 @@ fn bytes() -> impl Strategy<Value = Vec<u8>> {
 
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
-        (any::<[u8; 32]>(), any::<bool>()).prop_map(|(mac, write)| Request::Auth { mac, write }),
+        (any::<[u8; 32]>(), any::<bool>(), any::<u32>())
+            .prop_map(|(mac, write, uid)| Request::Auth { mac, write, uid }),
         (any::<u64>(), bytes(), any::<bool>()).prop_map(|(parent, name, hold)| Request::Lookup {
             parent,
             name,

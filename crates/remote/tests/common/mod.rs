@@ -37,6 +37,11 @@ impl Drop for Running {
 }
 
 pub fn start(read_only: bool) -> Running {
+    start_with(read_only, Config::default())
+}
+
+/// [`start`] with the server's mover configured by `config`.
+pub fn start_with(read_only: bool, config: Config) -> Running {
     let key = Key::random();
     let stats = Arc::new(ServerStats::default());
     let stop = Arc::new(AtomicBool::new(false));
@@ -49,7 +54,7 @@ pub fn start(read_only: bool) -> Running {
     let (s, st) = (stats.clone(), stop.clone());
     let thread = std::thread::spawn(move || {
         let region = Region::memory(64 << 20, Persist::detect()).unwrap();
-        let mover = Arc::new(Mover::start(&Config::default()).unwrap());
+        let mover = Arc::new(Mover::start(&config).unwrap());
         let store = Store::format(region, mover, Owner::current()).unwrap();
         serve(&store, &opts, &s, &st, |a| tx.send(a).unwrap()).unwrap();
         store
