@@ -42,6 +42,12 @@ pub fn enter(tenant: u16) -> TenantScope {
     }
 }
 
+/// Sets this thread's tenant (0: none) until it is set again, for callers that cannot hold a
+/// [`TenantScope`] (the C library); returns the tenant before.
+pub fn set_current(tenant: u16) -> u16 {
+    CURRENT.with(|c| c.replace(tenant))
+}
+
 impl Drop for TenantScope {
     fn drop(&mut self) {
         CURRENT.with(|c| c.set(self.previous));

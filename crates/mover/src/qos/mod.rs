@@ -33,7 +33,7 @@
 
 mod classes;
 
-pub use classes::{current, enter, Classes, TenantScope};
+pub use classes::{current, enter, set_current, Classes, TenantScope};
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
