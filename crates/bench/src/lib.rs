@@ -16,6 +16,7 @@ pub mod fs;
 pub mod idle;
 pub mod large;
 pub mod measure;
+pub mod memcpy;
 pub mod meta;
 pub mod mix;
 pub mod mount;

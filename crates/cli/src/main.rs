@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use switchyard_bench::{
-    aio, apps, copy, decide, fs, idle, large, meta, mix, mount as mount_bench, qos, remote, report,
-    tune,
+    aio, apps, copy, decide, fs, idle, large, memcpy, meta, mix, mount as mount_bench, qos, remote,
+    report, tune,
 };
 
 /// Switchyard: a userspace storage stack for slow memory that moves data with the cheapest
@@ -103,6 +103,9 @@ enum Bench {
     /// thread CPU-throttled, with the engine throttling the bulk channel, and under fixed
     /// budgets (latency against budget).
     Qos(qos::QosArgs),
+    /// An unmodified program's memcpy with the memcpy preload library against plain libc, by
+    /// size (below and above the library's threshold), each run in a process of its own.
+    Memcpy(memcpy::MemcpyArgs),
     /// Reading a served store (`serve`) over UCX: one-sided reads, reads with the data in
     /// messages, the transport's raw gets and the store read in process, by request size;
     /// CPU per GiB on client and server; `stat` with and without the metadata cache.
@@ -130,6 +133,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Decide(a)) => decide::run(&a),
         Command::Bench(Bench::Remote(a)) => remote::run(&a),
         Command::Bench(Bench::Qos(a)) => qos::run(&a),
+        Command::Bench(Bench::Memcpy(a)) => memcpy::run(&a),
         Command::Bench(Bench::Idle(a)) => idle::run(&a),
         Command::Stat(a) => stat::run(&a),
         Command::Config(a) => config_cmd::run(&a),

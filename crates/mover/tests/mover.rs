@@ -193,6 +193,17 @@ fn decisions_follow_the_rules() {
     let a = m.decide(at(0), at(4 << 20), 1 << 20, &r, false);
     assert!(matches!(a.path, Path::Engine { .. }));
     m.release(&a);
+    // A bulk synchronous DRAM-to-DRAM copy (a program's large memcpy) splits too.
+    let dram = Hints {
+        direction: Direction::Dram,
+        ..Hints::default()
+    };
+    let c = m.decide(at(0), at(4 << 20), 1 << 20, &dram, true);
+    assert!(
+        matches!(c.path, Path::Split { engine_bytes, .. } if engine_bytes > 0 && engine_bytes < 1 << 20),
+        "{c:?}"
+    );
+    m.release(&c);
     let st = m.stats();
     assert_eq!(
         (

@@ -471,7 +471,7 @@ pub struct MoverConfig {
     pub policy: Policy,
     /// M; 0 = number of channels.
     pub concurrency_limit: usize,
-    /// Split bulk copies to and from slow memory between engine and CPU.
+    /// Split bulk synchronous copies (to, from and within DRAM) between engine and CPU.
     pub split: bool,
     /// Smallest split request, bytes.
     pub split_min_bytes: usize,

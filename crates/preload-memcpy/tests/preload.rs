@@ -1,0 +1,99 @@
+//! The memcpy preload library under real programs: a C program's copies of every size (and
+//! its threads' and a forked child's) come out right with large ones through the mover, and
+//! unmodified programs (sha256sum, python3, sort) give the same output with and without it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// This build's libswitchyard_memcpy.so.
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let lib = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libswitchyard_memcpy.so");
+    assert!(lib.exists(), "no {}", lib.display());
+    lib
+}
+
+/// Runs `cmd` with the library preloaded and its counters asked for.
+fn preloaded(cmd: &mut Command) -> Output {
+    cmd.env("LD_PRELOAD", library())
+        .env("SWITCHYARD_MEMCPY_STATS", "1")
+        .output()
+        .unwrap()
+}
+
+/// The bytes moved through the mover, from the counters line on stderr.
+fn moved(stderr: &[u8]) -> u64 {
+    let text = String::from_utf8_lossy(stderr);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("switchyard memcpy:"))
+        .unwrap_or_else(|| panic!("no counters in {text}"));
+    line.split(" bytes through the mover")
+        .next()
+        .unwrap()
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn every_copy_is_right_in_threads_and_a_forked_child() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("copies");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/copies.c");
+    let ok = Command::new("cc")
+        .args(["-O2", "-fno-builtin", "-Wall", "-Werror", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let out = preloaded(Command::new(&exe).current_dir(dir.path()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("copies ok"));
+    // Each of the 16 rounds copies at least 3 × (64 KiB + 1 MiB + 8 MiB + 33 MiB) large.
+    assert!(moved(&out.stderr) > 1 << 30, "{err}");
+}
+
+#[test]
+fn unmodified_programs_give_the_same_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("data");
+    let data: Vec<u8> = (0..24u32 << 20)
+        .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+        .collect();
+    std::fs::write(&file, &data).unwrap();
+    let runs: [&[&str]; 3] = [
+        &["sha256sum"],
+        &["python3", "-c", "import sys; b = open(sys.argv[1], 'rb').read(); c = bytearray(b); print(len(c), c[:8].hex(), bytes(c[::-1])[:8].hex())"],
+        &["sort", "-S", "64M"],
+    ];
+    for args in runs {
+        if Command::new(args[0]).arg("--version").output().is_err() {
+            eprintln!("skipping {}: not installed", args[0]);
+            continue;
+        }
+        let plain = Command::new(args[0])
+            .args(&args[1..])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let with = preloaded(Command::new(args[0]).args(&args[1..]).arg(&file));
+        assert!(
+            with.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&with.stderr)
+        );
+        assert_eq!(plain.stdout, with.stdout, "{args:?}");
+        moved(&with.stderr);
+    }
+}
