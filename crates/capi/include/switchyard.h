@@ -111,6 +111,56 @@ uint32_t sy_abi_version(void);
 // The library's version, as a NUL-terminated string that lives as long as the process.
 const char *sy_version(void);
 
+// Submits a read of up to `len` bytes at `off` of descriptor `fd` into `buf`; its
+// completion (bytes read, or a negative errno), with `user_data`, is reaped later. 0 or a
+// negative errno (the request was not submitted).
+//
+// # Safety
+// `s` is a store handle or null; `buf` is writable for `len` bytes and stays valid and
+// untouched until the completion is reaped or the store closed.
+int32_t sy_submit_pread(const struct sy_store *s,
+                        int32_t fd,
+                        void *buf,
+                        size_t len,
+                        int64_t off,
+                        uint64_t user_data);
+
+// Submits a write of `len` bytes from `buf` at `off` of descriptor `fd` (orderless on a
+// store in this process); its completion (bytes written, or a negative errno), with
+// `user_data`, is reaped later, and the write is durable and atomic by then. 0 or a
+// negative errno (the request was not submitted).
+//
+// # Safety
+// `s` is a store handle or null; `buf` is readable for `len` bytes and stays valid and
+// unchanged until the completion is reaped or the store closed.
+int32_t sy_submit_pwrite(const struct sy_store *s,
+                         int32_t fd,
+                         const void *buf,
+                         size_t len,
+                         int64_t off,
+                         uint64_t user_data);
+
+// Reaps finished requests of `s`, up to `max`, into `out` without waiting: how many, or a
+// negative errno.
+//
+// # Safety
+// `s` is a store handle or null; `out` is writable for `max` completions (or null with 0).
+int64_t sy_store_poll(const struct sy_store *s, struct sy_completion *out, size_t max);
+
+// Reaps finished requests of `s` into `out` (up to `max`), waiting until at least `min` have
+// been reaped or none is left queued: how many, or a negative errno (`-EINVAL` if
+// `min > max`).
+//
+// # Safety
+// As [`sy_store_poll`].
+int64_t sy_store_wait(const struct sy_store *s, struct sy_completion *out, size_t max, size_t min);
+
+// Requests submitted to `s` and not yet reaped.
+//
+// # Safety
+// `s` is a store handle or null.
+int64_t sy_store_pending(const struct sy_store *s);
+
 // The message of the calling thread's last failure in this library ("" if none): valid until
 // the thread's next call into the library.
 const char *sy_last_error(void);
@@ -230,8 +280,9 @@ int32_t sy_store_connect(const char *addr,
                          int32_t writable,
                          struct sy_store **out);
 
-// Closes the store after the calls in progress on it: every descriptor is closed, a local
-// store unmounted cleanly (its lock released), a remote one disconnected. Later calls on the
+// Closes the store after the calls in progress on it: asynchronous requests not yet reaped
+// are finished and dropped, every descriptor is closed, a local store unmounted cleanly (its
+// lock released), a remote one disconnected. Later calls on the
 // handle fail with `-EBADF`. 0 or a negative errno (`-EBADF`: closed already; the store is
 // closed either way).
 //

@@ -5,7 +5,8 @@
 //!   counters by name or as JSON.
 //! - **The store** ([`mod@store`]): a store opened in this process (its single owner: the
 //!   store file's lock is taken) or one another process serves (`switchyard serve`), by paths
-//!   and descriptors as POSIX offers them.
+//!   and descriptors as POSIX offers them; asynchronous reads and writes reaped from the
+//!   store's completion queue ([`mod@aio`]).
 //!
 //! Conventions every function keeps:
 //!
@@ -38,6 +39,7 @@ macro_rules! versioned {
     };
 }
 
+pub mod aio;
 pub mod error;
 pub mod mover;
 pub mod store;

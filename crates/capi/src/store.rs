@@ -22,10 +22,13 @@ use crate::error::{guard, status, text, Failure};
 /// `-EBADF` instead of touching freed memory.
 #[allow(non_camel_case_types)]
 pub struct sy_store {
-    files: RwLock<Option<Backend>>,
+    pub(crate) files: RwLock<Option<Backend>>,
+    /// Asynchronous requests not yet reaped (module `aio`), with their user data.
+    pub(crate) queue: Mutex<Vec<(crate::aio::Request, u64)>>,
 }
 
-enum Backend {
+/// What a store handle reaches: the store in this process, or a served one.
+pub(crate) enum Backend {
     Local(Box<Fs>),
     Remote(Client),
 }
@@ -285,6 +288,7 @@ unsafe fn local<'a>(
 fn opened(out: *mut *mut sy_store, files: Backend) -> Result<(), Failure> {
     let s = sy_store {
         files: RwLock::new(Some(files)),
+        queue: Mutex::new(Vec::new()),
     };
     put(out, Box::into_raw(Box::new(s)))
 }
@@ -320,8 +324,9 @@ pub unsafe extern "C" fn sy_store_connect(
     })
 }
 
-/// Closes the store after the calls in progress on it: every descriptor is closed, a local
-/// store unmounted cleanly (its lock released), a remote one disconnected. Later calls on the
+/// Closes the store after the calls in progress on it: asynchronous requests not yet reaped
+/// are finished and dropped, every descriptor is closed, a local store unmounted cleanly (its
+/// lock released), a remote one disconnected. Later calls on the
 /// handle fail with `-EBADF`. 0 or a negative errno (`-EBADF`: closed already; the store is
 /// closed either way).
 ///
@@ -332,7 +337,10 @@ pub unsafe extern "C" fn sy_store_close(s: *const sy_store) -> i32 {
     status(|| {
         // SAFETY: the caller promises a handle (never freed) or null.
         let s = unsafe { s.as_ref() }.ok_or_else(|| Failure::new(libc::EFAULT, "a null store"))?;
-        let open = s.files.write().take();
+        let mut files = s.files.write();
+        let open = files.take();
+        // Queued requests borrow the store: they go first, each waiting for its copies.
+        s.queue.lock().clear();
         match open {
             None => Err(Failure::new(libc::EBADF, "the store was closed already")),
             Some(Backend::Local(fs)) => fs.unmount().map_err(Failure::from),

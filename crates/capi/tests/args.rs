@@ -158,7 +158,24 @@ fn null_and_closed_handles_and_bad_copies_give_errnos() {
         assert!(fd >= 0);
         let mut d = null_mut();
         assert_eq!(sy_opendir(s, c("/").as_ptr(), &mut d), 0);
+        use switchyard::aio::*;
+        let mut one = [0u8; 16];
+        assert_eq!(sy_submit_pread(s, fd, null_mut(), 16, 0, 1), -libc::EFAULT);
+        assert_eq!(
+            sy_submit_pread(s, -1, one.as_mut_ptr().cast(), 16, 0, 1),
+            -libc::EBADF
+        );
+        assert_eq!(
+            sy_submit_pwrite(s, fd, one.as_ptr().cast(), 16, -5, 1),
+            -libc::EINVAL
+        );
+        assert_eq!(sy_store_wait(s, null_mut(), 0, 1), -i64::from(libc::EINVAL));
+        assert_eq!(sy_store_pending(s), 0);
         assert_eq!(sy_store_close(s), 0);
+        assert_eq!(
+            sy_submit_pwrite(s, fd, one.as_ptr().cast(), 16, 0, 1),
+            -libc::EBADF
+        );
         assert_eq!(
             sy_write(s, fd, b"x".as_ptr().cast(), 1),
             -i64::from(libc::EBADF)

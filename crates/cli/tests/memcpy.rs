@@ -1,5 +1,6 @@
-//! `switchyard bench memcpy`: runs every size with and without the preload library (built
-//! beside this binary by `cargo test --workspace`), and a missing library is a clear error.
+//! `switchyard bench memcpy`: runs every size with and without the preload library (the one
+//! `cargo test --workspace` built, in target/<profile>/deps), and a missing library is a
+//! clear error.
 
 use assert_cmd::Command;
 
@@ -9,8 +10,8 @@ use common::json_lines;
 
 #[test]
 fn memcpy_bench_measures_every_size_with_and_without_the_preload() {
-    let bin = assert_cmd::cargo::cargo_bin("switchyard");
-    let library = bin.with_file_name("libswitchyard_memcpy.so");
+    let exe = std::env::current_exe().unwrap();
+    let library = exe.with_file_name("libswitchyard_memcpy.so");
     assert!(
         library.exists(),
         "{} missing: run the workspace's tests (cargo test --workspace)",
@@ -20,7 +21,17 @@ fn memcpy_bench_measures_every_size_with_and_without_the_preload() {
     let out = Command::cargo_bin("switchyard")
         .unwrap()
         .current_dir(d.path())
-        .args(["bench", "memcpy", "--json", "--rounds", "1", "--ms", "20"])
+        .args([
+            "bench",
+            "memcpy",
+            "--json",
+            "--rounds",
+            "1",
+            "--ms",
+            "20",
+            "--library",
+        ])
+        .arg(&library)
         .assert()
         .success()
         .get_output()

@@ -5,15 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// This build's libswitchyard_memcpy.so.
+/// This build's libswitchyard_memcpy.so: the one `cargo test` built beside this test, in
+/// target/<profile>/deps (the copy one level up is `cargo build`'s, and may be older).
 fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let lib = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("libswitchyard_memcpy.so");
+    let lib = exe.with_file_name("libswitchyard_memcpy.so");
     assert!(lib.exists(), "no {}", lib.display());
     lib
 }

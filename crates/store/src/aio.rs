@@ -20,9 +20,10 @@
 //! issued has finished (and a partial completion has been repaired): a write that returned is
 //! durable, as a synchronous one.
 //!
-//! Buffers are owned (`Vec<u8>`) and handed back with the result, so that no engine copy can
-//! outlive the memory it reads or writes: dropping a future waits for its copies, and leaking
-//! one leaks its buffer with it.
+//! Buffers are owned ([`IoBuf`]: a `Vec<u8>`, or memory a caller lends, as the C library's
+//! callers do) and handed back with the result, so that no engine copy can outlive the memory
+//! it reads or writes: dropping a future waits for its copies, and leaking one leaks its buffer
+//! with it.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -37,6 +38,54 @@ use crate::fs::{Access, Fd, Fs};
 use crate::inflight::{gate, PendingWrite, Readers};
 use crate::inode::Content;
 use crate::store::{for_each_run, Order, Store};
+
+/// A buffer an asynchronous call owns until it completes and hands back with its result.
+///
+/// # Safety
+/// `as_ptr` and `as_mut_ptr` point to `len()` bytes that stay valid, and in place however the
+/// value moves, for as long as the value lives; nothing else reads or writes them meanwhile.
+pub unsafe trait IoBuf: Default + Unpin {
+    /// The first byte.
+    fn as_ptr(&self) -> *const u8;
+    /// The first byte, for writing.
+    fn as_mut_ptr(&mut self) -> *mut u8;
+    /// Its length in bytes.
+    fn len(&self) -> usize;
+    /// Whether it has no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Its bytes.
+    fn as_slice(&self) -> &[u8] {
+        if self.is_empty() {
+            return &[];
+        }
+        // SAFETY: the trait's contract: `len()` valid bytes at `as_ptr()` while `self`
+        // lives, which the borrow keeps, and no one else writes them.
+        unsafe { std::slice::from_raw_parts(self.as_ptr(), self.len()) }
+    }
+    /// Its bytes, for writing.
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        if self.is_empty() {
+            return &mut [];
+        }
+        // SAFETY: as `as_slice`, and the exclusive borrow makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.as_mut_ptr(), self.len()) }
+    }
+}
+
+// SAFETY: a Vec's bytes live on the heap, in place however the Vec moves, while it lives.
+unsafe impl IoBuf for Vec<u8> {
+    fn as_ptr(&self) -> *const u8 {
+        <[u8]>::as_ptr(self)
+    }
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        <[u8]>::as_mut_ptr(self)
+    }
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+}
 
 /// Where an asynchronous request lands.
 enum At {
@@ -63,29 +112,29 @@ pub enum WriteOrder {
 impl Store {
     /// Reads up to `buf.len()` bytes at `off` (as [`Store::read`]); resolves to the count and
     /// the buffer.
-    pub fn read_async(&self, ino: u64, off: u64, buf: Vec<u8>) -> ReadFuture<'_> {
+    pub fn read_async<B: IoBuf>(&self, ino: u64, off: u64, buf: B) -> ReadFuture<'_, B> {
         ReadFuture::new(self, Ok((ino, At::Offset(off))), buf, 0)
     }
 
     /// Writes `data` at `off` (as [`Store::write`]); resolves to the offset written at (all of
     /// `data`) and the buffer.
-    pub fn write_async(&self, ino: u64, off: u64, data: Vec<u8>) -> WriteFuture<'_> {
+    pub fn write_async<B: IoBuf>(&self, ino: u64, off: u64, data: B) -> WriteFuture<'_, B> {
         self.write_async_ordered(ino, off, data, WriteOrder::Orderless)
     }
 
     /// [`Store::write_async`] with the given ordering of data and metadata.
-    pub fn write_async_ordered(
+    pub fn write_async_ordered<B: IoBuf>(
         &self,
         ino: u64,
         off: u64,
-        data: Vec<u8>,
+        data: B,
         order: WriteOrder,
-    ) -> WriteFuture<'_> {
+    ) -> WriteFuture<'_, B> {
         WriteFuture::new(self, Ok((ino, At::Offset(off))), data, order, 0)
     }
 
     /// Appends `data` (as [`Store::append`]); resolves to the offset it landed at.
-    pub fn append_async(&self, ino: u64, data: Vec<u8>) -> WriteFuture<'_> {
+    pub fn append_async<B: IoBuf>(&self, ino: u64, data: B) -> WriteFuture<'_, B> {
         WriteFuture::new(self, Ok((ino, At::End)), data, WriteOrder::Orderless, 0)
     }
 
@@ -111,7 +160,7 @@ impl Store {
 
 impl Fs {
     /// Reads at the descriptor's offset and advances it (as [`Fs::read`]).
-    pub fn read_async(&self, fd: Fd, buf: Vec<u8>) -> ReadFuture<'_> {
+    pub fn read_async<B: IoBuf>(&self, fd: Fd, buf: B) -> ReadFuture<'_, B> {
         let mut tenant = 0;
         let at = self.open_for(fd, Access::Read, None).map(|f| {
             tenant = f.tenant();
@@ -125,7 +174,7 @@ impl Fs {
     }
 
     /// Reads at `off` without moving the descriptor's offset (as [`Fs::pread`]).
-    pub fn pread_async(&self, fd: Fd, buf: Vec<u8>, off: u64) -> ReadFuture<'_> {
+    pub fn pread_async<B: IoBuf>(&self, fd: Fd, buf: B, off: u64) -> ReadFuture<'_, B> {
         let mut tenant = 0;
         let at = self.open_for(fd, Access::Read, Some(off)).map(|f| {
             tenant = f.tenant();
@@ -136,7 +185,7 @@ impl Fs {
 
     /// Writes at the descriptor's offset (or the end, with `append`) and advances it (as
     /// [`Fs::write`]); resolves to the offset written at.
-    pub fn write_async(&self, fd: Fd, data: Vec<u8>) -> WriteFuture<'_> {
+    pub fn write_async<B: IoBuf>(&self, fd: Fd, data: B) -> WriteFuture<'_, B> {
         let mut tenant = 0;
         let at = self.open_for(fd, Access::Write, None).map(|f| {
             tenant = f.tenant();
@@ -151,7 +200,7 @@ impl Fs {
 
     /// Writes at `off` without moving the descriptor's offset (`append` still appends) (as
     /// [`Fs::pwrite`]); resolves to the offset written at.
-    pub fn pwrite_async(&self, fd: Fd, data: Vec<u8>, off: u64) -> WriteFuture<'_> {
+    pub fn pwrite_async<B: IoBuf>(&self, fd: Fd, data: B, off: u64) -> WriteFuture<'_, B> {
         let mut tenant = 0;
         let at = self.open_for(fd, Access::Write, Some(off)).map(|f| {
             tenant = f.tenant();
@@ -166,7 +215,7 @@ impl Fs {
     }
 
     /// Appends at the end (as [`Fs::append`]); resolves to the offset it landed at.
-    pub fn append_async(&self, fd: Fd, data: Vec<u8>) -> WriteFuture<'_> {
+    pub fn append_async<B: IoBuf>(&self, fd: Fd, data: B) -> WriteFuture<'_, B> {
         let mut tenant = 0;
         let at = self.open_for(fd, Access::Write, None).map(|f| {
             tenant = f.tenant();
@@ -200,23 +249,23 @@ enum WriteState {
 }
 
 /// An asynchronous write (see the module docs). Output: the offset written at, and the buffer.
-pub struct WriteFuture<'s> {
+pub struct WriteFuture<'s, B: IoBuf = Vec<u8>> {
     store: &'s Store,
-    data: Vec<u8>,
+    data: B,
     order: Order,
     state: WriteState,
     /// The tenant its copies carry, wherever it is polled.
     tenant: u16,
 }
 
-impl<'s> WriteFuture<'s> {
+impl<'s, B: IoBuf> WriteFuture<'s, B> {
     fn new(
         store: &'s Store,
         at: Result<(u64, At), Errno>,
-        data: Vec<u8>,
+        data: B,
         order: WriteOrder,
         tenant: u16,
-    ) -> WriteFuture<'s> {
+    ) -> WriteFuture<'s, B> {
         WriteFuture {
             store,
             data,
@@ -258,7 +307,7 @@ impl<'s> WriteFuture<'s> {
             (At::Cursor { .. }, Some(c)) => **c,
             (At::Cursor { .. }, None) => unreachable!("locked above"),
         };
-        store.write_locked(inode, off, &self.data, self.order)?;
+        store.write_locked(inode, off, self.data.as_slice(), self.order)?;
         if let Some(c) = cursor.as_mut() {
             **c = off + self.data.len() as u64;
         }
@@ -266,8 +315,8 @@ impl<'s> WriteFuture<'s> {
     }
 }
 
-impl Future for WriteFuture<'_> {
-    type Output = (Result<u64, Errno>, Vec<u8>);
+impl<B: IoBuf> Future for WriteFuture<'_, B> {
+    type Output = (Result<u64, Errno>, B);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -307,7 +356,7 @@ impl Future for WriteFuture<'_> {
     }
 }
 
-impl Drop for WriteFuture<'_> {
+impl<B: IoBuf> Drop for WriteFuture<'_, B> {
     fn drop(&mut self) {
         // The engine may still be reading `data`.
         if let WriteState::Copying { pending, .. } = &self.state {
@@ -331,21 +380,21 @@ enum ReadState {
 }
 
 /// An asynchronous read (see the module docs). Output: the bytes read, and the buffer.
-pub struct ReadFuture<'s> {
+pub struct ReadFuture<'s, B: IoBuf = Vec<u8>> {
     store: &'s Store,
-    buf: Vec<u8>,
+    buf: B,
     state: ReadState,
     /// The tenant its copies carry, wherever it is polled.
     tenant: u16,
 }
 
-impl<'s> ReadFuture<'s> {
+impl<'s, B: IoBuf> ReadFuture<'s, B> {
     fn new(
         store: &'s Store,
         at: Result<(u64, At), Errno>,
-        buf: Vec<u8>,
+        buf: B,
         tenant: u16,
-    ) -> ReadFuture<'s> {
+    ) -> ReadFuture<'s, B> {
         ReadFuture {
             store,
             buf,
@@ -437,8 +486,8 @@ impl<'s> ReadFuture<'s> {
     }
 }
 
-impl Future for ReadFuture<'_> {
-    type Output = (Result<usize, Errno>, Vec<u8>);
+impl<B: IoBuf> Future for ReadFuture<'_, B> {
+    type Output = (Result<usize, Errno>, B);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
@@ -483,7 +532,7 @@ impl Future for ReadFuture<'_> {
     }
 }
 
-impl Drop for ReadFuture<'_> {
+impl<B: IoBuf> Drop for ReadFuture<'_, B> {
     fn drop(&mut self) {
         // The engine may still be writing into `buf` and reading blocks kept for this read.
         if let ReadState::Copying { parts, readers, .. } = &mut self.state {

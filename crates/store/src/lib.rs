@@ -35,7 +35,7 @@ mod sync;
 mod table;
 pub mod xattr;
 
-pub use aio::{ReadFuture, WriteFuture, WriteOrder};
+pub use aio::{IoBuf, ReadFuture, WriteFuture, WriteOrder};
 pub use error::{Corruption, Errno, Error, MountError, Object, Op};
 pub use fallocate::Falloc;
 pub use files::Files;

@@ -4,9 +4,10 @@
 //!
 //! A call is handed to the client's I/O thread (started by the first one), which runs it on
 //! the client's connection while the caller goes on computing; the future is woken when the
-//! call is done. Buffers are owned (`Vec<u8>`) and handed back with the result, as the local
-//! `Fs`'s asynchronous calls do. Calls on one client run one at a time, in the order they
-//! were made, interleaved with the synchronous calls; for more at once, open more clients.
+//! call is done. Buffers are owned (`IoBuf`: a `Vec<u8>`, or memory lent by a caller) and
+//! handed back with the result, as the local `Fs`'s asynchronous calls do. Calls on one
+//! client run one at a time, in the order they were made, interleaved with the synchronous
+//! calls; for more at once, open more clients.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,7 +15,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
 
-use switchyard_store::{Errno, Fd};
+use switchyard_store::{Errno, Fd, IoBuf};
 
 use super::{Client, Inner};
 
@@ -94,34 +95,42 @@ impl Client {
     }
 
     /// Reads into `buf` at the descriptor's offset, which it advances.
-    pub fn read_async(&self, fd: Fd, mut buf: Vec<u8>) -> Pending<(Result<usize, Errno>, Vec<u8>)> {
-        self.submit(move |i| (i.read_fd(fd, &mut buf, None), buf))
+    pub fn read_async<B: IoBuf + Send + 'static>(
+        &self,
+        fd: Fd,
+        mut buf: B,
+    ) -> Pending<(Result<usize, Errno>, B)> {
+        self.submit(move |i| (i.read_fd(fd, buf.as_mut_slice(), None), buf))
     }
 
     /// Reads into `buf` at `off`.
-    pub fn pread_async(
+    pub fn pread_async<B: IoBuf + Send + 'static>(
         &self,
         fd: Fd,
-        mut buf: Vec<u8>,
+        mut buf: B,
         off: u64,
-    ) -> Pending<(Result<usize, Errno>, Vec<u8>)> {
-        self.submit(move |i| (i.read_fd(fd, &mut buf, Some(off)), buf))
+    ) -> Pending<(Result<usize, Errno>, B)> {
+        self.submit(move |i| (i.read_fd(fd, buf.as_mut_slice(), Some(off)), buf))
     }
 
     /// Writes `data` at the descriptor's offset (the end, for an append descriptor), which
     /// it advances.
-    pub fn write_async(&self, fd: Fd, data: Vec<u8>) -> Pending<(Result<usize, Errno>, Vec<u8>)> {
-        self.submit(move |i| (i.write_fd(fd, &data, None), data))
+    pub fn write_async<B: IoBuf + Send + 'static>(
+        &self,
+        fd: Fd,
+        data: B,
+    ) -> Pending<(Result<usize, Errno>, B)> {
+        self.submit(move |i| (i.write_fd(fd, data.as_slice(), None), data))
     }
 
     /// Writes `data` at `off`.
-    pub fn pwrite_async(
+    pub fn pwrite_async<B: IoBuf + Send + 'static>(
         &self,
         fd: Fd,
-        data: Vec<u8>,
+        data: B,
         off: u64,
-    ) -> Pending<(Result<usize, Errno>, Vec<u8>)> {
-        self.submit(move |i| (i.write_fd(fd, &data, Some(off)), data))
+    ) -> Pending<(Result<usize, Errno>, B)> {
+        self.submit(move |i| (i.write_fd(fd, data.as_slice(), Some(off)), data))
     }
 }
 
