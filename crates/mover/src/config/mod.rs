@@ -76,7 +76,7 @@
 //! epoch_us = 100             # bulk budget epoch
 //! control_us = 1000          # controller period
 //! idle_us = 500              # a latency tenant idle this long lets the bulk budget lapse
-//! min_samples = 32           # new latencies per tenant before a decision
+//! min_samples = 100          # new latencies per tenant before a decision (fewer prove a miss)
 //! decrease = 0.25            # share of the budget a missed objective takes away
 //! step_mib_s = 256.0         # budget added when every objective has slack
 //! slack = 0.2                # share of its bound a tenant must have to spare to raise it

@@ -27,7 +27,8 @@ pub struct QosConfig {
     /// A latency tenant that starts no copy for this long is idle: a budget the controller
     /// set lapses, and the bulk channels run free until a latency tenant's next copy (µs).
     pub idle_us: u64,
-    /// New latencies per latency tenant before the controller judges its percentile.
+    /// New latencies per latency tenant before the controller judges its percentile (fewer
+    /// decide a miss they already prove: more over the bound than the percentile allows).
     pub min_samples: u64,
     /// Share of the budget a missed objective takes away.
     pub decrease: f64,
@@ -54,7 +55,7 @@ impl Default for QosConfig {
             epoch_us: 100,
             control_us: 1000,
             idle_us: 500,
-            min_samples: 32,
+            min_samples: 100,
             decrease: 0.25,
             step_mib_s: 256.0,
             slack: 0.2,

@@ -23,13 +23,14 @@
 //!   `min_samples` new latencies, it takes the smallest slack, (bound − percentile) ÷ bound:
 //!   below 0 (an objective missed) the budget drops by `decrease` of itself, above `slack` it
 //!   rises by `step`, between it holds; always within the floor (`floor_mib_s`, or the bulk
-//!   tenants' floors summed if more) and the ceiling, where the budget is lifted. A control
-//!   period in which no latency tenant copied anything lifts the budget at once, so an idle
-//!   latency tenant leaves the bulk tenants their whole bandwidth.
+//!   tenants' floors summed if more) and the ceiling, where the budget is lifted. Fewer than
+//!   `min_samples` latencies decide a miss they already prove ([`judge`]).
 //! - A steered budget is a lease ([`Budget::lapses_ns`]): each latency tenant's copy renews
 //!   it for `idle_us` as it starts, and once no latency tenant has started one for that long
 //!   the engine runs the bulk channels free, even while no copy finishes to run the
-//!   controller (a throttled bulk copy can take many control periods).
+//!   controller (a throttled bulk copy can take many control periods); the budget is back,
+//!   as the controller left it, with the next latency copy. So an idle latency tenant leaves
+//!   the bulk tenants their whole bandwidth, and the controller decides only on traffic.
 
 mod classes;
 
@@ -96,15 +97,43 @@ pub(crate) struct Law {
 }
 
 /// The next budget after one decision, from the smallest slack over the latency tenants with
-/// traffic (`None`: none had any). At the ceiling the budget is lifted.
-pub(crate) fn next_budget(budget: u64, slack: Option<f64>, law: &Law) -> u64 {
-    let b = match slack {
-        None => law.ceiling,
-        Some(s) if s < 0.0 => budget - (budget as f64 * law.decrease) as u64,
-        Some(s) if s > law.slack => budget.saturating_add(law.step),
-        Some(_) => budget,
+/// traffic. At the ceiling the budget is lifted.
+pub(crate) fn next_budget(budget: u64, slack: f64, law: &Law) -> u64 {
+    let b = if slack < 0.0 {
+        budget - (budget as f64 * law.decrease) as u64
+    } else if slack > law.slack {
+        budget.saturating_add(law.step)
+    } else {
+        budget
     };
     b.clamp(law.floor, law.ceiling)
+}
+
+/// The percentile of a latency tenant's fresh samples `v` (ns, sorted here), or `None` while
+/// they are too few to judge. `min_samples` make a judgement; fewer do when they already
+/// prove a miss: more of them over the bound than the percentile allows in `min_samples`
+/// (for p99 of 32, one), whatever the rest will be. Their percentile is then over the bound
+/// too, so a badly missed objective throttles within a control period instead of waiting
+/// for `min_samples` requests.
+pub(crate) fn judge(
+    v: &mut [u32],
+    min_samples: u64,
+    percentile: f64,
+    bound_ns: f64,
+) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    if (v.len() as u64) < min_samples {
+        let allowed = ((100.0 - percentile) / 100.0 * min_samples as f64).floor() as usize;
+        let over = v.iter().filter(|&&x| f64::from(x) > bound_ns).count();
+        if over <= allowed {
+            return None;
+        }
+    }
+    v.sort_unstable();
+    let rank = ((percentile / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    Some(f64::from(v[rank - 1]))
 }
 
 /// The controller's own state, taken by whichever caller runs it.
@@ -331,17 +360,14 @@ impl Qos {
             if fresh == 0 {
                 continue;
             }
-            if fresh < self.min_samples {
-                ready = false;
-                continue;
-            }
             let take = fresh.min(WINDOW as u64);
             let mut v: Vec<u32> = (recorded - take..recorded)
                 .map(|k| t.window[k as usize % WINDOW].load(Ordering::Relaxed))
                 .collect();
-            v.sort_unstable();
-            let rank = ((t.percentile / 100.0 * v.len() as f64).ceil() as usize).clamp(1, v.len());
-            let p = f64::from(v[rank - 1]);
+            let Some(p) = judge(&mut v, self.min_samples, t.percentile, t.bound_ns) else {
+                ready = false;
+                continue;
+            };
             t.last_ns.store(p as u64, Ordering::Relaxed);
             let s = (t.bound_ns - p) / t.bound_ns;
             if s < 0.0 {
@@ -350,13 +376,12 @@ impl Qos {
             slack = Some(slack.map_or(s, |m: f64| m.min(s)));
             judged.push((i, recorded));
         }
-        let decision = if !any {
-            Some(None)
-        } else if ready && slack.is_some() {
-            Some(slack)
-        } else {
-            None
-        };
+        // A miss decides at once; slack needs every tenant with traffic judged. A period
+        // without latency traffic decides nothing: the budget's lease lapses by itself while
+        // latency tenants idle, and is there again, as the controller left it, when they come
+        // back (lifting it instead let one quiet millisecond at 5,000 requests/s, e^-5 of
+        // them, undo the controller's work every 150 ms).
+        let decision = slack.filter(|&s| any && (ready || s < 0.0));
         let Some(slack) = decision else { return };
         for (i, recorded) in judged {
             c.judged[i] = recorded;
@@ -383,14 +408,12 @@ impl Qos {
         (budget < self.law.ceiling || self.fixed).then(|| Budget {
             bytes: (budget / self.bulk_channels.max(1) as u64).max(1),
             epoch_ns: self.epoch_ns,
-            // A decision to throttle comes from latency tenants' traffic: the lease starts.
+            // Only latency tenants' copies renew the lease ([`Qos::active`]): a decision made
+            // on the last samples of a tenant gone quiet must not hold the bulk tenants back.
             lapses_ns: if self.fixed {
                 0
             } else {
-                let until = clock::now_ns() + self.lease_ns;
-                self.lapses_ns
-                    .fetch_max(until, Ordering::Relaxed)
-                    .max(until)
+                self.lapses_ns.load(Ordering::Relaxed)
             },
         })
     }
@@ -464,7 +487,7 @@ mod tests {
         let mut history = Vec::new();
         for _ in 0..300 {
             let slack = (bound - plant(budget)) / bound;
-            budget = next_budget(budget, Some(slack), &law());
+            budget = next_budget(budget, slack, &law());
             history.push(budget);
         }
         let settled = history[200];
@@ -480,16 +503,46 @@ mod tests {
         );
     }
 
+    /// Fewer samples than a judgement needs decide only a miss they already prove: for p99 of
+    /// 32, one sample over the bound; for p90 of 32, four; and the percentile they give is
+    /// then over the bound.
+    #[test]
+    fn too_few_samples_judge_only_a_proven_miss() {
+        let bound = 100.0;
+        assert_eq!(judge(&mut [], 32, 99.0, bound), None);
+        assert_eq!(judge(&mut [50, 60, 70], 32, 99.0, bound), None);
+        assert_eq!(judge(&mut [50, 160, 70], 32, 99.0, bound), Some(160.0));
+        assert_eq!(judge(&mut [150, 160, 170, 20, 30], 32, 90.0, bound), None);
+        let mut four = [150, 160, 170, 180, 20, 30, 40, 50, 60, 70];
+        assert!(judge(&mut four, 32, 90.0, bound).is_some_and(|p| p > bound));
+        let mut full: Vec<u32> = (1..=32).collect();
+        assert_eq!(
+            judge(&mut full, 32, 50.0, bound),
+            Some(16.0),
+            "a full window: its median"
+        );
+        // Whatever the percentile and however many fresh samples, a proven miss is a miss.
+        for pct in [50.0, 90.0, 99.0, 99.9] {
+            for n in 1..32usize {
+                for over in 0..=n {
+                    let mut v: Vec<u32> = (0..n).map(|k| if k < over { 200 } else { 10 }).collect();
+                    if let Some(p) = judge(&mut v, 32, pct, bound) {
+                        assert!(p > bound, "pct {pct}, {over} of {n} over: {p}");
+                    }
+                }
+            }
+        }
+    }
+
     /// A miss lowers the budget by a quarter, never below the floor; slack raises it by a
-    /// step, never above the ceiling; no traffic lifts it at once.
+    /// step, never above the ceiling.
     #[test]
     fn the_law_steps_within_floor_and_ceiling() {
         let l = law();
-        assert_eq!(next_budget(1 << 20, Some(-0.5), &l), 3 << 18);
-        assert_eq!(next_budget(l.floor, Some(-0.5), &l), l.floor);
-        assert_eq!(next_budget(1 << 20, Some(0.5), &l), (1 << 20) + l.step);
-        assert_eq!(next_budget(l.ceiling, Some(0.5), &l), l.ceiling);
-        assert_eq!(next_budget(1 << 20, Some(0.1), &l), 1 << 20);
-        assert_eq!(next_budget(l.floor, None, &l), l.ceiling);
+        assert_eq!(next_budget(1 << 20, -0.5, &l), 3 << 18);
+        assert_eq!(next_budget(l.floor, -0.5, &l), l.floor);
+        assert_eq!(next_budget(1 << 20, 0.5, &l), (1 << 20) + l.step);
+        assert_eq!(next_budget(l.ceiling, 0.5, &l), l.ceiling);
+        assert_eq!(next_budget(1 << 20, 0.1, &l), 1 << 20);
     }
 }
