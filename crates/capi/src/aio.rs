@@ -19,7 +19,7 @@ use std::time::Duration;
 use switchyard_store::{Errno, Fd, IoBuf};
 
 use crate::error::{guard, status, Failure};
-use crate::mover::sy_completion;
+use crate::mover::{slots, sy_completion};
 use crate::store::{sy_store, Backend};
 
 /// A submitted request's future: its result, in bytes or a negative errno.
@@ -209,18 +209,6 @@ fn result(r: Result<usize, Errno>) -> i64 {
     r.map_or_else(|e| -i64::from(e.0), |n| n as i64)
 }
 
-/// The completion slots of a poll or wait: `-EFAULT` for null with `max > 0`.
-fn slots<'a>(out: *mut sy_completion, max: usize) -> Result<&'a mut [sy_completion], Failure> {
-    if max == 0 {
-        return Ok(&mut []);
-    }
-    if out.is_null() {
-        return Err(Failure::new(libc::EFAULT, "completions: a null array"));
-    }
-    // SAFETY: not null; the caller promises `max` writable completions.
-    Ok(unsafe { std::slice::from_raw_parts_mut(out, max) })
-}
-
 /// The store behind `s` for reaping: `-EFAULT` for null.
 ///
 /// # Safety
@@ -245,7 +233,8 @@ pub unsafe extern "C" fn sy_store_poll(
         || {
             // SAFETY: the caller's promise, forwarded.
             let s = unsafe { handle(s) }?;
-            Ok(reap(s, slots(out, max)?, Waker::noop()))
+            // SAFETY: the caller's promise, forwarded.
+            Ok(reap(s, unsafe { slots(out, max) }?, Waker::noop()))
         },
         |n| n as i64,
     )
@@ -271,7 +260,8 @@ pub unsafe extern "C" fn sy_store_wait(
             }
             // SAFETY: the caller's promise, forwarded.
             let s = unsafe { handle(s) }?;
-            let out = slots(out, max)?;
+            // SAFETY: the caller's promise, forwarded.
+            let out = unsafe { slots(out, max) }?;
             let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
             let mut n = 0;
             loop {

@@ -68,6 +68,19 @@ fn hints(flags: u32) -> Result<Hints, Failure> {
     })
 }
 
+/// A copy's hints and buffers, its arguments checked.
+fn copy_args(
+    dst: *mut c_void,
+    src: *const c_void,
+    len: usize,
+    flags: u32,
+) -> Result<(Hints, *mut u8, *const u8), Failure> {
+    let h = hints(flags)?;
+    let (dst, src) = (dst.cast::<u8>(), src.cast::<u8>());
+    check_copy(dst, src, len)?;
+    Ok((h, dst, src))
+}
+
 /// Checks a copy's arguments: pointers not null where `len > 0`, ranges that do not overlap
 /// or wrap.
 fn check_copy(dst: *mut u8, src: *const u8, len: usize) -> Result<(), Failure> {
@@ -174,9 +187,7 @@ pub unsafe extern "C" fn sy_copy(
     status(|| {
         // SAFETY: the caller promises a live mover or null.
         let m = unsafe { mover(m) }?;
-        let h = hints(flags)?;
-        let (dst, src) = (dst.cast::<u8>(), src.cast::<u8>());
-        check_copy(dst, src, len)?;
+        let (h, dst, src) = copy_args(dst, src, len, flags)?;
         if len > 0 {
             // SAFETY: checked: not null, no overlap; the caller promises the buffers.
             unsafe { m.mover.copy_raw(dst, src, len, h) };
@@ -205,9 +216,7 @@ pub unsafe extern "C" fn sy_copy_submit(
     status(|| {
         // SAFETY: the caller promises a live mover or null.
         let m = unsafe { mover(m) }?;
-        let h = hints(flags)?;
-        let (dst, src) = (dst.cast::<u8>(), src.cast::<u8>());
-        check_copy(dst, src, len)?;
+        let (h, dst, src) = copy_args(dst, src, len, flags)?;
         let d = if len == 0 {
             None
         } else {
@@ -242,11 +251,11 @@ fn reap(m: &Open, out: &mut [sy_completion]) -> usize {
     n
 }
 
-/// The completion slots of a poll or wait.
+/// The completion slots of a poll or wait: `-EFAULT` for null with `max > 0`.
 ///
 /// # Safety
 /// `out` is null with `max` 0, or writable for `max` completions.
-unsafe fn slots<'a>(
+pub(crate) unsafe fn slots<'a>(
     out: *mut sy_completion,
     max: usize,
 ) -> Result<&'a mut [sy_completion], Failure> {
