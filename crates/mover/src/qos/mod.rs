@@ -24,7 +24,7 @@
 //!   below 0 (an objective missed) the budget drops by `decrease` of itself, above `slack` it
 //!   rises by `step`, between it holds; always within the floor (`floor_mib_s`, or the bulk
 //!   tenants' floors summed if more) and the ceiling, where the budget is lifted. Fewer than
-//!   `min_samples` latencies decide a miss they already prove ([`judge`]).
+//!   `min_samples` latencies decide a miss they already prove (`judge`).
 //! - A steered budget is a lease ([`Budget::lapses_ns`]): each latency tenant's copy renews
 //!   it for `idle_us` as it starts, and once no latency tenant has started one for that long
 //!   the engine runs the bulk channels free, even while no copy finishes to run the
