@@ -37,6 +37,10 @@ typedef struct sy_dir sy_dir;
 // `-EBADF` instead of touching freed memory.
 typedef struct sy_mover sy_mover;
 
+// A mapped region. Thread-safe; closed ([`sy_region_close`]) it stays a tombstone, as every
+// handle does, but its memory is unmapped: pointers into it must not be used after.
+typedef struct sy_region sy_region;
+
 // A store: in this process, or served by another. Thread-safe. Closed
 // ([`sy_store_close`]), it stays a tombstone of a few bytes, so a late call fails with
 // `-EBADF` instead of touching freed memory.
@@ -247,6 +251,33 @@ int64_t sy_mover_stats_json(const struct sy_mover *m, char *buf, size_t len);
 // one (1-based into `qos.tenants` of the configuration; 0: none); returns the tenant it
 // carried before.
 uint16_t sy_thread_tenant(uint16_t tenant);
+
+// Maps the file at `path` as a region: with `create`, made (owner-only) or grown to `size`
+// bytes; without, as it is. The file is locked for this process as a store file is (another
+// owner: `-EBUSY`). 0 or a negative errno.
+//
+// # Safety
+// `path` is a NUL-terminated string; `out` is writable.
+int32_t sy_region_open(const char *path, uint64_t size, int32_t create, struct sy_region **out);
+
+// The first byte of the region's mapping (valid until [`sy_region_close`]), or null for a
+// null or closed region.
+//
+// # Safety
+// `r` is null or a region handle.
+void *sy_region_base(const struct sy_region *r);
+
+// The region's length in bytes, or a negative errno (`-EBADF` once closed).
+//
+// # Safety
+// `r` is null or a region handle.
+int64_t sy_region_len(const struct sy_region *r);
+
+// Unmaps the region and releases its file: 0, or `-EBADF` if closed already.
+//
+// # Safety
+// `r` is null or a region handle; no copy into or out of it is in flight.
+int32_t sy_region_close(const struct sy_region *r);
 
 // Opens the store file at `store_path` in this process, which becomes its single owner
 // (the file is locked: another process gets `-EBUSY` and the owner's name in the message),

@@ -2,7 +2,8 @@
 //!
 //! - **The mover** ([`mod@mover`]): synchronous copies, and asynchronous ones reaped from a
 //!   completion queue (submit, poll, wait), each decided CPU, engine or split as in Rust; the
-//!   counters by name or as JSON.
+//!   counters by name or as JSON; durable copies into a slow-memory region the library maps
+//!   ([`mod@region`]).
 //! - **The store** ([`mod@store`]): a store opened in this process (its single owner: the
 //!   store file's lock is taken) or one another process serves (`switchyard serve`), by paths
 //!   and descriptors as POSIX offers them; asynchronous reads and writes reaped from the
@@ -42,6 +43,7 @@ macro_rules! versioned {
 pub mod aio;
 pub mod error;
 pub mod mover;
+pub mod region;
 pub mod store;
 
 pub use error::{sy_last_error, sy_strerror};
@@ -69,6 +71,7 @@ const _: fn() = || {
     shared::<mover::sy_mover>();
     shared::<store::sy_store>();
     shared::<store::sy_dir>();
+    shared::<region::sy_region>();
 };
 
 versioned!(sy_abi_version, sy_version);
