@@ -19,6 +19,7 @@ use std::time::Duration;
 use switchyard_store::{Errno, Fd, IoBuf};
 
 use crate::error::{guard, status, Failure};
+use crate::handle::handle;
 use crate::mover::{slots, sy_completion};
 use crate::store::{sy_store, Backend};
 
@@ -116,10 +117,10 @@ pub unsafe extern "C" fn sy_submit_pread(
 ) -> i32 {
     status(|| {
         // SAFETY: the caller's promise, forwarded.
-        let store = unsafe { handle(s) }?;
+        let store = unsafe { handle(s, "store") }?;
         let (fd, off, buf) = request_args(fd, buf.cast(), len, off)?;
-        let open = store.files.read();
-        let backend = lent(&open)?;
+        let open = store.files.open("store")?;
+        let backend = lent(&open);
         let request: Running = match backend {
             Backend::Local(fs) => {
                 let f = fs.pread_async(fd, buf, off);
@@ -154,10 +155,10 @@ pub unsafe extern "C" fn sy_submit_pwrite(
 ) -> i32 {
     status(|| {
         // SAFETY: the caller's promise, forwarded.
-        let store = unsafe { handle(s) }?;
+        let store = unsafe { handle(s, "store") }?;
         let (fd, off, buf) = request_args(fd, buf.cast_mut().cast(), len, off)?;
-        let open = store.files.read();
-        let backend = lent(&open)?;
+        let open = store.files.open("store")?;
+        let backend = lent(&open);
         let request: Running = match backend {
             Backend::Local(fs) => {
                 let f = fs.pwrite_async(fd, buf, off);
@@ -173,16 +174,13 @@ pub unsafe extern "C" fn sy_submit_pwrite(
     })
 }
 
-/// The open store for a request to borrow beyond this call (`-EBADF` once closed): queued
-/// requests are dropped, each waiting for its copies, before the backend is
-/// ([`crate::store::sy_store_close`] empties the queue under the write lock first), and the
-/// caller queues its request while it holds `open`, so no close comes between.
-fn lent(open: &Option<Backend>) -> Result<&'static Backend, Failure> {
-    let b = open
-        .as_ref()
-        .ok_or_else(|| Failure::new(libc::EBADF, "a closed store"))?;
+/// The open store `b`, for a request to borrow beyond this call: queued requests are dropped,
+/// each waiting for its copies, before the backend is ([`crate::store::sy_store_close`]
+/// empties the queue before it drops the backend it took), and the caller queues its request
+/// while it holds the store open, so no close comes between.
+fn lent(b: &Backend) -> &'static Backend {
     // SAFETY: as above: the backend outlives every request that borrows it.
-    Ok(unsafe { &*(b as *const Backend) })
+    unsafe { &*(b as *const Backend) }
 }
 
 /// A request's descriptor, offset and lent buffer, checked.
@@ -209,15 +207,6 @@ fn result(r: Result<usize, Errno>) -> i64 {
     r.map_or_else(|e| -i64::from(e.0), |n| n as i64)
 }
 
-/// The store behind `s` for reaping: `-EFAULT` for null.
-///
-/// # Safety
-/// `s` is a store handle or null.
-unsafe fn handle<'a>(s: *const sy_store) -> Result<&'a sy_store, Failure> {
-    // SAFETY: the caller promises a handle (never freed) or null.
-    unsafe { s.as_ref() }.ok_or_else(|| Failure::new(libc::EFAULT, "a null store"))
-}
-
 /// Reaps finished requests of `s`, up to `max`, into `out` without waiting: how many, or a
 /// negative errno.
 ///
@@ -232,7 +221,7 @@ pub unsafe extern "C" fn sy_store_poll(
     guard(
         || {
             // SAFETY: the caller's promise, forwarded.
-            let s = unsafe { handle(s) }?;
+            let s = unsafe { handle(s, "store") }?;
             // SAFETY: the caller's promise, forwarded.
             Ok(reap(s, unsafe { slots(out, max) }?, Waker::noop()))
         },
@@ -259,7 +248,7 @@ pub unsafe extern "C" fn sy_store_wait(
                 return Err(Failure::new(libc::EINVAL, "sy_store_wait: min > max"));
             }
             // SAFETY: the caller's promise, forwarded.
-            let s = unsafe { handle(s) }?;
+            let s = unsafe { handle(s, "store") }?;
             // SAFETY: the caller's promise, forwarded.
             let out = unsafe { slots(out, max) }?;
             let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
@@ -287,7 +276,7 @@ pub unsafe extern "C" fn sy_store_pending(s: *const sy_store) -> i64 {
     guard(
         || {
             // SAFETY: the caller's promise, forwarded.
-            let s = unsafe { handle(s) }?;
+            let s = unsafe { handle(s, "store") }?;
             let n = s.queue.lock().len();
             Ok(n)
         },

@@ -42,6 +42,7 @@ macro_rules! versioned {
 
 pub mod aio;
 pub mod error;
+mod handle;
 pub mod mover;
 pub mod region;
 pub mod store;

@@ -5,10 +5,11 @@
 use std::ffi::{c_char, c_void};
 use std::sync::Mutex;
 
-use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
+use parking_lot::MappedRwLockReadGuard;
 use switchyard_mover::{qos, Detached, Direction, Hints, Mover};
 
 use crate::error::{guard, status, text, Failure};
+use crate::handle::{handle, Shell};
 
 /// The copy reads slow memory into DRAM (default: DRAM into slow memory).
 pub const SY_COPY_FROM_SLOW: u32 = 1;
@@ -34,7 +35,7 @@ pub struct sy_completion {
 /// `-EBADF` instead of touching freed memory.
 #[allow(non_camel_case_types)]
 pub struct sy_mover {
-    open: RwLock<Option<Open>>,
+    open: Shell<Open>,
 }
 
 /// An open mover.
@@ -112,10 +113,8 @@ fn check_copy(dst: *mut u8, src: *const u8, len: usize) -> Result<(), Failure> {
 /// # Safety
 /// `m` is null or a handle from [`sy_mover_new`].
 unsafe fn mover<'a>(m: *const sy_mover) -> Result<MappedRwLockReadGuard<'a, Open>, Failure> {
-    // SAFETY: the caller promises a handle from sy_mover_new (never freed) or null.
-    let m = unsafe { m.as_ref() }.ok_or_else(|| Failure::new(libc::EFAULT, "a null mover"))?;
-    RwLockReadGuard::try_map(m.open.read(), Option::as_ref)
-        .map_err(|_| Failure::new(libc::EBADF, "a closed mover"))
+    // SAFETY: forwarded from this function's contract.
+    unsafe { handle(m, "mover") }?.open.open("mover")
 }
 
 /// Starts a mover with the configuration file at `config_path` (TOML, as `switchyard config`
@@ -142,10 +141,10 @@ pub unsafe extern "C" fn sy_mover_new(config_path: *const c_char, out: *mut *mut
             .map_err(|e| Failure::new(libc::EINVAL, format!("{e:#}")))?;
         let mover = Mover::start(&config).map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
         let m = Box::new(sy_mover {
-            open: RwLock::new(Some(Open {
+            open: Shell::new(Open {
                 mover,
                 pending: Mutex::new(Vec::new()),
-            })),
+            }),
         });
         // SAFETY: checked not null; the caller promises it is writable.
         unsafe { *out = Box::into_raw(m) };
@@ -162,11 +161,8 @@ pub unsafe extern "C" fn sy_mover_new(config_path: *const c_char, out: *mut *mut
 #[no_mangle]
 pub unsafe extern "C" fn sy_mover_close(m: *const sy_mover) -> i32 {
     status(|| {
-        // SAFETY: the caller promises a handle from sy_mover_new (never freed) or null.
-        let m = unsafe { m.as_ref() }.ok_or_else(|| Failure::new(libc::EFAULT, "a null mover"))?;
-        let open = m.open.write().take();
-        open.map(drop)
-            .ok_or_else(|| Failure::new(libc::EBADF, "the mover was closed already"))
+        // SAFETY: the caller's promise, forwarded.
+        unsafe { handle(m, "mover") }?.open.close("mover").map(drop)
     })
 }
 

@@ -6,16 +6,16 @@
 
 use std::ffi::{c_char, c_void};
 
-use parking_lot::RwLock;
 use switchyard_media::{MediaError, Persist, Region, MIN_REGION};
 
 use crate::error::{guard, status, text, Failure};
+use crate::handle::{handle, Shell};
 
 /// A mapped region. Thread-safe; closed ([`sy_region_close`]) it stays a tombstone, as every
 /// handle does, but its memory is unmapped: pointers into it must not be used after.
 #[allow(non_camel_case_types)]
 pub struct sy_region {
-    open: RwLock<Option<Region>>,
+    open: Shell<Region>,
 }
 
 /// The failure of a region that would not map.
@@ -57,7 +57,7 @@ pub unsafe extern "C" fn sy_region_open(
         }
         .map_err(media_failure)?;
         let r = Box::new(sy_region {
-            open: RwLock::new(Some(region)),
+            open: Shell::new(region),
         });
         // SAFETY: checked not null; the caller promises it is writable.
         unsafe { *out = Box::into_raw(r) };
@@ -72,9 +72,9 @@ pub unsafe extern "C" fn sy_region_open(
 /// `r` is null or a region handle.
 #[no_mangle]
 pub unsafe extern "C" fn sy_region_base(r: *const sy_region) -> *mut c_void {
-    // SAFETY: the caller promises a handle (never freed) or null.
-    unsafe { r.as_ref() }
-        .and_then(|r| r.open.read().as_ref().map(|g| g.as_mut_ptr().cast()))
+    // SAFETY: the caller's promise, forwarded.
+    unsafe { handle(r, "region") }
+        .and_then(|r| r.open.open("region").map(|g| g.as_mut_ptr().cast()))
         .unwrap_or(std::ptr::null_mut())
 }
 
@@ -86,14 +86,8 @@ pub unsafe extern "C" fn sy_region_base(r: *const sy_region) -> *mut c_void {
 pub unsafe extern "C" fn sy_region_len(r: *const sy_region) -> i64 {
     guard(
         || {
-            // SAFETY: the caller promises a handle (never freed) or null.
-            let r =
-                unsafe { r.as_ref() }.ok_or_else(|| Failure::new(libc::EFAULT, "a null region"))?;
-            let open = r.open.read();
-            let len = open
-                .as_ref()
-                .map(Region::len)
-                .ok_or_else(|| Failure::new(libc::EBADF, "a closed region"))?;
+            // SAFETY: the caller's promise, forwarded.
+            let len = unsafe { handle(r, "region") }?.open.open("region")?.len();
             Ok(len)
         },
         |n| n as i64,
@@ -107,11 +101,11 @@ pub unsafe extern "C" fn sy_region_len(r: *const sy_region) -> i64 {
 #[no_mangle]
 pub unsafe extern "C" fn sy_region_close(r: *const sy_region) -> i32 {
     status(|| {
-        // SAFETY: the caller promises a handle (never freed) or null.
-        let r = unsafe { r.as_ref() }.ok_or_else(|| Failure::new(libc::EFAULT, "a null region"))?;
-        let open = r.open.write().take();
-        open.map(drop)
-            .ok_or_else(|| Failure::new(libc::EBADF, "the region was closed already"))
+        // SAFETY: the caller's promise, forwarded.
+        unsafe { handle(r, "region") }?
+            .open
+            .close("region")
+            .map(drop)
     })
 }
 

@@ -5,7 +5,7 @@
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
-use parking_lot::{MappedRwLockReadGuard, Mutex, RwLock, RwLockReadGuard};
+use parking_lot::{MappedRwLockReadGuard, Mutex};
 
 use switchyard_media::{MediaError, Region, MIN_REGION};
 use switchyard_mover::Mover;
@@ -16,13 +16,14 @@ use switchyard_store::{
 };
 
 use crate::error::{guard, status, text, Failure};
+use crate::handle::{handle, Shell};
 
 /// A store: in this process, or served by another. Thread-safe. Closed
 /// ([`sy_store_close`]), it stays a tombstone of a few bytes, so a late call fails with
 /// `-EBADF` instead of touching freed memory.
 #[allow(non_camel_case_types)]
 pub struct sy_store {
-    pub(crate) files: RwLock<Option<Backend>>,
+    pub(crate) files: Shell<Backend>,
     /// Asynchronous requests not yet reaped (module `aio`), with their user data.
     pub(crate) queue: Mutex<Vec<(crate::aio::Request, u64)>>,
 }
@@ -127,10 +128,9 @@ pub struct sy_dir {
 /// `s` is null or a handle from [`sy_store_open`], [`sy_store_create`] or
 /// [`sy_store_connect`].
 unsafe fn store<'a>(s: *const sy_store) -> Result<MappedRwLockReadGuard<'a, dyn Files>, Failure> {
-    // SAFETY: the caller promises a handle (never freed) or null.
-    let s = unsafe { s.as_ref() }.ok_or_else(|| Failure::new(libc::EFAULT, "a null store"))?;
-    RwLockReadGuard::try_map(s.files.read(), |b| b.as_ref().map(Backend::files))
-        .map_err(|_| Failure::new(libc::EBADF, "a closed store"))
+    // SAFETY: forwarded from this function's contract.
+    let open = unsafe { handle(s, "store") }?.files.open("store")?;
+    Ok(MappedRwLockReadGuard::map(open, Backend::files))
 }
 
 /// A descriptor argument: `-EBADF` when negative.
@@ -287,7 +287,7 @@ unsafe fn local<'a>(
 /// Hands a new store handle to the caller through `out` (checked not null).
 fn opened(out: *mut *mut sy_store, files: Backend) -> Result<(), Failure> {
     let s = sy_store {
-        files: RwLock::new(Some(files)),
+        files: Shell::new(files),
         queue: Mutex::new(Vec::new()),
     };
     put(out, Box::into_raw(Box::new(s)))
@@ -335,16 +335,15 @@ pub unsafe extern "C" fn sy_store_connect(
 #[no_mangle]
 pub unsafe extern "C" fn sy_store_close(s: *const sy_store) -> i32 {
     status(|| {
-        // SAFETY: the caller promises a handle (never freed) or null.
-        let s = unsafe { s.as_ref() }.ok_or_else(|| Failure::new(libc::EFAULT, "a null store"))?;
-        let mut files = s.files.write();
-        let open = files.take();
-        // Queued requests borrow the store: they go first, each waiting for its copies.
+        // SAFETY: the caller's promise, forwarded.
+        let s = unsafe { handle(s, "store") }?;
+        let open = s.files.close("store")?;
+        // Queued requests borrow the store (no new one can be queued now): they go first,
+        // each waiting for its copies.
         s.queue.lock().clear();
         match open {
-            None => Err(Failure::new(libc::EBADF, "the store was closed already")),
-            Some(Backend::Local(fs)) => fs.unmount().map_err(Failure::from),
-            Some(Backend::Remote(c)) => {
+            Backend::Local(fs) => fs.unmount().map_err(Failure::from),
+            Backend::Remote(c) => {
                 drop(c);
                 Ok(())
             }
@@ -430,7 +429,6 @@ pub unsafe extern "C" fn sy_close(s: *const sy_store, fd: i32) -> i32 {
 #[no_mangle]
 pub unsafe extern "C" fn sy_read(s: *const sy_store, fd: i32, buf: *mut c_void, len: usize) -> i64 {
     guard(
-        // SAFETY: the caller's promises, forwarded.
         || {
             // SAFETY: the caller's promise, forwarded.
             let (f, fd) = (unsafe { store(s) }?, descriptor(fd)?);
@@ -479,7 +477,6 @@ pub unsafe extern "C" fn sy_write(
     len: usize,
 ) -> i64 {
     guard(
-        // SAFETY: the caller's promises, forwarded.
         || {
             // SAFETY: the caller's promise, forwarded.
             let (f, fd) = (unsafe { store(s) }?, descriptor(fd)?);

@@ -24,7 +24,8 @@ pub fn current() -> u16 {
 /// that made it (not `Send`).
 #[must_use = "the tenant is left when the scope drops"]
 pub struct TenantScope {
-    previous: u16,
+    /// The tenant to restore; `None` when entering changed nothing (tenant 0).
+    previous: Option<u16>,
     _thread: PhantomData<*const ()>,
 }
 
@@ -32,10 +33,8 @@ pub struct TenantScope {
 /// request, which cannot hand [`Hints`](crate::Hints) down to its copies, classes them.
 /// Tenant 0 keeps whatever tenant the thread already carries.
 pub fn enter(tenant: u16) -> TenantScope {
-    let previous = current();
-    if tenant != 0 {
-        CURRENT.with(|c| c.set(tenant));
-    }
+    // Tenant 0 (every request where no tenants are configured) touches nothing.
+    let previous = (tenant != 0).then(|| CURRENT.with(|c| c.replace(tenant)));
     TenantScope {
         previous,
         _thread: PhantomData,
@@ -50,7 +49,9 @@ pub fn set_current(tenant: u16) -> u16 {
 
 impl Drop for TenantScope {
     fn drop(&mut self) {
-        CURRENT.with(|c| c.set(self.previous));
+        if let Some(previous) = self.previous {
+            CURRENT.with(|c| c.set(previous));
+        }
     }
 }
 
