@@ -504,6 +504,27 @@ impl Inner {
     }
 
     pub(super) fn open(&mut self, path: &str, flags: OpenFlags, mode: u32) -> Result<Fd, Errno> {
+        let (ino, _) = self.open_ino(path, flags, mode)?;
+        let fd = self.next_fd;
+        self.next_fd += 1;
+        self.fds.insert(
+            fd,
+            Open {
+                ino,
+                flags,
+                offset: 0,
+            },
+        );
+        Ok(Fd(fd))
+    }
+
+    /// Opens (or creates) `path` on the server: the inode and what it is after the open.
+    pub(super) fn open_ino(
+        &mut self,
+        path: &str,
+        flags: OpenFlags,
+        mode: u32,
+    ) -> Result<(u64, Stat), Errno> {
         let (parent, name) = self.parent_of(path, &mut 0)?;
         let ino = match name {
             None => ROOT,
@@ -526,28 +547,22 @@ impl Inner {
                 Err(e) => return Err(e),
             },
         };
-        let attr = stat_of(self.call(&Request::Open { ino })?)?.attr;
+        let mut stat = stat_of(self.call(&Request::Open { ino })?)?;
+        let attr = stat.attr;
         if attr.kind() == S_IFDIR && flags.write {
             let _ = self.call(&Request::Close { ino });
             return Err(Errno::EISDIR);
         }
         if flags.truncate && flags.write && attr.kind() == S_IFREG && attr.size > 0 {
-            if let Err(e) = self.setattr(ino, size_only(0)) {
-                let _ = self.call(&Request::Close { ino });
-                return Err(e);
+            match self.setattr(ino, size_only(0)) {
+                Ok(s) => stat = s,
+                Err(e) => {
+                    let _ = self.call(&Request::Close { ino });
+                    return Err(e);
+                }
             }
         }
-        let fd = self.next_fd;
-        self.next_fd += 1;
-        self.fds.insert(
-            fd,
-            Open {
-                ino,
-                flags,
-                offset: 0,
-            },
-        );
-        Ok(Fd(fd))
+        Ok((ino, stat))
     }
 
     pub(super) fn make(&mut self, path: &str, mode: u32, target: Vec<u8>) -> Result<u64, Errno> {

@@ -22,6 +22,7 @@ use crate::auth::Key;
 mod aio;
 mod inner;
 mod inodes;
+mod paths;
 
 use crate::proto::{Reply, Request, Welcome, PROTOCOL_VERSION};
 pub use aio::Pending;
