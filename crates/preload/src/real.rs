@@ -150,4 +150,6 @@ real! {
     fchdir: fn(c_int) -> c_int;
     getcwd: fn(*mut c_char, size_t) -> *mut c_char;
     realpath: fn(*const c_char, *mut c_char) -> *mut c_char;
+    mkostemps: fn(*mut c_char, c_int, c_int) -> c_int;
+    mkdtemp: fn(*mut c_char) -> *mut c_char;
 }

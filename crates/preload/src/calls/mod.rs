@@ -25,6 +25,7 @@ mod map;
 mod names;
 mod space;
 mod stat;
+mod temp;
 mod xattr;
 
 /// Runs a call by the route of its path: `$libc` with `$p` the path to pass on, or `$store`

@@ -186,6 +186,16 @@ static void calls(const char *dir) {
     free(rp);
     CHECK(chdir("/") == 0 && getcwd(cwd, sizeof cwd) && !strcmp(cwd, "/"));
 
+    /* Unique names. */
+    char tmpl[PATH_MAX];
+    snprintf(tmpl, sizeof tmpl, "%s/d/tmpXXXXXX.x", dir);
+    int tfd = mkstemps(tmpl, 2);
+    CHECK(tfd >= 0 && strstr(tmpl, "XXXXXX") == NULL && write(tfd, "t", 1) == 1);
+    CHECK(close(tfd) == 0 && stat(tmpl, &st) == 0 && st.st_size == 1 && unlink(tmpl) == 0);
+    snprintf(tmpl, sizeof tmpl, "%s/d/dirXXXXXX", dir);
+    CHECK(mkdtemp(tmpl) == tmpl && stat(tmpl, &st) == 0 && S_ISDIR(st.st_mode));
+    CHECK(rmdir(tmpl) == 0);
+
     /* Removing. */
     CHECK(rmdir(at(dir, "d")) < 0 && errno == ENOTEMPTY);
     const char *names[] = {"d/b", "d/c", "d/l", "d/s", "d/t"};

@@ -1,0 +1,245 @@
+//! Unmodified programs on a store through the file preload library: cp, cat, tar (a
+//! byte-identical round trip), sqlite3 (thousands of transactions, and two processes on one
+//! database), fio (psync and pvsync2 with crc32c verification) and git.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::{pattern, Served};
+
+#[test]
+fn cp_and_cat_carry_every_byte() {
+    let s = Served::start(64);
+    let host = s.dir.path().join("big");
+    std::fs::write(&host, pattern(3 << 20 | 123, 1)).unwrap();
+    let big = s.path("big");
+    s.run("cp", &[host.to_str().unwrap(), &big]);
+    let out = s.run("cat", &[&big]);
+    assert_eq!(out.stdout, std::fs::read(&host).unwrap());
+    // And back out, and within the store.
+    let back = s.dir.path().join("back");
+    s.run("cp", &[&big, back.to_str().unwrap()]);
+    s.run("cp", &[&big, &s.path("copy")]);
+    s.run("cmp", &[&big, &s.path("copy")]);
+    s.run("cmp", &[host.to_str().unwrap(), back.to_str().unwrap()]);
+    // `cp` refuses to copy a file onto itself (it compares st_dev and st_ino).
+    let same = s.command("cp").args([&big, &big]).output().unwrap();
+    assert!(!same.status.success());
+    assert!(String::from_utf8_lossy(&same.stderr).contains("same file"));
+}
+
+#[test]
+fn a_tar_round_trip_is_byte_identical() {
+    let s = Served::start(64);
+    let src = s.dir.path().join("src");
+    for (i, d) in ["a", "a/b", "a/b/c", "e"].iter().enumerate() {
+        std::fs::create_dir_all(src.join(d)).unwrap();
+        for j in 0..5 {
+            let len = [0, 1, 4095, 4096, 70_000][j] + i;
+            std::fs::write(
+                src.join(d).join(format!("f{j}")),
+                pattern(len, (i * 5 + j) as u64),
+            )
+            .unwrap();
+        }
+    }
+    std::os::unix::fs::symlink("b/f1", src.join("a/link")).unwrap();
+    let tar1 = s.dir.path().join("1.tar");
+    let st = Command::new("tar")
+        .args([
+            "-C",
+            src.to_str().unwrap(),
+            "-cf",
+            tar1.to_str().unwrap(),
+            ".",
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    s.run("mkdir", &[&s.path("t")]);
+    s.run("tar", &["-C", &s.path("t"), "-xf", tar1.to_str().unwrap()]);
+    let tar2 = s.path("2.tar");
+    s.run("tar", &["-C", &s.path("t"), "-cf", &tar2, "."]);
+    let out = s.dir.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    s.run("tar", &["-C", out.to_str().unwrap(), "-xf", &tar2]);
+    let diff = Command::new("diff")
+        .args([
+            "-r",
+            "--no-dereference",
+            src.to_str().unwrap(),
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        diff.status.success(),
+        "{}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
+    // The listing the store gives tar matches the original's (names, sizes, modes, link).
+    let list = |args: &[&str], pre: bool| {
+        let o = if pre {
+            s.run("tar", args).stdout
+        } else {
+            Command::new("tar").args(args).output().unwrap().stdout
+        };
+        let mut l: Vec<String> = String::from_utf8_lossy(&o)
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                format!("{} {} {}", f[0], f[2], f[5..].join(" "))
+            })
+            .collect();
+        l.sort();
+        l
+    };
+    assert_eq!(
+        list(&["-tvf", tar1.to_str().unwrap()], false),
+        list(&["-tvf", &tar2], true)
+    );
+}
+
+#[test]
+fn sqlite_keeps_thousands_of_transactions_and_two_writers() {
+    let s = Served::start(64);
+    let db = s.path("db.sqlite");
+    let mut sql = String::from("CREATE TABLE t(id INTEGER PRIMARY KEY, who TEXT, v BLOB);\n");
+    for i in 0..2000 {
+        sql += &format!(
+            "INSERT INTO t(who, v) VALUES ('first', randomblob({}));\n",
+            i % 700
+        );
+    }
+    let mut child = s
+        .command("sqlite3")
+        .arg(&db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(sql.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Two processes write at once; the server's record locks keep them apart.
+    let writer = |who: &str| {
+        let mut sql = String::from(".timeout 20000\n");
+        for _ in 0..300 {
+            sql += &format!("INSERT INTO t(who, v) VALUES ('{who}', randomblob(100));\n");
+        }
+        let mut c = s
+            .command("sqlite3")
+            .arg(&db)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(sql.as_bytes()).unwrap();
+        c
+    };
+    let (a, b) = (writer("a"), writer("b"));
+    for c in [a, b] {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let out = s.run(
+        "sqlite3",
+        &[
+            &db,
+            "SELECT who, count(*) FROM t GROUP BY who ORDER BY who; PRAGMA integrity_check;",
+        ],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "a|300\nb|300\nfirst|2000\nok\n"
+    );
+}
+
+#[test]
+fn fio_verifies_what_it_wrote_with_psync_and_pvsync2() {
+    let s = Served::start(96);
+    for engine in ["psync", "pvsync2"] {
+        for rw in ["randwrite", "write"] {
+            let out = s.run(
+                "fio",
+                &[
+                    "--name=verify",
+                    &format!("--directory={}", s.prefix),
+                    &format!("--filename={engine}-{rw}.dat"),
+                    "--size=8M",
+                    "--bs=4k",
+                    &format!("--rw={rw}"),
+                    &format!("--ioengine={engine}"),
+                    "--verify=crc32c",
+                    "--do_verify=1",
+                    "--output-format=json",
+                ],
+            );
+            let json = String::from_utf8_lossy(&out.stdout);
+            assert!(json.contains("\"error\" : 0"), "{engine} {rw}: {json}");
+            assert!(!json.contains("verify: bad"), "{engine} {rw}");
+        }
+    }
+}
+
+#[test]
+fn git_commits_and_checks_a_repository() {
+    let s = Served::start(96);
+    let repo = s.path("repo");
+    s.run("git", &["init", "-q", &repo]);
+    let src = s.dir.path().join("files");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    for i in 0..40 {
+        std::fs::write(
+            src.join(format!("sub/{i}.txt")),
+            pattern(100 + i * 97, i as u64),
+        )
+        .unwrap();
+    }
+    s.run("cp", &["-r", src.join("sub").to_str().unwrap(), &repo]);
+    let git = |args: &[&str]| {
+        let mut a = vec!["-C", &repo, "-c", "user.name=t", "-c", "user.email=t@t"];
+        a.extend_from_slice(args);
+        s.run("git", &a)
+    };
+    git(&["add", "."]);
+    git(&["commit", "-qm", "first"]);
+    std::fs::write(src.join("sub/0.txt"), b"changed").unwrap();
+    s.run(
+        "cp",
+        &[
+            src.join("sub/0.txt").to_str().unwrap(),
+            &format!("{repo}/sub/0.txt"),
+        ],
+    );
+    git(&["commit", "-qam", "second"]);
+    let log = git(&["log", "--format=%s"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "second\nfirst\n");
+    git(&["fsck", "--strict"]);
+    let status = git(&["status", "--porcelain"]);
+    assert!(
+        status.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&status.stdout)
+    );
+    let show = git(&["show", "HEAD~1:sub/5.txt"]);
+    assert_eq!(show.stdout, pattern(100 + 5 * 97, 5));
+}
