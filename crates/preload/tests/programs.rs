@@ -6,7 +6,7 @@ mod common;
 
 use std::process::{Command, Stdio};
 
-use common::{pattern, Served};
+use common::Served;
 
 #[test]
 fn cp_and_cat_carry_every_byte() {
@@ -242,4 +242,17 @@ fn git_commits_and_checks_a_repository() {
     );
     let show = git(&["show", "HEAD~1:sub/5.txt"]);
     assert_eq!(show.stdout, pattern(100 + 5 * 97, 5));
+}
+
+/// Bytes that differ from offset to offset (so a misplaced block shows).
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
 }

@@ -118,16 +118,3 @@ impl Drop for Served {
         );
     }
 }
-
-/// Bytes that differ from offset to offset (so a misplaced block shows).
-pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
