@@ -21,6 +21,7 @@ pub mod meta;
 pub mod mix;
 pub mod mount;
 mod pmdk;
+pub mod preload;
 pub mod qos;
 pub mod remote;
 pub mod report;

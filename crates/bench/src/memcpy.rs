@@ -47,7 +47,7 @@ pub struct MemcpyArgs {
 const SIZES: [usize; 4] = [4 << 10, 32 << 10, 1 << 20, 8 << 20];
 
 #[derive(Debug, Clone, Serialize)]
-struct Record {
+pub(crate) struct Record {
     bench: &'static str,
     bytes: usize,
     libc_gib_s: f64,
@@ -136,23 +136,57 @@ pub fn run(a: &MemcpyArgs) -> anyhow::Result<()> {
     if let Some(w) = &a.worker {
         return worker(w[0] as usize, w[1]);
     }
-    let library = match &a.library {
+    let library = library(
+        a.library.as_ref(),
+        "libswitchyard_memcpy.so",
+        "switchyard-preload-memcpy",
+    )?;
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 }).max(1);
+    let ms = a.ms.unwrap_or(if a.quick { 100 } else { 300 });
+    let records = compare(&library, &SIZES, rounds, ms)?;
+    let summary = Summary {
+        summary: true,
+        bench: "memcpy",
+        rounds,
+        ms,
+        library: library.display().to_string(),
+        profile: std::path::Path::new("switchyard.profile.toml").exists(),
+    };
+    emit(a.json, &records, &summary, print_table)
+}
+
+/// A preload library: `given`, or `name` next to this binary; an error that says how to
+/// build it (cargo package `package`) when it is missing.
+pub(crate) fn library(
+    given: Option<&PathBuf>,
+    name: &str,
+    package: &str,
+) -> anyhow::Result<PathBuf> {
+    let library = match given {
         Some(l) => l.clone(),
-        None => std::env::current_exe()?.with_file_name("libswitchyard_memcpy.so"),
+        None => std::env::current_exe()?.with_file_name(name),
     };
     if !library.exists() {
         bail!(
-            "no preload library at {}: build it with `cargo build --release -p \
-             switchyard-preload-memcpy`, or name it with --library",
+            "no preload library at {}: build it with `cargo build --release -p {package}`, or \
+             name it with --library",
             library.display()
         );
     }
-    let library = library.canonicalize()?;
-    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 }).max(1);
-    let ms = a.ms.unwrap_or(if a.quick { 100 } else { 300 });
-    let bar = indicatif::ProgressBar::new((rounds * SIZES.len()) as u64);
+    Ok(library.canonicalize()?)
+}
+
+/// Each size's copies with and without the memcpy preload `library`: `rounds` ABBA rounds of
+/// `ms` per measurement.
+pub(crate) fn compare(
+    library: &PathBuf,
+    sizes: &[usize],
+    rounds: usize,
+    ms: u64,
+) -> anyhow::Result<Vec<Record>> {
+    let bar = indicatif::ProgressBar::new((rounds * sizes.len()) as u64);
     let mut records = Vec::new();
-    for &bytes in &SIZES {
+    for &bytes in sizes {
         let (mut plain, mut pre, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
         for r in 0..rounds {
             // ABBA, starting with the other one every other round.
@@ -163,7 +197,7 @@ pub fn run(a: &MemcpyArgs) -> anyhow::Result<()> {
             };
             let (mut p, mut q) = (0.0, 0.0);
             for with in order {
-                let g = measure(with.then_some(&library), bytes, ms)?;
+                let g = measure(with.then_some(library), bytes, ms)?;
                 if with {
                     q += g / 2.0;
                 } else {
@@ -184,18 +218,11 @@ pub fn run(a: &MemcpyArgs) -> anyhow::Result<()> {
         });
     }
     bar.finish_and_clear();
-    let summary = Summary {
-        summary: true,
-        bench: "memcpy",
-        rounds,
-        ms,
-        library: library.display().to_string(),
-        profile: std::path::Path::new("switchyard.profile.toml").exists(),
-    };
-    emit(a.json, &records, &summary, print_table)
+    Ok(records)
 }
 
-fn print_table(records: &[Record], s: &Summary) {
+/// The rows of a comparison: GiB/s with and without the library per size.
+pub(crate) fn print_rows(records: &[Record]) {
     println!(
         "{:>10} {:>12} {:>14} {:>16}",
         "bytes", "libc GiB/s", "preload GiB/s", "preload÷libc"
@@ -206,6 +233,10 @@ fn print_table(records: &[Record], s: &Summary) {
             r.bytes, r.libc_gib_s, r.preload_gib_s, r.preload_vs_libc
         );
     }
+}
+
+fn print_table(records: &[Record], s: &Summary) {
+    print_rows(records);
     println!(
         "({} ABBA rounds of {} ms per measurement, each in a process of its own; preload {}; \
          {})",

@@ -244,7 +244,7 @@ fn shapes(quick: bool) -> Vec<Shape> {
 
 /// Writes `len` bytes of zeros to `path` (every page touched once), owner-only (it becomes a
 /// store's region).
-fn touch(path: &Path, len: u64) -> anyhow::Result<()> {
+pub(crate) fn touch(path: &Path, len: u64) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .write(true)

@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use switchyard_bench::{
-    aio, apps, copy, decide, fs, idle, large, memcpy, meta, mix, mount as mount_bench, qos, remote,
-    report, tune,
+    aio, apps, copy, decide, fs, idle, large, memcpy, meta, mix, mount as mount_bench, preload,
+    qos, remote, report, tune,
 };
 
 /// Switchyard: a userspace storage stack for slow memory that moves data with the cheapest
@@ -106,6 +106,10 @@ enum Bench {
     /// An unmodified program's memcpy with the memcpy preload library against plain libc, by
     /// size (below and above the library's threshold), each run in a process of its own.
     Memcpy(memcpy::MemcpyArgs),
+    /// Unmodified programs' file I/O (fio: 4 KiB random and 1 MiB sequential reads and writes)
+    /// through the file preload library, on the same store's FUSE mount and on tmpfs, in one
+    /// run; and copies of 4 KiB to 4 MiB with and without the memcpy preload library.
+    Preload(preload::PreloadBenchArgs),
     /// Reading a served store (`serve`) over UCX: one-sided reads, reads with the data in
     /// messages, the transport's raw gets and the store read in process, by request size;
     /// CPU per GiB on client and server; `stat` with and without the metadata cache.
@@ -134,6 +138,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Remote(a)) => remote::run(&a),
         Command::Bench(Bench::Qos(a)) => qos::run(&a),
         Command::Bench(Bench::Memcpy(a)) => memcpy::run(&a),
+        Command::Bench(Bench::Preload(a)) => preload::run(&a),
         Command::Bench(Bench::Idle(a)) => idle::run(&a),
         Command::Stat(a) => stat::run(&a),
         Command::Config(a) => config_cmd::run(&a),
