@@ -1,5 +1,6 @@
 /* A copy through the mover: one synchronous copy of 8 MiB, checked byte for byte, and the
- * counters that say which path it took.
+ * counters that say which path it took; then a fill and a compare, the engine's other two
+ * operations.
  *
  *   cc copy.c $(pkg-config --cflags --libs switchyard) -o copy && ./copy
  */
@@ -36,6 +37,19 @@ int main(void) {
     }
     printf("copied %zu bytes: %llu on the CPU, %llu on the engine\n", len,
            (unsigned long long)cpu, (unsigned long long)engine);
+    /* memset and memcmp's work, through the mover. */
+    size_t at = 0;
+    if (sy_fill(m, dst, 0xab, len, SY_COPY_DRAM) < 0 || dst[0] != 0xab || dst[len - 1] != 0xab) {
+        fprintf(stderr, "fill failed: %s\n", sy_last_error());
+        return 1;
+    }
+    memcpy(src, dst, len);
+    src[len / 3] ^= 1;
+    if (sy_compare(m, dst, src, len, SY_COPY_DRAM, &at) != 1 || at != len / 3) {
+        fprintf(stderr, "compare failed: %s\n", sy_last_error());
+        return 1;
+    }
+    printf("filled %zu bytes; the compare found the difference at %zu\n", len, at);
     free(src);
     free(dst);
     sy_mover_close(m);

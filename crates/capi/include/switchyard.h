@@ -197,6 +197,31 @@ int32_t sy_mover_close(const struct sy_mover *m);
 // one else writes `dst` until this returns.
 int32_t sy_copy(const struct sy_mover *m, void *dst, const void *src, size_t len, uint32_t flags);
 
+// Fills `len` bytes at `dst` with `byte` (`memset`), the mover choosing the path as for a
+// copy into `dst` (large fills go to the engine, or split between it and the calling
+// thread), and returns when every byte is written (and durable, with [`SY_COPY_DURABLE`]):
+// 0 or a negative errno. `flags` name the destination's side as for [`sy_copy`].
+//
+// # Safety
+// `m` is a live mover or null; `dst` is writable for `len` bytes, and no one else accesses
+// it until this returns.
+int32_t sy_fill(const struct sy_mover *m, void *dst, uint8_t byte, size_t len, uint32_t flags);
+
+// Compares `len` bytes at `a` and `b` (`memcmp`'s question, answered with where), the mover
+// choosing the path as for a copy from `a` into `b`: 0 when they are equal, 1 when they
+// differ (with the offset of the first differing byte in `*offset`, if `offset` is not
+// null), or a negative errno. The ranges may overlap.
+//
+// # Safety
+// `m` is a live mover or null; `a` and `b` are readable for `len` bytes and no one writes
+// them until this returns; `offset` is null or writable.
+int32_t sy_compare(const struct sy_mover *m,
+                   const void *a,
+                   const void *b,
+                   size_t len,
+                   uint32_t flags,
+                   size_t *offset);
+
 // Starts copying `len` bytes from `src` to `dst` and returns at once (0 or a negative
 // errno); the copy's completion, with `user_data`, is reaped by [`sy_mover_poll`] or
 // [`sy_mover_wait`]. The caller computes meanwhile; the buffers belong to the copy until

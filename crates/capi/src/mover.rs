@@ -192,6 +192,95 @@ pub unsafe extern "C" fn sy_copy(
     })
 }
 
+/// Fills `len` bytes at `dst` with `byte` (`memset`), the mover choosing the path as for a
+/// copy into `dst` (large fills go to the engine, or split between it and the calling
+/// thread), and returns when every byte is written (and durable, with [`SY_COPY_DURABLE`]):
+/// 0 or a negative errno. `flags` name the destination's side as for [`sy_copy`].
+///
+/// # Safety
+/// `m` is a live mover or null; `dst` is writable for `len` bytes, and no one else accesses
+/// it until this returns.
+#[no_mangle]
+pub unsafe extern "C" fn sy_fill(
+    m: *const sy_mover,
+    dst: *mut c_void,
+    byte: u8,
+    len: usize,
+    flags: u32,
+) -> i32 {
+    status(|| {
+        // SAFETY: the caller promises a live mover or null.
+        let m = unsafe { mover(m) }?;
+        let h = hints(flags)?;
+        let dst = dst.cast::<u8>();
+        if len > 0 && dst.is_null() {
+            return Err(Failure::new(libc::EFAULT, "fill: a null buffer"));
+        }
+        if (dst as usize).checked_add(len).is_none() {
+            return Err(Failure::new(
+                libc::EINVAL,
+                "fill: a range past the address space",
+            ));
+        }
+        if len > 0 {
+            // SAFETY: checked not null; the caller promises the buffer.
+            unsafe { m.mover.fill_raw(dst, byte, len, h) };
+        }
+        Ok(())
+    })
+}
+
+/// Compares `len` bytes at `a` and `b` (`memcmp`'s question, answered with where), the mover
+/// choosing the path as for a copy from `a` into `b`: 0 when they are equal, 1 when they
+/// differ (with the offset of the first differing byte in `*offset`, if `offset` is not
+/// null), or a negative errno. The ranges may overlap.
+///
+/// # Safety
+/// `m` is a live mover or null; `a` and `b` are readable for `len` bytes and no one writes
+/// them until this returns; `offset` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sy_compare(
+    m: *const sy_mover,
+    a: *const c_void,
+    b: *const c_void,
+    len: usize,
+    flags: u32,
+    offset: *mut usize,
+) -> i32 {
+    guard(
+        || {
+            // SAFETY: the caller promises a live mover or null.
+            let m = unsafe { mover(m) }?;
+            let h = hints(flags)?;
+            let (a, b) = (a.cast::<u8>(), b.cast::<u8>());
+            if len == 0 {
+                return Ok(None);
+            }
+            if a.is_null() || b.is_null() {
+                return Err(Failure::new(libc::EFAULT, "compare: a null buffer"));
+            }
+            if (a as usize).checked_add(len).is_none() || (b as usize).checked_add(len).is_none() {
+                return Err(Failure::new(
+                    libc::EINVAL,
+                    "compare: a range past the address space",
+                ));
+            }
+            // SAFETY: checked not null; the caller promises both ranges.
+            Ok(unsafe { m.mover.compare_raw(a, b, len, h) })
+        },
+        |first| match first {
+            None => 0,
+            Some(i) => {
+                if !offset.is_null() {
+                    // SAFETY: the caller promises `offset` is writable when not null.
+                    unsafe { *offset = i };
+                }
+                1
+            }
+        },
+    ) as i32
+}
+
 /// Starts copying `len` bytes from `src` to `dst` and returns at once (0 or a negative
 /// errno); the copy's completion, with `user_data`, is reaped by [`sy_mover_poll`] or
 /// [`sy_mover_wait`]. The caller computes meanwhile; the buffers belong to the copy until
@@ -427,6 +516,8 @@ versioned!(
     sy_mover_new,
     sy_mover_close,
     sy_copy,
+    sy_fill,
+    sy_compare,
     sy_copy_submit,
     sy_mover_poll,
     sy_mover_wait,

@@ -202,6 +202,35 @@ fn null_and_closed_handles_and_bad_copies_give_errnos() {
             -libc::EINVAL
         );
         assert_eq!(sy_copy(m, null_mut(), null(), 0, 0), 0, "nothing to copy");
+        assert_eq!(sy_fill(m, null_mut(), 1, 10, 0), -libc::EFAULT);
+        assert_eq!(sy_fill(m, p.cast(), 1, 10, 1 << 30), -libc::EINVAL);
+        assert_eq!(sy_fill(m, null_mut(), 1, 0, 0), 0, "nothing to fill");
+        assert_eq!(sy_fill(m, p.add(100).cast(), 9, 3000, 0), 0);
+        assert!(a[100..3100].iter().all(|&b| b == 9) && a[99] == 1 && a[3100] == 1);
+        let p = a.as_mut_ptr();
+        let mut at = 0usize;
+        assert_eq!(
+            sy_compare(m, p.cast(), null(), 10, 0, &mut at),
+            -libc::EFAULT
+        );
+        assert_eq!(
+            sy_compare(m, p.add(100).cast(), p.add(200).cast(), 2900, 0, &mut at),
+            0
+        );
+        assert_eq!(
+            sy_compare(m, p.cast(), p.add(100).cast(), 500, 0, &mut at),
+            1
+        );
+        assert_eq!(at, 0);
+        assert_eq!(
+            sy_compare(m, p.add(50).cast(), p.add(100).cast(), 100, 0, null_mut()),
+            1
+        );
+        assert_eq!(
+            sy_compare(m, null(), null(), 0, 0, &mut at),
+            0,
+            "nothing to compare"
+        );
         assert_eq!(sy_mover_wait(m, null_mut(), 1, 2), -i64::from(libc::EINVAL));
         let mut v = 0u64;
         assert_eq!(
@@ -215,6 +244,11 @@ fn null_and_closed_handles_and_bad_copies_give_errnos() {
         assert_eq!(text[7], 0, "cut and terminated");
         assert_eq!(sy_mover_close(m), 0);
         assert_eq!(sy_copy(m, p.add(2048).cast(), p.cast(), 1, 0), -libc::EBADF);
+        assert_eq!(sy_fill(m, p.cast(), 0, 1, 0), -libc::EBADF);
+        assert_eq!(
+            sy_compare(m, p.cast(), p.cast(), 1, 0, null_mut()),
+            -libc::EBADF
+        );
         assert_eq!(sy_mover_close(m), -libc::EBADF);
         let msg = std::ffi::CStr::from_ptr(switchyard::sy_last_error());
         assert!(msg.to_str().unwrap().contains("closed"), "{msg:?}");

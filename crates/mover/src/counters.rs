@@ -66,6 +66,10 @@ counters! {
     explored: "Requests sent down the other path as one side of an adaptation trial (one in 32 within a factor of 2 of their threshold), or split although the estimates gave the engine no share (one in 32 such splits), to keep the estimates live.",
     split_nudges: "Epochs in which online adaptation moved the estimates a split's ratio comes from.",
     profiles_swapped: "Engine profiles put in effect while the mover ran (for example the full tune `switchyard up` runs in the background).",
+    fill_requests: "Fills (a program's large memset, `sy_fill`), on any path.",
+    fill_engine_bytes: "Bytes of fills the engine wrote.",
+    compare_requests: "Compares (`sy_compare`), on any path.",
+    compare_engine_bytes: "Bytes of compares the engine read (up to a difference it found).",
 }
 
 /// Stripes owned by one thread each; threads beyond these share one more stripe.

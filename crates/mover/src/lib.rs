@@ -19,6 +19,7 @@ pub mod counters;
 mod decide;
 pub mod hints;
 pub mod lab;
+mod ops;
 pub mod plan;
 pub mod profile;
 pub mod qos;

@@ -32,7 +32,7 @@ pub struct Report {
 
 impl Report {
     /// A request on `path` whose CPU has copied `cpu_bytes` so far (the engine nothing yet).
-    fn started(path: Path, cpu_bytes: usize) -> Report {
+    pub(crate) fn started(path: Path, cpu_bytes: usize) -> Report {
         Report {
             path,
             engine_bytes: 0,

@@ -1,5 +1,5 @@
-//! `libswitchyard_memcpy.so`: an unmodified program's large `memcpy` and `memmove` go
-//! through the Switchyard mover (CPU, engine or split, as it decides per request), the rest to
+//! `libswitchyard_memcpy.so`: an unmodified program's large `memcpy`, `memmove` and `memset`
+//! go through the Switchyard mover (CPU, engine or split, as it decides per request), the rest to
 //! libc — Intel DTO's job, on the mover.
 //!
 //! ```sh
@@ -23,7 +23,7 @@
 //! - **Fork.** A child never uses the parent's mover (its engine threads do not exist in the
 //!   child): after `fork` every copy in the child goes to libc.
 //! - **Threads.** The mover is shared by every thread.
-//! - `memmove` of overlapping ranges, and `memset` (the mover has no fill), go to libc.
+//! - `memmove` of overlapping ranges goes to libc; a large `memset` goes to the mover's fill.
 //!
 //! Why by hand: interposing libc's functions needs `#[no_mangle]` definitions and `dlsym`;
 //! no crate does this for a mover.
@@ -62,6 +62,9 @@ static REPORT_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::n
 static MOVED_CALLS: AtomicU64 = AtomicU64::new(0);
 static MOVED_BYTES: AtomicU64 = AtomicU64::new(0);
 static LIBC_LARGE_CALLS: AtomicU64 = AtomicU64::new(0);
+/// Fills through the mover: calls and bytes.
+static FILLED_CALLS: AtomicU64 = AtomicU64::new(0);
+static FILLED_BYTES: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// This thread is inside the mover (or starting it): its copies go to libc.
@@ -164,9 +167,12 @@ extern "C" fn in_child() {
 extern "C" fn report() {
     let was = INSIDE.with(|i| i.replace(true));
     let mut line = format!(
-        "switchyard memcpy: {} copies of {} bytes through the mover, {} large copies to libc",
+        "switchyard memcpy: {} copies of {} bytes through the mover, {} fills of {} bytes \
+         through the mover, {} large calls to libc",
         MOVED_CALLS.load(Ordering::Relaxed),
         MOVED_BYTES.load(Ordering::Relaxed),
+        FILLED_CALLS.load(Ordering::Relaxed),
+        FILLED_BYTES.load(Ordering::Relaxed),
         LIBC_LARGE_CALLS.load(Ordering::Relaxed),
     );
     if let Some(m) = MOVER.get() {
@@ -219,29 +225,21 @@ fn mover() -> Option<&'static Mover> {
     }
 }
 
-/// Copies `n` bytes through the mover if this call may (large enough, not recursive, the
-/// mover available); returns whether it did.
-///
-/// # Safety
-/// As `memcpy`: the ranges are valid and do not overlap.
-unsafe fn through_mover(dst: *mut c_void, src: *const c_void, n: usize) -> bool {
+/// Runs `op` (an `n`-byte copy or fill) on the mover if this call may (large enough, not
+/// recursive, the mover available); returns whether it did.
+fn through_mover(n: usize, op: impl FnOnce(&Mover)) -> bool {
     if n < MIN.load(Ordering::Relaxed) {
         return false;
     }
     let offload = INSIDE.with(|inside| {
         if inside.get() || own_thread() {
-            // Switchyard's own copy: not the program's, not counted.
+            // Switchyard's own call: not the program's, not counted.
             return None;
         }
         inside.set(true);
         let done = match mover() {
             Some(m) => {
-                let hints = Hints {
-                    direction: Direction::Dram,
-                    ..Hints::default()
-                };
-                // SAFETY: the caller's memcpy contract: valid, non-overlapping ranges.
-                unsafe { m.copy_raw(dst.cast(), src.cast(), n, hints) };
+                op(m);
                 true
             }
             None => false,
@@ -250,17 +248,39 @@ unsafe fn through_mover(dst: *mut c_void, src: *const c_void, n: usize) -> bool 
         Some(done)
     });
     match offload {
-        Some(true) => {
-            MOVED_CALLS.fetch_add(1, Ordering::Relaxed);
-            MOVED_BYTES.fetch_add(n as u64, Ordering::Relaxed);
-            true
-        }
+        Some(true) => true,
         Some(false) => {
             LIBC_LARGE_CALLS.fetch_add(1, Ordering::Relaxed);
             false
         }
         None => false,
     }
+}
+
+/// A program's buffers in DRAM.
+const DRAM: Hints = Hints {
+    direction: Direction::Dram,
+    durable: false,
+    defer_fence: false,
+    latency_critical: false,
+    remote: false,
+    tenant: 0,
+};
+
+/// Copies `n` bytes through the mover if this call may; returns whether it did.
+///
+/// # Safety
+/// As `memcpy`: the ranges are valid and do not overlap.
+unsafe fn copy_through_mover(dst: *mut c_void, src: *const c_void, n: usize) -> bool {
+    // SAFETY: the caller's memcpy contract: valid, non-overlapping ranges.
+    let done = through_mover(n, |m| unsafe {
+        m.copy_raw(dst.cast(), src.cast(), n, DRAM);
+    });
+    if done {
+        MOVED_CALLS.fetch_add(1, Ordering::Relaxed);
+        MOVED_BYTES.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    done
 }
 
 /// libc's function in `slot`, found now if need be (`None` before it can be).
@@ -283,7 +303,7 @@ fn libc_fn(slot: &AtomicUsize) -> Option<usize> {
 #[no_mangle]
 pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
     // SAFETY: the caller's memcpy contract, forwarded.
-    if unsafe { through_mover(dst, src, n) } {
+    if unsafe { copy_through_mover(dst, src, n) } {
         return dst;
     }
     match libc_fn(&LIBC_MEMCPY) {
@@ -308,7 +328,7 @@ pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize)
     let apart =
         d.checked_add(n).is_some_and(|e| e <= s) || s.checked_add(n).is_some_and(|e| e <= d);
     // SAFETY: the ranges do not overlap, so memcpy's contract holds.
-    if apart && unsafe { through_mover(dst, src, n) } {
+    if apart && unsafe { copy_through_mover(dst, src, n) } {
         return dst;
     }
     match libc_fn(&LIBC_MEMMOVE) {
@@ -322,12 +342,21 @@ pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize)
     }
 }
 
-/// `memset(3)`: libc's (the mover has no fill yet); a byte loop before libc is found.
+/// `memset(3)`: large fills through the mover (its fill: the engine's, the CPU's or both),
+/// the rest to libc; a byte loop before libc is found.
 ///
 /// # Safety
 /// As `memset(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn memset(dst: *mut c_void, c: i32, n: usize) -> *mut c_void {
+    // SAFETY: the caller's memset contract: `dst` is writable for `n` bytes.
+    if through_mover(n, |m| unsafe {
+        m.fill_raw(dst.cast(), c as u8, n, DRAM);
+    }) {
+        FILLED_CALLS.fetch_add(1, Ordering::Relaxed);
+        FILLED_BYTES.fetch_add(n as u64, Ordering::Relaxed);
+        return dst;
+    }
     match libc_fn(&LIBC_MEMSET) {
         // SAFETY: libc's memset, with the caller's arguments.
         Some(f) => unsafe { std::mem::transmute::<usize, Set>(f)(dst, c, n) },

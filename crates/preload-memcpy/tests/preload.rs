@@ -22,15 +22,20 @@ fn preloaded(cmd: &mut Command) -> Output {
         .unwrap()
 }
 
-/// The bytes moved through the mover, from the counters line on stderr.
+/// The bytes copied through the mover, from the counters line on stderr.
 fn moved(stderr: &[u8]) -> u64 {
+    counted(stderr, 0)
+}
+
+/// The `nth` "… N bytes through the mover" figure of the counters line (0: copies, 1: fills).
+fn counted(stderr: &[u8], nth: usize) -> u64 {
     let text = String::from_utf8_lossy(stderr);
     let line = text
         .lines()
         .find(|l| l.starts_with("switchyard memcpy:"))
         .unwrap_or_else(|| panic!("no counters in {text}"));
     line.split(" bytes through the mover")
-        .next()
+        .nth(nth)
         .unwrap()
         .rsplit(' ')
         .next()
@@ -58,6 +63,8 @@ fn every_copy_is_right_in_threads_and_a_forked_child() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("copies ok"));
     // Each of the 16 rounds copies at least 3 × (64 KiB + 1 MiB + 8 MiB + 33 MiB) large.
     assert!(moved(&out.stderr) > 1 << 30, "{err}");
+    // And each round fills one buffer of each size: the large ones through the mover's fill.
+    assert!(counted(&out.stderr, 1) > 1 << 28, "{err}");
 }
 
 #[test]
