@@ -48,12 +48,18 @@
 //!   `/dev/null`), so it never collides with the program's own; a call that reaches the
 //!   kernel with it by a route this library does not see fails (`EBADF`), never reads
 //!   `/dev/null`. Duplicates share one offset and status flags, as the kernel's do.
-//! - **fork:** the child gets its own connection at its first call under the prefix, reopens
-//!   the inodes of the descriptors it inherited, and keeps their offsets (from then on its
-//!   own). Record locks are not inherited (POSIX).
-//! - **exec:** served descriptors are closed across `exec` whatever their close-on-exec
-//!   flag (the new program finds the numbers closed). A working directory under the prefix
-//!   is handed on (`SWITCHYARD_PRELOAD_CWD` in the environment).
+//! - **fork:** UCX does not survive `fork`. A process with nothing open on its connection
+//!   closes it just before it forks, and parent and child connect again at their next call
+//!   under the prefix; a process that forks while it holds served files keeps its connection,
+//!   and the child's calls under the prefix fail with `ENOTCONN` and one line on stderr
+//!   (`dup2` and `exec` still work there: a shell's child sets up a redirection and execs).
+//!   Record locks are not inherited (POSIX).
+//! - **exec:** served descriptors without `FD_CLOEXEC` are handed to the new program
+//!   (`SWITCHYARD_PRELOAD_FDS` in its environment), which opens them again at first use, at
+//!   the offset they had; through `execve`, `execv`, `execvp` and `execvpe` (glibc's `execl`
+//!   family and `posix_spawn` exec through an internal call nobody can interpose: there they
+//!   are closed). A working directory under the prefix is handed on too
+//!   (`SWITCHYARD_PRELOAD_CWD`).
 //! - **Working directory:** `chdir` into the prefix keeps a working directory inside the
 //!   store (the kernel's stays where it was); relative paths and `getcwd` use it.
 //! - Paths are resolved lexically (`..` removes the previous name), and a symlink in the
@@ -175,6 +181,7 @@ extern "C" fn setup() {
     let was = INSIDE.with(|i| i.replace(true));
     route::init();
     conn::init();
+    calls::adopt();
     // SAFETY: registering handlers with no preconditions; all are `extern "C"` functions that
     // live as long as the process.
     unsafe {

@@ -152,4 +152,6 @@ real! {
     realpath: fn(*const c_char, *mut c_char) -> *mut c_char;
     mkostemps: fn(*mut c_char, c_int, c_int) -> c_int;
     mkdtemp: fn(*mut c_char) -> *mut c_char;
+    execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
 }

@@ -1,6 +1,7 @@
-//! Streams over served descriptors: `fopen`, `fdopen` and `fileno`. glibc's `fopen` opens
-//! through its own internal `open`, which this library cannot see, so a stream on a served
-//! path is made with `fopencookie` over a served descriptor.
+//! Streams over served descriptors: `fopen`, `fdopen` and `fileno`, and the standard streams
+//! when their descriptors are served. glibc's `fopen` opens through its own internal `open`,
+//! and its streams write through its internal `write`, which this library cannot see, so a
+//! stream on a served descriptor is made with `fopencookie` over it.
 
 use std::sync::atomic::Ordering;
 
@@ -124,6 +125,41 @@ unsafe fn stream(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
         FILES.fetch_add(1, Ordering::AcqRel);
     }
     f
+}
+
+extern "C" {
+    static mut stdin: *mut libc::FILE;
+    static mut stdout: *mut libc::FILE;
+    static mut stderr: *mut libc::FILE;
+}
+
+/// Makes the standard stream of `fd` (0, 1 or 2), now a served descriptor, a stream over it:
+/// glibc's own `stdin`, `stdout` and `stderr` write through its internal `write`, which this
+/// library cannot see. What the old stream buffered is flushed first; `stderr` stays
+/// unbuffered.
+pub fn rebind_standard(fd: c_int) {
+    let (slot, mode) = match fd {
+        0 => (std::ptr::addr_of_mut!(stdin), c"r"),
+        1 => (std::ptr::addr_of_mut!(stdout), c"w"),
+        2 => (std::ptr::addr_of_mut!(stderr), c"w"),
+        _ => return,
+    };
+    // SAFETY: a served descriptor and a mode literal; the stream variables are libc's, and
+    // replacing one with another open stream is what `freopen` does to them.
+    unsafe {
+        let old = slot.read();
+        if !old.is_null() {
+            libc::fflush(old);
+        }
+        let f = stream(fd, mode.as_ptr());
+        if f.is_null() {
+            return;
+        }
+        if fd == 2 {
+            libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0);
+        }
+        slot.write(f);
+    }
 }
 
 /// `fopen(3)`.

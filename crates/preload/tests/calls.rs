@@ -80,7 +80,8 @@ fn fork_and_exec_do_what_the_docs_say() {
     let out = s.run(exe.to_str().unwrap(), &["fork", &s.prefix]);
     assert_eq!(String::from_utf8_lossy(&out.stdout), "fork ok\n");
     assert!(String::from_utf8_lossy(&out.stderr).contains("UCX cannot be used in such a child"));
-    s.run(exe.to_str().unwrap(), &["exec", &s.prefix]);
+    let out = s.run(exe.to_str().unwrap(), &["exec", &s.prefix]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("exec ok"));
 }
 
 #[test]

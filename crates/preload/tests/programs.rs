@@ -1,6 +1,6 @@
 //! Unmodified programs on a store through the file preload library: cp, cat, tar (a
 //! byte-identical round trip), sqlite3 (thousands of transactions, and two processes on one
-//! database), fio (psync and pvsync2 with crc32c verification) and git.
+//! database), fio (psync and pvsync2 with crc32c verification), git, and shells' redirections.
 
 mod common;
 
@@ -255,4 +255,20 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+#[test]
+fn shell_redirections_reach_the_programs_they_run() {
+    let s = Served::start(32);
+    let script = format!(
+        "printf 'b\\na\\n' > {p}/in && sort {p}/in > {p}/out && sort -r {p}/in >> {p}/out \
+         && wc -l < {p}/out && bash -c 'x=$(cat {p}/out | head -1); echo \"[$x]\"' > {p}/sub \
+         && cat {p}/sub && python3 -c 'print(6 * 7)' > {p}/py && cat {p}/out {p}/py",
+        p = s.prefix
+    );
+    let out = s.run("sh", &["-c", &script]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "4\n[a]\na\nb\nb\na\n42\n"
+    );
 }

@@ -42,6 +42,7 @@ fn dup_onto(old: c_int, open: Arc<Open>, new: c_int, cloexec: bool) -> Result<c_
         ));
     }
     serve_as(new, open, cloexec);
+    crate::stdio::rebind_standard(new);
     Ok(new)
 }
 

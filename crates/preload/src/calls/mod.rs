@@ -19,6 +19,7 @@ use crate::{conn, real, refuse};
 
 mod attrs;
 mod cwd;
+mod exec;
 mod fds;
 mod io;
 mod map;
@@ -82,6 +83,7 @@ macro_rules! by_fd {
     }};
 }
 
+pub use exec::adopt;
 pub use fds::close_fd;
 pub use io::{lseek64, read, write};
 pub(crate) use {by_fd, by_path};

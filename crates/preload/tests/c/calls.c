@@ -6,8 +6,8 @@
  *   trylock FILE      expects the lock refused (EAGAIN); prints the holder's pid
  *   fork DIR          a child forked with nothing open uses the store; one forked with a
  *                     file open is refused (ENOTCONN)
- *   exec DIR          a served descriptor without FD_CLOEXEC is closed across exec
- *   closed N          exits 0 when descriptor N is closed */
+ *   exec DIR          served descriptors without FD_CLOEXEC (stdout among them) reach the
+ *                     program exec'd next, those with it do not */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -247,13 +247,37 @@ static int forks(const char *dir) {
     return 0;
 }
 
+/* A served stdout and a descriptor without FD_CLOEXEC reach the new program (as a shell's
+ * `cmd > file` does); one with FD_CLOEXEC does not. */
 static int execs(const char *dir, const char *self) {
-    int fd = open(at(dir, "x"), O_CREAT | O_WRONLY, 0644);
+    int fd = open(at(dir, "x"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
     CHECK(fd >= 0 && fcntl(fd, F_GETFD) == 0);
-    char n[16];
+    CHECK(write(fd, "before\n", 7) == 7);
+    CHECK(dup2(fd, 1) == 1);
+    int gone = open(at(dir, "y"), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+    CHECK(gone >= 0);
+    char n[16], g[16];
     snprintf(n, sizeof n, "%d", fd);
-    execl(self, self, "closed", n, (char *)NULL);
+    snprintf(g, sizeof g, "%d", gone);
+    char *argv[] = {(char *)self, "inherited", n, g, (char *)dir, NULL};
+    extern char **environ;
+    execve(self, argv, environ);
     return 1;
+}
+
+/* The new program's side of `execs`. */
+static int inherited(int fd, int gone, const char *dir) {
+    CHECK(fcntl(gone, F_GETFD) < 0 && errno == EBADF);
+    CHECK(fcntl(fd, F_GETFD) == 0);
+    CHECK(write(fd, "raw\n", 4) == 4);
+    printf("stdio\n"); /* glibc's stdout over the served descriptor 1 */
+    CHECK(fflush(stdout) == 0);
+    char buf[64] = {0};
+    int in = open(at(dir, "x"), O_RDONLY);
+    CHECK(in >= 0 && read(in, buf, sizeof buf) == 17);
+    CHECK(!strcmp(buf, "before\nraw\nstdio\n"));
+    fputs("exec ok\n", stderr);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -262,8 +286,8 @@ int main(int argc, char **argv) {
     else if (argc == 3 && !strcmp(argv[1], "trylock")) return lock(argv[2], 0);
     else if (argc == 3 && !strcmp(argv[1], "fork")) return forks(argv[2]);
     else if (argc == 3 && !strcmp(argv[1], "exec")) return execs(argv[2], argv[0]);
-    else if (argc == 3 && !strcmp(argv[1], "closed"))
-        return fcntl(atoi(argv[2]), F_GETFD) < 0 && errno == EBADF ? 0 : 1;
+    else if (argc == 5 && !strcmp(argv[1], "inherited"))
+        return inherited(atoi(argv[2]), atoi(argv[3]), argv[4]);
     else {
         fprintf(stderr, "usage: calls calls|lock|trylock|fork|exec DIR\n");
         return 2;
