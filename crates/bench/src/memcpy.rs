@@ -54,6 +54,9 @@ pub(crate) struct Record {
     preload_gib_s: f64,
     /// Median over rounds of preloaded ÷ libc (each round: the mean of its two runs of each).
     preload_vs_libc: f64,
+    /// Median over rounds of two plain copiers at once (their GiB/s together) ÷ libc: what a
+    /// second core can add on this machine, the ceiling of a split's gain.
+    two_libc_vs_libc: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -106,6 +109,41 @@ fn worker(bytes: usize, ms: u64) -> anyhow::Result<()> {
 
 /// One measurement in a process of its own.
 fn measure(library: Option<&PathBuf>, bytes: usize, ms: u64) -> anyhow::Result<f64> {
+    let out = worker_command(library, bytes, ms)?
+        .output()
+        .context("run a measurement")?;
+    reading(&out)
+}
+
+/// Two plain measurements at once, each in a process of its own: their GiB/s together, what
+/// two cores copying at once reach on this machine (the most a split can gain).
+fn measure_two(bytes: usize, ms: u64) -> anyhow::Result<f64> {
+    let spawn = || -> anyhow::Result<std::process::Child> {
+        Ok(worker_command(None, bytes, ms)?
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?)
+    };
+    let (a, b) = (spawn()?, spawn()?);
+    Ok(reading(&a.wait_with_output()?)? + reading(&b.wait_with_output()?)?)
+}
+
+/// A measurement's GiB/s, from what its process printed.
+fn reading(out: &std::process::Output) -> anyhow::Result<f64> {
+    if !out.status.success() {
+        bail!(
+            "a measurement failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .parse()
+        .with_context(|| format!("a measurement printed {text:?}"))
+}
+
+/// The command of one measurement, with `library` preloaded or none.
+fn worker_command(library: Option<&PathBuf>, bytes: usize, ms: u64) -> anyhow::Result<Command> {
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.args([
         "bench",
@@ -118,17 +156,7 @@ fn measure(library: Option<&PathBuf>, bytes: usize, ms: u64) -> anyhow::Result<f
     if let Some(l) = library {
         cmd.env("LD_PRELOAD", l);
     }
-    let out = cmd.output().context("run a measurement")?;
-    if !out.status.success() {
-        bail!(
-            "a measurement failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.trim()
-        .parse()
-        .with_context(|| format!("a measurement printed {text:?}"))
+    Ok(cmd)
 }
 
 /// Runs the benchmark.
@@ -188,6 +216,7 @@ pub(crate) fn compare(
     let mut records = Vec::new();
     for &bytes in sizes {
         let (mut plain, mut pre, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        let mut two = Vec::new();
         for r in 0..rounds {
             // ABBA, starting with the other one every other round.
             let order = if r % 2 == 0 {
@@ -204,6 +233,7 @@ pub(crate) fn compare(
                     p += g / 2.0;
                 }
             }
+            two.push(measure_two(bytes, ms)? / p.max(1e-12));
             plain.push(p);
             pre.push(q);
             ratios.push(q / p.max(1e-12));
@@ -215,6 +245,7 @@ pub(crate) fn compare(
             libc_gib_s: median(&mut plain),
             preload_gib_s: median(&mut pre),
             preload_vs_libc: median(&mut ratios),
+            two_libc_vs_libc: median(&mut two),
         });
     }
     bar.finish_and_clear();
@@ -224,15 +255,19 @@ pub(crate) fn compare(
 /// The rows of a comparison: GiB/s with and without the library per size.
 pub(crate) fn print_rows(records: &[Record]) {
     println!(
-        "{:>10} {:>12} {:>14} {:>16}",
-        "bytes", "libc GiB/s", "preload GiB/s", "preload÷libc"
+        "{:>10} {:>12} {:>14} {:>16} {:>16}",
+        "bytes", "libc GiB/s", "preload GiB/s", "preload÷libc", "two libc÷libc"
     );
     for r in records {
         println!(
-            "{:>10} {:>12.2} {:>14.2} {:>16.3}",
-            r.bytes, r.libc_gib_s, r.preload_gib_s, r.preload_vs_libc
+            "{:>10} {:>12.2} {:>14.2} {:>16.3} {:>16.3}",
+            r.bytes, r.libc_gib_s, r.preload_gib_s, r.preload_vs_libc, r.two_libc_vs_libc
         );
     }
+    println!(
+        "(two libc÷libc: two plain copiers at once, together, ÷ one: the most a split between \
+         two cores can gain on this machine)"
+    );
 }
 
 fn print_table(records: &[Record], s: &Summary) {

@@ -1,8 +1,11 @@
 //! The mover end to end: data, durability, decisions, fault repair.
 
+mod common;
+
+use common::{data, mover_with};
 use proptest::prelude::*;
 use std::sync::Arc;
-use switchyard_engine::{FaultPlan, ThreadsConfig, ThreadsEngine};
+use switchyard_engine::FaultPlan;
 use switchyard_media::{trace::Recorder, Persist};
 use switchyard_mover::config::{Locality, Thresholds};
 use switchyard_mover::profile::{
@@ -22,37 +25,6 @@ fn traced_mover(policy: Policy, rec: &Recorder) -> Mover {
         Persist::detect().traced(rec),
         |_| {},
     )
-}
-
-fn mover_with(
-    policy: Policy,
-    faults: FaultPlan,
-    persist: Persist,
-    tweak: impl FnOnce(&mut Config),
-) -> Mover {
-    let mut cfg = Config::default();
-    cfg.mover.policy = policy;
-    cfg.mover.thresholds.to_slow.local_aligned = 16 << 10;
-    cfg.mover.thresholds.to_slow.local_unaligned = 16 << 10;
-    cfg.mover.thresholds.from_slow.local_aligned = 32 << 10;
-    cfg.mover.thresholds.from_slow.local_unaligned = 32 << 10;
-    cfg.mover.split_min_bytes = 64 << 10;
-    tweak(&mut cfg);
-    let engine = ThreadsEngine::start(ThreadsConfig {
-        pin: false,
-        descriptor_bytes: 16 << 10,
-        persist,
-        faults,
-        ..ThreadsConfig::default()
-    })
-    .unwrap();
-    Mover::with_engine(&cfg, Arc::new(engine), persist)
-}
-
-fn data(n: usize, seed: u64) -> Vec<u8> {
-    (0..n as u64)
-        .map(|i| (i.wrapping_mul(0x9E37_79B9).wrapping_add(seed) >> 7) as u8)
-        .collect()
 }
 
 /// A zeroed buffer of `n` bytes starting on a 64-byte boundary (returned with its backing).

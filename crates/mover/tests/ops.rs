@@ -2,29 +2,16 @@
 //! durable when asked, with the engine's partial and failed completions finished on the CPU;
 //! and the engine takes its part when the decision gives it one.
 
+mod common;
+
+use common::{data, mover_with};
 use proptest::prelude::*;
-use std::sync::Arc;
-use switchyard_engine::{FaultPlan, ThreadsConfig, ThreadsEngine};
+use switchyard_engine::FaultPlan;
 use switchyard_media::{trace::Recorder, Persist};
-use switchyard_mover::{Config, Direction, Hints, Mover, Policy};
+use switchyard_mover::{Direction, Hints, Mover, Policy};
 
 fn mover(policy: Policy, faults: FaultPlan, persist: Persist) -> Mover {
-    let mut cfg = Config::default();
-    cfg.mover.policy = policy;
-    cfg.mover.thresholds.to_slow.local_aligned = 16 << 10;
-    cfg.mover.thresholds.to_slow.local_unaligned = 16 << 10;
-    cfg.mover.thresholds.from_slow.local_aligned = 32 << 10;
-    cfg.mover.thresholds.from_slow.local_unaligned = 32 << 10;
-    cfg.mover.split_min_bytes = 64 << 10;
-    let engine = ThreadsEngine::start(ThreadsConfig {
-        pin: false,
-        descriptor_bytes: 16 << 10,
-        persist,
-        faults,
-        ..ThreadsConfig::default()
-    })
-    .unwrap();
-    Mover::with_engine(&cfg, Arc::new(engine), persist)
+    mover_with(policy, faults, persist, |_| {})
 }
 
 fn faults(on: bool) -> FaultPlan {
@@ -49,12 +36,6 @@ fn directions() -> impl Strategy<Value = Direction> {
         Just(Direction::FromSlow),
         Just(Direction::Dram)
     ]
-}
-
-fn data(n: usize, seed: u64) -> Vec<u8> {
-    (0..n as u64)
-        .map(|i| (i.wrapping_mul(0x9E37_79B9).wrapping_add(seed) >> 7) as u8)
-        .collect()
 }
 
 proptest! {

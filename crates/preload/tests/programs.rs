@@ -101,6 +101,21 @@ fn a_tar_round_trip_is_byte_identical() {
     );
 }
 
+/// sqlite3 on `db` under the preload, running `sql` from its standard input.
+fn sqlite(s: &Served, db: &str, sql: &str) -> std::process::Child {
+    use std::io::Write;
+    let mut c = s
+        .command("sqlite3")
+        .arg(db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(sql.as_bytes()).unwrap();
+    c
+}
+
 #[test]
 fn sqlite_keeps_thousands_of_transactions_and_two_writers() {
     let s = Served::start(64);
@@ -112,22 +127,7 @@ fn sqlite_keeps_thousands_of_transactions_and_two_writers() {
             i % 700
         );
     }
-    let mut child = s
-        .command("sqlite3")
-        .arg(&db)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(sql.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = sqlite(&s, &db, &sql).wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -139,16 +139,7 @@ fn sqlite_keeps_thousands_of_transactions_and_two_writers() {
         for _ in 0..300 {
             sql += &format!("INSERT INTO t(who, v) VALUES ('{who}', randomblob(100));\n");
         }
-        let mut c = s
-            .command("sqlite3")
-            .arg(&db)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        c.stdin.take().unwrap().write_all(sql.as_bytes()).unwrap();
-        c
+        sqlite(&s, &db, &sql)
     };
     let (a, b) = (writer("a"), writer("b"));
     for c in [a, b] {
