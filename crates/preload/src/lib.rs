@@ -60,6 +60,11 @@
 //!   family and `posix_spawn` exec through an internal call nobody can interpose: there they
 //!   are closed). A working directory under the prefix is handed on too
 //!   (`SWITCHYARD_PRELOAD_CWD`).
+//! - **vfork** is `fork`: a `vfork` child shares its parent's memory and would change its
+//!   table of served descriptors.
+//! - **Offsets** are per process: a parent and child writing one inherited descriptor each
+//!   keep their own (the kernel would share one); with `O_APPEND` every write lands at the
+//!   end, on the server.
 //! - **Working directory:** `chdir` into the prefix keeps a working directory inside the
 //!   store (the kernel's stays where it was); relative paths and `getcwd` use it.
 //! - Paths are resolved lexically (`..` removes the previous name), and a symlink in the

@@ -248,18 +248,22 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Including a child that Python's `subprocess` starts with `vfork` and whose output it
+/// captures while its own standard output is a served file.
 #[test]
 fn shell_redirections_reach_the_programs_they_run() {
     let s = Served::start(32);
     let script = format!(
         "printf 'b\\na\\n' > {p}/in && sort {p}/in > {p}/out && sort -r {p}/in >> {p}/out \
          && wc -l < {p}/out && bash -c 'x=$(cat {p}/out | head -1); echo \"[$x]\"' > {p}/sub \
-         && cat {p}/sub && python3 -c 'print(6 * 7)' > {p}/py && cat {p}/out {p}/py",
+         && cat {p}/sub && python3 -c 'print(6 * 7)' > {p}/py && cat {p}/out {p}/py \
+         && python3 -c 'import subprocess as s; print(s.run([\"echo\", \"c\"], \
+            capture_output=True, text=True).stdout)' > {p}/vf && cat {p}/vf",
         p = s.prefix
     );
     let out = s.run("sh", &["-c", &script]);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "4\n[a]\na\nb\nb\na\n42\n"
+        "4\n[a]\na\nb\nb\na\n42\nc\n\n"
     );
 }

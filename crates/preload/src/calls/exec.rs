@@ -188,6 +188,19 @@ fn reserved(fd: c_int) -> bool {
     }
 }
 
+/// `vfork(2)`, as `fork`: a `vfork` child shares its parent's memory, so its `dup2`, `close`
+/// and `exec` would change the parent's table of served descriptors (and allocate while the
+/// parent's other threads may too). POSIX lets `vfork` be `fork`; the child then has a table
+/// of its own. (Python's `subprocess` uses `vfork`.)
+///
+/// # Safety
+/// As `vfork(2)`: the child only calls `exec` or `_exit` (with `fork` it could do more).
+#[no_mangle]
+pub unsafe extern "C" fn vfork() -> libc::pid_t {
+    // SAFETY: fork has no preconditions; its handlers keep this library's locks consistent.
+    unsafe { libc::fork() }
+}
+
 /// At start: adopts the descriptors a program handed on across `exec`.
 pub fn adopt() {
     let Some(list) = std::env::var_os(VAR) else {
