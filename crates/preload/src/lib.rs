@@ -45,9 +45,10 @@
 //! ## Descriptors, fork and exec
 //!
 //! - A served descriptor reserves a real kernel descriptor number (an `O_PATH` descriptor of
-//!   `/dev/null`), so it never collides with the program's own; a call that reaches the
-//!   kernel with it by a route this library does not see fails (`EBADF`), never reads
-//!   `/dev/null`. Duplicates share one offset and status flags, as the kernel's do.
+//!   `/dev/null`, or of the memfd holding its shared offset), so it never collides with the
+//!   program's own; a call that reaches the kernel with it by a route this library does not
+//!   see fails (`EBADF`), never reads other bytes. Duplicates share one offset and status
+//!   flags, as the kernel's do.
 //! - **fork:** UCX does not survive `fork`. A process with nothing open on its connection
 //!   closes it just before it forks, and parent and child connect again at their next call
 //!   under the prefix; a process that forks while it holds served files keeps its connection,
@@ -55,16 +56,16 @@
 //!   (`dup2` and `exec` still work there: a shell's child sets up a redirection and execs).
 //!   Record locks are not inherited (POSIX).
 //! - **exec:** served descriptors without `FD_CLOEXEC` are handed to the new program
-//!   (`SWITCHYARD_PRELOAD_FDS` in its environment), which opens them again at first use, at
-//!   the offset they had; through `execve`, `execv`, `execvp` and `execvpe` (glibc's `execl`
+//!   (`SWITCHYARD_PRELOAD_FDS` in its environment), which opens them again at first use,
+//!   sharing their offsets; through `execve`, `execv`, `execvp` and `execvpe` (glibc's `execl`
 //!   family and `posix_spawn` exec through an internal call nobody can interpose: there they
 //!   are closed). A working directory under the prefix is handed on too
 //!   (`SWITCHYARD_PRELOAD_CWD`).
 //! - **vfork** is `fork`: a `vfork` child shares its parent's memory and would change its
 //!   table of served descriptors.
-//! - **Offsets** are per process: a parent and child writing one inherited descriptor each
-//!   keep their own (the kernel would share one); with `O_APPEND` every write lands at the
-//!   end, on the server.
+//! - **Offsets** are shared as the kernel shares them: a parent and child (or a program and
+//!   the one it `exec`s) writing one inherited descriptor in turn continue each other's
+//!   writes (module `offset`).
 //! - **Working directory:** `chdir` into the prefix keeps a working directory inside the
 //!   store (the kernel's stays where it was); relative paths and `getcwd` use it.
 //! - Paths are resolved lexically (`..` removes the previous name), and a symlink in the
@@ -76,6 +77,7 @@
 mod calls;
 mod conn;
 mod dirs;
+mod offset;
 mod real;
 mod route;
 mod state;

@@ -13,6 +13,7 @@ use parking_lot::{Mutex, RwLock};
 use switchyard_store::Inodes;
 
 use crate::dirs::DirStream;
+use crate::offset::Offset;
 use crate::{conn, inside, serve};
 
 /// One open of a served file: what the kernel calls an open file description, shared by the
@@ -26,8 +27,8 @@ pub struct Open {
     pub kind: u32,
     /// The status flags `F_GETFL` reports (access mode, `O_APPEND`, `O_NONBLOCK`, …).
     pub flags: AtomicI32,
-    /// The file offset.
-    pub offset: Mutex<u64>,
+    /// The file offset (shared with other processes once forked or handed on).
+    pub offset: Offset,
     /// The connection the inode is open on ([`conn::generation`]); a child after `fork`
     /// opens it again on its own.
     pub generation: AtomicU64,
@@ -152,8 +153,29 @@ pub fn dir_path(fd: c_int) -> Option<String> {
 pub extern "C" fn before_fork() {
     let st = STATE.write();
     let idle = st.fds.is_empty() && st.dirs.is_empty();
+    // Parent and child share each open's offset from now on (module `offset`).
+    share_offsets(&st, |_| true);
     std::mem::forget(st);
     conn::lock_for_fork(idle);
+}
+
+/// Moves the offsets of the opens `which` picks into shared pages (module `offset`), and
+/// reserves their descriptor numbers with the pages' memfds, which carry them across `exec`.
+pub fn share_offsets(st: &State, which: impl Fn(&Slot) -> bool) {
+    for s in st.fds.values().filter(|s| which(s)) {
+        let Some(page) = s.open.offset.share() else {
+            continue;
+        };
+        for (&n, other) in &st.fds {
+            if Arc::ptr_eq(&other.open, &s.open) {
+                // SAFETY: replacing our reservation at `n` with another of the same open, in
+                // one step (the number is never free).
+                unsafe { crate::real::dup3()(page, n, libc::O_CLOEXEC) };
+            }
+        }
+        // SAFETY: the descriptor `share` made for this.
+        unsafe { crate::real::close()(page) };
+    }
 }
 
 /// Back in the parent after `fork`.

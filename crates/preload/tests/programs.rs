@@ -249,7 +249,8 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 }
 
 /// Including a child that Python's `subprocess` starts with `vfork` and whose output it
-/// captures while its own standard output is a served file.
+/// captures while its own standard output is a served file, and parents and children writing
+/// one inherited descriptor in turn (their offset is shared, as the kernel shares it).
 #[test]
 fn shell_redirections_reach_the_programs_they_run() {
     let s = Served::start(32);
@@ -258,12 +259,18 @@ fn shell_redirections_reach_the_programs_they_run() {
          && wc -l < {p}/out && bash -c 'x=$(cat {p}/out | head -1); echo \"[$x]\"' > {p}/sub \
          && cat {p}/sub && python3 -c 'print(6 * 7)' > {p}/py && cat {p}/out {p}/py \
          && python3 -c 'import subprocess as s; print(s.run([\"echo\", \"c\"], \
-            capture_output=True, text=True).stdout)' > {p}/vf && cat {p}/vf",
+            capture_output=True, text=True).stdout)' > {p}/vf && cat {p}/vf \
+         && {{ echo one; ls -d {p}; echo three; }} > {p}/grp && cat {p}/grp \
+         && python3 -c 'import subprocess as s; print(1, flush=True); s.run([\"echo\", \"2\"]); \
+            print(3)' > {p}/seq && cat {p}/seq",
         p = s.prefix
     );
     let out = s.run("sh", &["-c", &script]);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "4\n[a]\na\nb\nb\na\n42\nc\n\n"
+        format!(
+            "4\n[a]\na\nb\nb\na\n42\nc\n\none\n{}\nthree\n1\n2\n3\n",
+            s.prefix
+        )
     );
 }

@@ -4,11 +4,11 @@
 //! Before the new program replaces this one, each such descriptor's reserved number loses its
 //! close-on-exec flag (so the number survives), and `SWITCHYARD_PRELOAD_FDS` in the new
 //! program's environment names, per number, its open (duplicates share one), the inode, the
-//! status flags, the offset, the type and the path. The library in the new program adopts
-//! them at start (and drops the variable from its environment): each open is opened again on
-//! its own connection at first use, at the offset it had, its duplicates still sharing it.
-//! The offset is then the new program's own: a parent that forked before the `exec` keeps a
-//! separate one (the kernel would share it). glibc's `execl` family and `posix_spawn` reach the kernel through glibc's
+//! status flags, the offset, the type and the path; the number itself is then an `O_PATH`
+//! descriptor of the page that holds the open's offset (module [`crate::offset`]). The library in the new program adopts them at start (and
+//! drops the variable from its environment): each open is opened again on its own connection
+//! at first use, its duplicates still sharing one offset, and that offset shared with every
+//! process that shares the open. glibc's `execl` family and `posix_spawn` reach the kernel through glibc's
 //! internal `execve`, which cannot be interposed: there the served descriptors are closed.
 
 use std::collections::HashMap;
@@ -17,17 +17,19 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use libc::{c_char, c_int};
-use parking_lot::Mutex;
 
+use crate::offset::Offset;
 use crate::real;
 use crate::state::{self, Open, Slot, STATE};
 
 /// The environment variable the descriptors travel in.
 const VAR: &str = "SWITCHYARD_PRELOAD_FDS";
 
-/// The descriptors to hand on: `(number, entry)`, entries as `VAR` spells them.
+/// The descriptors to hand on: `(number, entry)`, entries as `VAR` spells them. Their offsets
+/// move into shared pages first (module `offset`), which the numbers then carry.
 fn inherited() -> Vec<(c_int, String)> {
     let st = STATE.read();
+    state::share_offsets(&st, |s| !s.cloexec);
     st.fds
         .iter()
         .filter(|(_, s)| !s.cloexec)
@@ -39,7 +41,7 @@ fn inherited() -> Vec<(c_int, String)> {
                 Arc::as_ptr(o) as usize,
                 o.ino,
                 o.flags.load(Ordering::Relaxed),
-                *o.offset.lock(),
+                o.offset.lock().get(),
                 o.kind,
                 o.path
             );
@@ -100,15 +102,15 @@ fn with_handoff(
     let entries: Vec<&str> = fds.iter().map(|(_, e)| e.as_str()).collect();
     // SAFETY: the program's environment (or `environ`), a null-terminated array.
     let (env, _strings) = unsafe { environment(envp, &entries.join(";")) };
-    for (fd, _) in &fds {
+    for (n, _) in &fds {
         // SAFETY: our reserved descriptor.
-        unsafe { real::fcntl64()(*fd, libc::F_SETFD, 0) };
+        unsafe { real::fcntl64()(*n, libc::F_SETFD, 0) };
     }
     let r = exec(env.as_ptr());
     let errno = std::io::Error::last_os_error();
-    for (fd, _) in &fds {
+    for (n, _) in &fds {
         // SAFETY: as above.
-        unsafe { real::fcntl64()(*fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        unsafe { real::fcntl64()(*n, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
     crate::set_errno(switchyard_store::Errno(
         errno.raw_os_error().unwrap_or(libc::ENOEXEC),
@@ -174,18 +176,18 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
     with_handoff(current(), |env| unsafe { real::execvpe()(file, argv, env) })
 }
 
-/// Whether `fd` is a reservation: an `O_PATH` descriptor of `/dev/null`.
+/// Whether `fd` is a reservation: an `O_PATH` descriptor of `/dev/null`, or of a page that
+/// holds an offset (module `offset`).
 fn reserved(fd: c_int) -> bool {
-    // SAFETY: fcntl and fstat on a number, into a stat we own.
-    unsafe {
-        let fl = real::fcntl64()(fd, libc::F_GETFL);
-        let mut st: libc::stat64 = std::mem::zeroed();
-        fl >= 0
-            && fl & libc::O_PATH != 0
-            && real::fstat64()(fd, &mut st) == 0
-            && st.st_mode & libc::S_IFMT == libc::S_IFCHR
-            && st.st_rdev == libc::makedev(1, 3)
+    // SAFETY: fcntl on a number.
+    let fl = unsafe { real::fcntl64()(fd, libc::F_GETFL) };
+    if fl < 0 || fl & libc::O_PATH == 0 {
+        return false;
     }
+    std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok_and(|l| {
+        let l = l.to_string_lossy();
+        l == "/dev/null" || l.starts_with("/memfd:switchyard-offset")
+    })
 }
 
 /// `vfork(2)`, as `fork`: a `vfork` child shares its parent's memory, so its `dup2`, `close`
@@ -235,7 +237,7 @@ pub fn adopt() {
                     path: path.to_string(),
                     kind: kind as u32,
                     flags: AtomicI32::new(flags as c_int),
-                    offset: Mutex::new(offset),
+                    offset: Offset::adopt(fd).unwrap_or_else(|| Offset::new(offset)),
                     // No connection yet: the first use opens the inode on this program's.
                     generation: AtomicU64::new(0),
                 })

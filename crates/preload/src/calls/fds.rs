@@ -114,7 +114,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 fn range(o: &Open, fl: &libc::flock) -> Result<(u64, u64), Errno> {
     let base: i64 = match fl.l_whence as c_int {
         libc::SEEK_SET => 0,
-        libc::SEEK_CUR => *o.offset.lock() as i64,
+        libc::SEEK_CUR => o.offset.lock().get() as i64,
         libc::SEEK_END => Inodes::stat(&*conn::for_open(o)?, o.ino)?.attr.size as i64,
         _ => return Err(Errno(libc::EINVAL)),
     };

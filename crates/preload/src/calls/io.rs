@@ -20,8 +20,9 @@ pub fn read_at(o: &Open, buf: &mut [u8], off: Option<u64>) -> Result<usize, Errn
         Some(off) => Inodes::read(&*c, o.ino, off, buf),
         None => {
             let mut pos = o.offset.lock();
-            let n = Inodes::read(&*c, o.ino, *pos, buf)?;
-            *pos += n as u64;
+            let at = pos.get();
+            let n = Inodes::read(&*c, o.ino, at, buf)?;
+            pos.set(at + n as u64);
             Ok(n)
         }
     }
@@ -45,12 +46,14 @@ pub fn write_at(o: &Open, data: &[u8], off: Option<u64>) -> Result<usize, Errno>
             let mut pos = o.offset.lock();
             if append {
                 let at = c.append(o.ino, data)?;
-                *pos = at + data.len() as u64;
+                pos.set(at + data.len() as u64);
                 Ok(data.len())
             } else {
-                let n = Inodes::write(&*c, o.ino, *pos, data)?;
-                *pos += n as u64;
-                Ok(n)
+                let len = data.len() as u64;
+                let at = pos.reserve(len);
+                let n = Inodes::write(&*c, o.ino, at, data);
+                pos.settle(at + len, at + *n.as_ref().unwrap_or(&0) as u64);
+                n
             }
         }
     }
@@ -378,7 +381,7 @@ fn seek(o: &Open, off: off_t, whence: c_int) -> Result<u64, Errno> {
     let mut pos = o.offset.lock();
     let base = match whence {
         libc::SEEK_SET => 0,
-        libc::SEEK_CUR => *pos as i64,
+        libc::SEEK_CUR => pos.get() as i64,
         libc::SEEK_END => size()? as i64,
         // No holes are reported: the whole file is data.
         libc::SEEK_DATA | libc::SEEK_HOLE => {
@@ -386,12 +389,13 @@ fn seek(o: &Open, off: off_t, whence: c_int) -> Result<u64, Errno> {
             if off < 0 || off as u64 >= size {
                 return Err(Errno(libc::ENXIO));
             }
-            *pos = if whence == libc::SEEK_DATA {
+            let to = if whence == libc::SEEK_DATA {
                 off as u64
             } else {
                 size
             };
-            return Ok(*pos);
+            pos.set(to);
+            return Ok(to);
         }
         _ => return Err(Errno(libc::EINVAL)),
     };
@@ -399,8 +403,8 @@ fn seek(o: &Open, off: off_t, whence: c_int) -> Result<u64, Errno> {
         .checked_add(off)
         .filter(|&t| t >= 0)
         .ok_or(Errno(libc::EINVAL))?;
-    *pos = to as u64;
-    Ok(*pos)
+    pos.set(to as u64);
+    Ok(to as u64)
 }
 
 /// `lseek64`.

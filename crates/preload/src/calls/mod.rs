@@ -10,10 +10,10 @@ use std::sync::atomic::{AtomicI32, AtomicU64};
 use std::sync::Arc;
 
 use libc::{c_char, c_int, mode_t};
-use parking_lot::Mutex;
 use switchyard_store::format::{S_IFDIR, S_IFLNK};
 use switchyard_store::{Errno, Inodes, OpenFlags};
 
+use crate::offset::Offset;
 use crate::state::{self, Open, Slot};
 use crate::{conn, real, refuse};
 
@@ -198,7 +198,7 @@ pub fn open_store(path: &str, flags: c_int, mode: mode_t) -> Result<c_int, Errno
         path: path.to_string(),
         kind,
         flags: AtomicI32::new(flags & STATUS_FLAGS),
-        offset: Mutex::new(0),
+        offset: Offset::new(0),
         generation: AtomicU64::new(generation),
     });
     let cloexec = flags & libc::O_CLOEXEC != 0;
