@@ -57,10 +57,10 @@
 //!   Record locks are not inherited (POSIX).
 //! - **exec:** served descriptors without `FD_CLOEXEC` are handed to the new program
 //!   (`SWITCHYARD_PRELOAD_FDS` in its environment), which opens them again at first use,
-//!   sharing their offsets; through `execve`, `execv`, `execvp` and `execvpe` (glibc's `execl`
-//!   family and `posix_spawn` exec through an internal call nobody can interpose: there they
-//!   are closed). A working directory under the prefix is handed on too
-//!   (`SWITCHYARD_PRELOAD_CWD`).
+//!   sharing their offsets; through `execve`, `execv`, `execvp`, `execvpe`, `posix_spawn` and
+//!   `posix_spawnp` (glibc's variadic `execl` family execs through an internal call nobody
+//!   can interpose: there they are closed). A working directory under the prefix is handed
+//!   on too (`SWITCHYARD_PRELOAD_CWD`).
 //! - **vfork** is `fork`: a `vfork` child shares its parent's memory and would change its
 //!   table of served descriptors.
 //! - **Offsets** are shared as the kernel shares them: a parent and child (or a program and

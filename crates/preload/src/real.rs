@@ -154,4 +154,6 @@ real! {
     mkdtemp: fn(*mut c_char) -> *mut c_char;
     execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    posix_spawn: fn(*mut libc::pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int;
+    posix_spawnp: fn(*mut libc::pid_t, *const c_char, *const libc::posix_spawn_file_actions_t, *const libc::posix_spawnattr_t, *const *mut c_char, *const *mut c_char) -> c_int;
 }

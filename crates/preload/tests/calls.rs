@@ -82,6 +82,8 @@ fn fork_and_exec_do_what_the_docs_say() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("UCX cannot be used in such a child"));
     let out = s.run(exe.to_str().unwrap(), &["exec", &s.prefix]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("exec ok"));
+    let out = s.run(exe.to_str().unwrap(), &["spawn", &s.prefix]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("spawn ok"));
 }
 
 #[test]

@@ -5,11 +5,14 @@
 //! close-on-exec flag (so the number survives), and `SWITCHYARD_PRELOAD_FDS` in the new
 //! program's environment names, per number, its open (duplicates share one), the inode, the
 //! status flags, the offset, the type and the path; the number itself is then an `O_PATH`
-//! descriptor of the page that holds the open's offset (module [`crate::offset`]). The library in the new program adopts them at start (and
-//! drops the variable from its environment): each open is opened again on its own connection
-//! at first use, its duplicates still sharing one offset, and that offset shared with every
-//! process that shares the open. glibc's `execl` family and `posix_spawn` reach the kernel through glibc's
-//! internal `execve`, which cannot be interposed: there the served descriptors are closed.
+//! descriptor of the page that holds the open's offset (module [`crate::offset`]). The
+//! library in the new program adopts them at start (and drops the variable from its
+//! environment): each open is opened again on its own connection at first use, its
+//! duplicates still sharing one offset, and that offset shared with every process that
+//! shares the open. This holds for `execve`, `execv`, `execvp`, `execvpe`, `posix_spawn` and
+//! `posix_spawnp`; glibc's variadic `execl` family execs through an internal call this
+//! library cannot interpose (and a variadic function cannot be defined in stable Rust):
+//! there the served descriptors are closed.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
@@ -120,6 +123,57 @@ fn with_handoff(
 
 extern "C" {
     static environ: *const *const c_char;
+}
+
+/// `posix_spawn(3)` and `posix_spawnp(3)`: the descriptors handed on as for `execve`; the
+/// spawn's file actions apply after (a number they close or replace is no longer a
+/// reservation, and the new program leaves it alone). Returns an error number, as they do.
+fn spawn_with_handoff(
+    envp: *const *const c_char,
+    spawn: impl FnOnce(*const *const c_char) -> c_int,
+) -> c_int {
+    let saved = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    let r = with_handoff(envp, spawn);
+    crate::set_errno(switchyard_store::Errno(saved));
+    r
+}
+
+/// `posix_spawn(3)`.
+///
+/// # Safety
+/// As `posix_spawn(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawn(
+    pid: *mut libc::pid_t,
+    path: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    spawn_with_handoff(envp.cast(), |env| {
+        // SAFETY: the program's arguments, with an environment built from its own.
+        unsafe { real::posix_spawn()(pid, path, actions, attr, argv, env.cast()) }
+    })
+}
+
+/// `posix_spawnp(3)`.
+///
+/// # Safety
+/// As `posix_spawnp(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn posix_spawnp(
+    pid: *mut libc::pid_t,
+    file: *const c_char,
+    actions: *const libc::posix_spawn_file_actions_t,
+    attr: *const libc::posix_spawnattr_t,
+    argv: *const *mut c_char,
+    envp: *const *mut c_char,
+) -> c_int {
+    spawn_with_handoff(envp.cast(), |env| {
+        // SAFETY: the program's arguments, with an environment built from its own.
+        unsafe { real::posix_spawnp()(pid, file, actions, attr, argv, env.cast()) }
+    })
 }
 
 /// The process's environment.

@@ -7,7 +7,9 @@
  *   fork DIR          a child forked with nothing open uses the store; one forked with a
  *                     file open is refused (ENOTCONN)
  *   exec DIR          served descriptors without FD_CLOEXEC (stdout among them) reach the
- *                     program exec'd next, those with it do not */
+ *                     program exec'd next, those with it do not
+ *   spawn DIR         a program posix_spawn'd writes to the served stdout it inherits,
+ *                     between its parent's writes (one offset) */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -265,6 +268,29 @@ static int execs(const char *dir, const char *self) {
     return 1;
 }
 
+/* A program started with posix_spawnp writes to the served stdout it inherits, after its
+ * parent and before it: one offset between them. */
+static int spawns(const char *dir) {
+    int fd = open(at(dir, "spawned"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    CHECK(fd >= 0 && dup2(fd, 1) == 1 && close(fd) == 0);
+    printf("parent\n");
+    CHECK(fflush(stdout) == 0);
+    extern char **environ;
+    char *argv[] = {"echo", "child", NULL};
+    pid_t pid;
+    CHECK(posix_spawnp(&pid, "echo", NULL, NULL, argv, environ) == 0);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    printf("parent again\n");
+    CHECK(fflush(stdout) == 0);
+    char buf[64] = {0};
+    int in = open(at(dir, "spawned"), O_RDONLY);
+    CHECK(in >= 0 && read(in, buf, sizeof buf) == 26);
+    CHECK(!strcmp(buf, "parent\nchild\nparent again\n"));
+    fputs("spawn ok\n", stderr);
+    return 0;
+}
+
 /* The new program's side of `execs`. */
 static int inherited(int fd, int gone, const char *dir) {
     CHECK(fcntl(gone, F_GETFD) < 0 && errno == EBADF);
@@ -286,6 +312,7 @@ int main(int argc, char **argv) {
     else if (argc == 3 && !strcmp(argv[1], "trylock")) return lock(argv[2], 0);
     else if (argc == 3 && !strcmp(argv[1], "fork")) return forks(argv[2]);
     else if (argc == 3 && !strcmp(argv[1], "exec")) return execs(argv[2], argv[0]);
+    else if (argc == 3 && !strcmp(argv[1], "spawn")) return spawns(argv[2]);
     else if (argc == 5 && !strcmp(argv[1], "inherited"))
         return inherited(atoi(argv[2]), atoi(argv[3]), argv[4]);
     else {
