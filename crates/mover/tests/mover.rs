@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{data, mover_with};
+use common::{data, directions, mover_with, policies};
 use proptest::prelude::*;
 use std::sync::Arc;
 use switchyard_engine::FaultPlan;
@@ -32,18 +32,6 @@ fn aligned(n: usize) -> (Vec<u8>, usize) {
     let v = vec![0u8; n + 64];
     let off = v.as_ptr().align_offset(64);
     (v, off)
-}
-
-fn policies() -> impl Strategy<Value = Policy> {
-    prop_oneof![Just(Policy::Auto), Just(Policy::Cpu), Just(Policy::Engine)]
-}
-
-fn directions() -> impl Strategy<Value = Direction> {
-    prop_oneof![
-        Just(Direction::ToSlow),
-        Just(Direction::FromSlow),
-        Just(Direction::Dram)
-    ]
 }
 
 proptest! {

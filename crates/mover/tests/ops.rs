@@ -4,11 +4,11 @@
 
 mod common;
 
-use common::{data, mover_with};
+use common::{data, directions, mover_with, policies};
 use proptest::prelude::*;
 use switchyard_engine::FaultPlan;
 use switchyard_media::{trace::Recorder, Persist};
-use switchyard_mover::{Direction, Hints, Mover, Policy};
+use switchyard_mover::{Hints, Mover, Policy};
 
 fn mover(policy: Policy, faults: FaultPlan, persist: Persist) -> Mover {
     mover_with(policy, faults, persist, |_| {})
@@ -24,18 +24,6 @@ fn faults(on: bool) -> FaultPlan {
     } else {
         FaultPlan::default()
     }
-}
-
-fn policies() -> impl Strategy<Value = Policy> {
-    prop_oneof![Just(Policy::Auto), Just(Policy::Cpu), Just(Policy::Engine)]
-}
-
-fn directions() -> impl Strategy<Value = Direction> {
-    prop_oneof![
-        Just(Direction::ToSlow),
-        Just(Direction::FromSlow),
-        Just(Direction::Dram)
-    ]
 }
 
 proptest! {
