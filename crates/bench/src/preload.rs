@@ -218,8 +218,8 @@ pub fn run(a: &PreloadBenchArgs) -> anyhow::Result<()> {
         (tmpfs.clone(), false),
     ];
     // fio lays out its file once per system (the preload and the mount share one).
-    layout(&mnt, file_size, &[])?;
-    layout(&tmpfs, file_size, &[])?;
+    layout(&mnt, file_size)?;
+    layout(&tmpfs, file_size)?;
     let bar = indicatif::ProgressBar::new(SHAPES.len() as u64);
     let mut records = Vec::new();
     for shape in SHAPES {
@@ -293,21 +293,13 @@ fn transport(addr: std::net::SocketAddr, key: &Path) -> anyhow::Result<String> {
     Ok(c.data_path().to_string())
 }
 
-/// Creates fio's file in `dir` at full size.
-fn layout(dir: &Path, file_size: u64, env: &[(&str, &str)]) -> anyhow::Result<()> {
-    fio::Job {
-        dir,
-        prefix: "fio",
-        engine: "psync",
+/// Creates fio's file in `dir` at full size (a short sequential read lays it out).
+fn layout(dir: &Path, file_size: u64) -> anyhow::Result<()> {
+    let shape = Shape {
         rw: "read",
         bs: 1 << 20,
-        size: file_size,
-        jobs: 1,
-        secs: 0.1,
-        direct: false,
-    }
-    .run(&[], env)?;
-    Ok(())
+    };
+    fio_job(dir, shape, file_size, 0.1, &[]).map(drop)
 }
 
 fn fio_job(

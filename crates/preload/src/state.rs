@@ -81,6 +81,9 @@ pub struct State {
     pub files: HashMap<usize, c_int>,
     /// The working directory in the store, while the program's is under the prefix.
     pub cwd: Option<String>,
+    /// Inodes this process has set a record lock on (since it last dropped its locks there):
+    /// a close of another file costs no request to the server.
+    pub locked: std::collections::HashSet<u64>,
 }
 
 /// The state, behind one lock.
@@ -190,15 +193,25 @@ pub extern "C" fn after_fork_child() {
     conn::unlock_after_fork(true);
     // SAFETY: as in the parent: the fork copied the lock held by this thread.
     unsafe { STATE.force_unlock_write() };
+    // Record locks are not inherited (POSIX).
+    STATE.write().locked.clear();
 }
 
-/// Releases the process's record locks on `ino` (any close of the file does, as POSIX
-/// says).
+/// Notes that this process set a record lock on `ino`.
+pub fn note_lock(ino: u64) {
+    STATE.write().locked.insert(ino);
+}
+
+/// Releases the process's record locks on the open's inode (any close of the file does, as
+/// POSIX says), if it set any there.
 pub fn release_locks(open: &Open) {
     if open.generation.load(Ordering::Relaxed) != conn::generation() {
         return;
     }
     let ino = open.ino;
+    if !STATE.write().locked.remove(&ino) {
+        return;
+    }
     let _ = serve(|| {
         conn::client()?.release_locks(ino, conn::lock_owner());
         Ok(())

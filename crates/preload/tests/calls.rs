@@ -62,15 +62,37 @@ fn a_record_lock_keeps_another_process_out() {
         String::from_utf8_lossy(&out.stdout),
         format!("held by {}\n", holder.id())
     );
+    // The holder closes another descriptor of the file: its lock goes (POSIX).
     holder.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "released\n");
+    let free = s.run(exe.to_str().unwrap(), &["canlock", &file]);
+    assert_eq!(String::from_utf8_lossy(&free.stdout), "free\n");
+    holder.stdin.as_mut().unwrap().write_all(b"end\n").unwrap();
     assert!(holder.wait().unwrap().success());
-    // The holder is gone, and its lock with it.
-    let again = s
+    // A lock also goes with its process.
+    let mut holder = s
         .command(exe.to_str().unwrap())
-        .args(["trylock", &file])
-        .output()
+        .args(["lock", &file])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
         .unwrap();
-    assert!(!again.status.success(), "the lock outlived its process");
+    line.clear();
+    BufReader::new(holder.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "locked\n");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let again = s.run(exe.to_str().unwrap(), &["canlock", &file]);
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout),
+        "free\n",
+        "the lock outlived its process"
+    );
 }
 
 #[test]

@@ -186,7 +186,12 @@ fn lock(o: &Open, cmd: c_int, fl: *mut libc::flock) -> Result<c_int, Errno> {
                 std::thread::sleep(wait);
                 wait = (wait * 2).min(Duration::from_millis(20));
             }
-            r => return r.map(|()| 0),
+            r => {
+                if r.is_ok() && kind != libc::F_UNLCK {
+                    state::note_lock(o.ino);
+                }
+                return r.map(|()| 0);
+            }
         }
     }
 }

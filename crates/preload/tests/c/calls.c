@@ -2,7 +2,9 @@
  * checked against what Linux gives on a local file system. Modes:
  *   calls DIR         the whole suite in DIR (a served directory); prints "calls ok"
  *   lock FILE         takes a write lock on bytes 0..99, prints "locked", waits for a line
- *                     on stdin, then exits (the lock goes with it)
+ *                     on stdin, closes another descriptor of the file (which drops the
+ *                     lock), prints "released", and exits at the next line
+ *   canlock FILE      expects the lock granted
  *   trylock FILE      expects the lock refused (EAGAIN); prints the holder's pid
  *   fork DIR          a child forked with nothing open uses the store; one forked with a
  *                     file open is refused (ENOTCONN)
@@ -211,11 +213,22 @@ static int lock(const char *file, int wait_for_line) {
     int fd = open(file, O_CREAT | O_RDWR, 0644);
     CHECK(fd >= 0);
     struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 100};
+    if (wait_for_line == 2) {
+        CHECK(fcntl(fd, F_SETLK, &fl) == 0);
+        puts("free");
+        return 0;
+    }
     if (wait_for_line) {
         CHECK(fcntl(fd, F_SETLK, &fl) == 0);
         puts("locked");
         fflush(stdout);
         char line[16];
+        (void)!fgets(line, sizeof line, stdin);
+        /* Closing any descriptor of the file drops the process's locks on it (POSIX). */
+        int other = open(file, O_RDONLY);
+        CHECK(other >= 0 && close(other) == 0);
+        puts("released");
+        fflush(stdout);
         (void)!fgets(line, sizeof line, stdin);
         return 0;
     }
@@ -310,6 +323,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "calls")) calls(argv[2]);
     else if (argc == 3 && !strcmp(argv[1], "lock")) return lock(argv[2], 1);
     else if (argc == 3 && !strcmp(argv[1], "trylock")) return lock(argv[2], 0);
+    else if (argc == 3 && !strcmp(argv[1], "canlock")) return lock(argv[2], 2);
     else if (argc == 3 && !strcmp(argv[1], "fork")) return forks(argv[2]);
     else if (argc == 3 && !strcmp(argv[1], "exec")) return execs(argv[2], argv[0]);
     else if (argc == 3 && !strcmp(argv[1], "spawn")) return spawns(argv[2]);
