@@ -30,6 +30,9 @@ pub enum Path {
         channel: usize,
         /// Bytes for the engine.
         engine_bytes: usize,
+        /// Bytes of the whole split, the engine's and the CPU's: the size whose bin the
+        /// split's estimates are read from, and so the bin its two sides' rates go to.
+        body: usize,
     },
 }
 
@@ -399,6 +402,7 @@ impl Mover {
             return offload(Path::Split {
                 channel,
                 engine_bytes,
+                body,
             });
         }
         offload(Path::Engine { channel })

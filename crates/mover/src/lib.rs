@@ -263,6 +263,15 @@ impl Mover {
             .clone()
     }
 
+    /// Seeds every bandwidth estimate and start-up delay with `bw`'s, as a profile's seed
+    /// them (the tuner's offload path, once it has measured them); the split estimates'
+    /// adaptation starts over from them.
+    pub(crate) fn seed_estimates(&self, bw: &Bandwidth) {
+        self.bandwidth.copy_from(bw);
+        self.split_bandwidth.copy_from(bw);
+        self.adapt.seed_split(bw);
+    }
+
     /// Puts `profile` in effect in this running mover, as if it had started with it (a
     /// profile measured on this machine with this engine: the caller checks, as
     /// [`Config::with_profile`] does): its thresholds become the base that adaptation moves

@@ -146,6 +146,7 @@ impl Mover {
             Path::Split {
                 channel,
                 engine_bytes,
+                ..
             } => (channel, engine_bytes.min(len)),
         };
         if engine_len == 0 {

@@ -341,19 +341,24 @@ impl Profile {
 
     /// Seeds live estimates with the measured bandwidths and start-up delays.
     pub fn seed(&self, bw: &Bandwidth) {
-        for b in &self.bins {
-            if let Some(d) = direction(&b.direction) {
-                let e = bw.of(d);
-                let i = bandwidth::bin(b.size);
-                // GiB/s → bytes/ns.
-                e.cpu[i].set(b.cpu_gib_s * 1.073_741_824);
-                e.engine[i].set(b.engine_gib_s * 1.073_741_824);
-            }
+        seed(&self.bins, &self.startup, bw);
+    }
+}
+
+/// Seeds live estimates with bandwidths and start-up delays as a profile holds them.
+pub(crate) fn seed(bins: &[Bin], startup: &[Startup], bw: &Bandwidth) {
+    for b in bins {
+        if let Some(d) = direction(&b.direction) {
+            let e = bw.of(d);
+            let i = bandwidth::bin(b.size);
+            // GiB/s → bytes/ns.
+            e.cpu[i].set(b.cpu_gib_s * 1.073_741_824);
+            e.engine[i].set(b.engine_gib_s * 1.073_741_824);
         }
-        for s in &self.startup {
-            if let Some(d) = direction(&s.direction) {
-                bw.of(d).startup_ns.set(s.ns);
-            }
+    }
+    for s in startup {
+        if let Some(d) = direction(&s.direction) {
+            bw.of(d).startup_ns.set(s.ns);
         }
     }
 }

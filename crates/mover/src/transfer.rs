@@ -214,12 +214,16 @@ impl Mover {
         let t = Instant::now();
         // SAFETY: disjoint from the engine part, inside the caller's ranges.
         unsafe { self.cpu_copy(d.add(cpu_from), s.add(cpu_from), body - cpu_from, hints) };
-        self.sample_cpu(
-            &self.split_bandwidth,
-            hints.direction,
-            body - engine_bytes,
-            t,
-        );
+        if started.is_some() {
+            // Filed under the whole split's size, as the share is read (see `finish`).
+            self.sample_cpu(
+                &self.split_bandwidth,
+                hints.direction,
+                body - engine_bytes,
+                body,
+                t,
+            );
+        }
         report.cpu_bytes += body - cpu_from;
         self.counters
             .add(Counter::split_cpu_bytes, (body - engine_bytes) as u64);
@@ -382,7 +386,7 @@ impl Mover {
         // SAFETY: forwarded from this function's contract.
         unsafe { persist.copy(dst, src, len, mode) };
         if let Some(t) = t {
-            self.sample_cpu(&self.bandwidth, hints.direction, len, t);
+            self.sample_cpu(&self.bandwidth, hints.direction, len, len, t);
         }
         if capped {
             self.writers.fetch_sub(1, Ordering::Release);
@@ -412,11 +416,12 @@ impl Mover {
         }
     }
 
-    /// Folds the CPU copy of `len` bytes that started at `since` into `into`: the mover's
-    /// `bandwidth` for a copy that ran alone, its `split_bandwidth` for the CPU side of a split.
-    fn sample_cpu(&self, into: &Bandwidth, dir: Direction, len: usize, since: Instant) {
+    /// Folds the CPU copy of `len` bytes that started at `since` into `into`, in the bin of
+    /// `at` bytes: the mover's `bandwidth` for a copy that ran alone (`at` = `len`), its
+    /// `split_bandwidth` for the CPU side of a split (`at`: the whole split).
+    fn sample_cpu(&self, into: &Bandwidth, dir: Direction, len: usize, at: usize, since: Instant) {
         let ns = since.elapsed().as_nanos() as f64;
-        into.of(dir).cpu[bin(len)].update(len as f64 / ns, &self.estimates);
+        into.of(dir).cpu[bin(at)].update(len as f64 / ns, &self.estimates);
         self.adapt.tick(&self.split_bandwidth, &self.counters);
     }
 
@@ -516,14 +521,16 @@ impl Mover {
             && !self.class(&f.hints).is_bulk()
         {
             // The engine side of a split ran beside the CPU side: its rate goes to the split's
-            // estimates. The start-up delay does not depend on what the caller does meanwhile.
-            let split = matches!(f.decision.path, Path::Split { .. });
-            let into = if split {
-                &self.split_bandwidth
-            } else {
-                &self.bandwidth
+            // estimates, in the bin of the whole split, which is where a split's share reads
+            // them (filed under the part's own size, the estimates of a size were fed by the
+            // splits of sizes twice as large and never by its own: a tune's 1 MiB writes
+            // split on a neutral CPU prior beside a measured engine rate). The start-up delay
+            // does not depend on what the caller does meanwhile.
+            let (into, at) = match f.decision.path {
+                Path::Split { body, .. } => (&self.split_bandwidth, body),
+                _ => (&self.bandwidth, engine_len),
             };
-            into.of(f.hints.direction).engine[bin(engine_len)].update(
+            into.of(f.hints.direction).engine[bin(at)].update(
                 engine_len as f64 / o.finished_ns.saturating_sub(o.started_ns).max(1) as f64,
                 &self.estimates,
             );
@@ -667,3 +674,6 @@ impl Mover {
         d.report
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -152,10 +152,12 @@ struct Summary {
     cpu_throttle_skipped: Option<String>,
     /// Once the latency tenant stops: epochs (`epoch_us` each) until the engine-throttled
     /// bulk tenant moves at 90% of its unthrottled rate (`separate`'s tail in the same round)
-    /// over two epochs, each round's, and their median.
+    /// over two epochs, each round's (`None`: not within the tail), and their median (a round
+    /// that never recovered counts as later than any; `None` when the median round never did).
     recovery_epochs: Vec<Option<usize>>,
     recovery_epochs_median: Option<f64>,
-    /// From that epoch to the end of the tail, its rate ÷ the unthrottled rate (median).
+    /// From that epoch to the end of the tail, its rate ÷ the unthrottled rate (median over
+    /// the rounds that recovered).
     recovered_rate_vs_unthrottled: Option<f64>,
     /// The budget when the latency tenant stopped, per round, MiB/s (`None`: lifted).
     budget_at_stop_mib_s: Vec<Option<f64>>,
@@ -542,10 +544,8 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
             t.recovered(epoch_us as f64, f.rate(), 0.9)
         })
         .collect();
-    let found = |f: &dyn Fn(&(usize, f64)) -> f64| {
-        let mut v: Vec<f64> = recovered.iter().flatten().map(f).collect();
-        (v.len() == recovered.len()).then(|| median(&mut v))
-    };
+    let epochs: Vec<Option<usize>> = recovered.iter().map(|r| r.map(|r| r.0)).collect();
+    let mut after: Vec<f64> = recovered.iter().flatten().map(|r| r.1).collect();
     let summary = Summary {
         summary: true,
         bench: "qos",
@@ -553,9 +553,9 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
         rate: a.rate,
         bulk_period_us: a.bulk_period_us,
         cpu_throttle_skipped,
-        recovery_epochs: recovered.iter().map(|r| r.map(|r| r.0)).collect(),
-        recovery_epochs_median: found(&|r| r.0 as f64),
-        recovered_rate_vs_unthrottled: found(&|r| r.1),
+        recovery_epochs_median: recovery::median_epochs(&epochs),
+        recovery_epochs: epochs,
+        recovered_rate_vs_unthrottled: (!after.is_empty()).then(|| median(&mut after)),
         budget_at_stop_mib_s: pairs.map(|(t, _)| t.budget_at_stop).collect(),
         epoch_us,
         warmup_ms: a.warmup_ms,
@@ -612,7 +612,7 @@ fn print_table(records: &[Record], s: &Summary) {
         "latency tenant stops: the engine-throttled bulk tenant reaches 90% of its unthrottled \
          rate after {} epochs of {} µs (median; per round: {}), then runs at {} of it",
         s.recovery_epochs_median
-            .map_or("no".into(), |e| format!("{e:.0}")),
+            .map_or(format!("more than {TAIL_EPOCHS}"), |e| format!("{e:.0}")),
         s.epoch_us,
         rounds.join(", "),
         s.recovered_rate_vs_unthrottled

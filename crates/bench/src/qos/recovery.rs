@@ -66,9 +66,43 @@ impl Tail {
     }
 }
 
+/// The median of per-round recovery epochs, a round that never recovered (`None`) counting
+/// as later than any: `None` when the median round never recovered.
+pub(super) fn median_epochs(rounds: &[Option<usize>]) -> Option<f64> {
+    let mut v: Vec<f64> = rounds
+        .iter()
+        .map(|r| r.map_or(f64::INFINITY, |e| e as f64))
+        .collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let m = if !n.is_multiple_of(2) {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    };
+    m.is_finite().then_some(m)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two rounds of five that never recovered do not hide the median of the other three (a
+    /// run printed "after no epochs" for rounds never, 6, never, 6, 6).
+    #[test]
+    fn a_round_that_never_recovered_counts_as_the_latest() {
+        assert_eq!(
+            median_epochs(&[None, Some(6), None, Some(6), Some(6)]),
+            Some(6.0)
+        );
+        assert_eq!(median_epochs(&[None, Some(6), None]), None);
+        assert_eq!(median_epochs(&[Some(2), Some(4)]), Some(3.0));
+        assert_eq!(median_epochs(&[Some(2), None]), None);
+        assert_eq!(median_epochs(&[]), None);
+    }
 
     /// A tail throttled to a tenth for 6 epochs of 100 µs, then at full speed (10 bytes per
     /// µs): recovered from epoch 6, at the full rate after it.

@@ -398,7 +398,7 @@ pub(crate) mod tests {
                 [(4096, 0.5), (65536, 1.25)].map(|(size, ratio)| {
                     serde_json::json!({"direction": d, "aligned": true, "size": size,
                         "cpu_gib_s": 4.0, "offload_gib_s": 4.0 * ratio, "ratio": ratio,
-                        "bisected": false})
+                        "refined": false})
                 })
             })
             .collect();

@@ -526,6 +526,14 @@ impl Adapt {
         self.thresholds_adapt.load(Ordering::Relaxed)
     }
 
+    /// Makes `prior` the split estimates in effect; their adaptation starts over from them.
+    pub(crate) fn seed_split(&self, prior: &Bandwidth) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.split.copy_from(prior);
+        st.rates = Default::default();
+        st.startup = Default::default();
+    }
+
     /// Makes `configured` the thresholds in effect and the base adaptation moves from, and
     /// `prior` the split estimates; adaptation starts over (shifts, votes and trials), and
     /// moves thresholds from now on if `adapt_thresholds` (a profile was swapped in and the

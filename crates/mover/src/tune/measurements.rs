@@ -21,8 +21,9 @@ pub struct SweepPoint {
     pub ratio: f64,
     /// Rounds measured: the effort's, or more where a tie got more batches.
     pub rounds: usize,
-    /// Whether bisection (not the coarse sweep) measured it.
-    pub bisected: bool,
+    /// Whether the refinement between a crossing's last loss and first win (not the coarse
+    /// sweep) measured it.
+    pub refined: bool,
     /// Whether this is a second measurement that replaced a lone loss between wins.
     pub remeasured: bool,
     /// What its rounds say (see [`super::verdict`]).

@@ -5,7 +5,14 @@
 //! What it measures, each as paired rounds (the two paths of a comparison alternate, and a
 //! ratio is the median of per-round ratios, so drift on a noisy machine cancels):
 //!
-//! 1. **Turning points.** For each direction (to slow memory, durable; from slow memory) and
+//! 1. **Per-bin bandwidths** of the CPU and the engine alone, 16 KiB to 2 MiB, one thread
+//!    (the CPU's per request; the engine's while it executes), and the engine's start-up
+//!    delay from submission to its start: the engine's side as the mover's live estimates
+//!    measure it, so that a split's ratio starts from what the live samples will say.
+//!    They seed the split of the offload path of step 2, as the profile will seed the
+//!    scheduler's: on the neutral priors, a first sweep split writes half and half while the
+//!    estimates crept towards the live samples.
+//! 2. **Turning points.** For each direction (to slow memory, durable; from slow memory) and
 //!    alignment (64 B aligned; both ends 8 bytes off), one thread copies with the CPU alone
 //!    and with a mover that offloads every request (the CPU + engine split, at every size —
 //!    what the scheduler does above a threshold, so the thresholds are also where splitting
@@ -16,17 +23,15 @@
 //!    a clear 1.7× win at 4 MiB a tie, and a tie at the largest size left the direction
 //!    "never" (a quick tune on a 2-core EPYC, where the full tune found 256 KiB). A
 //!    coarse sweep finds the sizes from which offloading clearly wins at every larger size;
-//!    when the size below them clearly loses, bisection between the two narrows the
-//!    threshold (a lone loss is measured once more, and the second measurement stands). A
+//!    when the size below them clearly loses, a grid of sizes between the two narrows the
+//!    threshold (a lone loss is measured once more, and the second measurement stands). The
+//!    sizes of a sweep or a grid are measured interleaved, every round visiting each, so that
+//!    a disturbance longer than one size's rounds cannot decide a size (module `sweep`). A
 //!    clear loss at the largest size gives [`NEVER`]. Ties between (offloading neither
 //!    clearly better nor worse) leave the threshold undecided: the profile offloads only where
 //!    offloading clearly wins (or never), records the tie, and online adaptation settles it on
 //!    the live traffic ([`crate::adapt`]). A quick sweep, with fewer rounds, calls more
 //!    sizes ties rather than deciding them by chance, and gives its ties more batches.
-//! 2. **Per-bin bandwidths** of the CPU and the engine alone, 16 KiB to 2 MiB, one thread
-//!    (the CPU's per request; the engine's while it executes), and the engine's start-up
-//!    delay from submission to its start: the engine's side as the mover's live estimates
-//!    measure it, so that a split's ratio starts from what the live samples will say.
 //! 3. **M**, the engine's saturation point: engine-only 64 KiB reads from 1 to N concurrent
 //!    callers, in rotated rounds; M is the fewest reaching [`SATURATED`] of the peak.
 //! 4. **The CPU-writer cap**: CPU-only durable 64 KiB writes from 1 to N threads; the cap is the
@@ -42,6 +47,7 @@
 
 mod measurements;
 mod steps;
+mod sweep;
 mod verdict;
 
 use std::time::{Duration, Instant};
@@ -76,8 +82,9 @@ pub struct Effort {
     pub batches: usize,
     /// Length of one path's slice in a round.
     pub slice: Duration,
-    /// Bisection steps per turning point.
-    pub bisect: usize,
+    /// Sizes to an octave the refinement measures between a crossing's last loss and first
+    /// win.
+    pub refine: usize,
     /// Coarse sweep: every power of 2 (else every power of 4).
     pub fine_sweep: bool,
 }
@@ -88,7 +95,7 @@ impl Effort {
         rounds: 5,
         batches: 4,
         slice: Duration::from_millis(10),
-        bisect: 2,
+        refine: 2,
         fine_sweep: false,
     };
     /// `switchyard tune`: well within 2 minutes on a 2-core machine.
@@ -96,7 +103,7 @@ impl Effort {
         rounds: 9,
         batches: 2,
         slice: Duration::from_millis(20),
-        bisect: 3,
+        refine: 4,
         fine_sweep: true,
     };
 }
@@ -122,8 +129,9 @@ pub fn tune(
 ) -> Result<(Profile, Measurements), ConfigError> {
     let t_start = Instant::now();
     let mut t = steps::Tuner::new(region, config, effort, progress)?;
-    let (found, undecided) = t.turning_points();
     let (bins, startup) = t.bandwidths();
+    t.seed_offload(&bins, &startup);
+    let (found, undecided) = t.turning_points();
     let (concurrency_limit, cpu_writers) = t.saturation();
     let nt_threshold = t.nt_threshold();
     let shifted_min = t.shifted_min();

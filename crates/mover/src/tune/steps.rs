@@ -6,10 +6,11 @@ use std::sync::Arc;
 use switchyard_engine::Engine;
 use switchyard_media::{Persist, Region};
 
-use super::verdict::{crossing, lone_losses, paired, settled};
+use super::sweep::{self, Path};
+use super::verdict::{crossing, paired};
 use super::{
-    crossing_of, sweep_sizes, Crossing, Effort, Measurements, NtPoint, Progress, ScalePoint,
-    ShiftedPoint, SweepPoint, Verdict, SATURATED, SHIFT,
+    sweep_sizes, Effort, Measurements, NtPoint, Progress, ScalePoint, ShiftedPoint, SweepPoint,
+    SATURATED, SHIFT,
 };
 use crate::bandwidth;
 use crate::config::{Config, ConfigError, Policy, Thresholds};
@@ -58,7 +59,7 @@ pub(super) struct Tuner<'r, 'p> {
     max_callers: usize,
 }
 
-/// Sizes of the bandwidth bins (step 2).
+/// Sizes of the bandwidth bins (step 1).
 fn bins() -> Vec<usize> {
     (0..bandwidth::BINS)
         .map(|i| bandwidth::MIN_SAMPLED << i)
@@ -100,7 +101,7 @@ impl<'r, 'p> Tuner<'r, 'p> {
             c.applied_profile = None;
             Mover::with_engine(&c, engine.clone(), persist)
         };
-        let total = DIRS.len() * 2 * (sweep_sizes(&effort).len() + effort.bisect)
+        let total = DIRS.len() * 2 * (sweep_sizes(&effort).len() + sweep::refine_points(&effort))
             + DIRS.len() * bins().len()
             + 2 * max_callers
             + nt_sizes().len()
@@ -131,12 +132,23 @@ impl<'r, 'p> Tuner<'r, 'p> {
         })
     }
 
+    /// Seeds the offload path's split estimates with step 1's bandwidths and start-up
+    /// delays, as a profile seeds the scheduler's: the turning points then compare the CPU
+    /// with the split the scheduler makes once the profile is in effect (on the neutral
+    /// priors, a tune's first sweep split writes half and half while the estimates crept
+    /// towards the live samples).
+    pub fn seed_offload(&self, bins: &[Bin], startup: &[Startup]) {
+        let bw = crate::bandwidth::Bandwidth::default();
+        profile::seed(bins, startup, &bw);
+        self.paths.offload.seed_estimates(&bw);
+    }
+
     /// Everything measured.
     pub fn into_measurements(self) -> Measurements {
         self.m
     }
 
-    /// Step 1: the turning point of each direction (rows) and alignment (columns: aligned,
+    /// Step 2: the turning point of each direction (rows) and alignment (columns: aligned,
     /// unaligned), and the ranges left undecided.
     pub fn turning_points(&mut self) -> ([[usize; 2]; 2], Vec<profile::Undecided>) {
         let mut found = [[NEVER; 2]; 2];
@@ -151,37 +163,9 @@ impl<'r, 'p> Tuner<'r, 'p> {
         (found, undecided)
     }
 
-    /// One offload-against-CPU comparison at `size`, recorded as a sweep point.
-    fn sweep_point(
-        &self,
-        dir: Direction,
-        misalign: usize,
-        size: usize,
-        bisected: bool,
-    ) -> SweepPoint {
-        let (lab, paths, e) = (&self.lab, &self.paths, &self.effort);
-        let mut offload = || lab.rate(&paths.offload, dir, &[size], 1, misalign, e.slice);
-        let mut cpu = || lab.rate(&paths.cpu, dir, &[size], 1, misalign, e.slice);
-        let p = settled(e, &mut offload, &mut cpu);
-        let [off, cpu, ratio] = p.medians();
-        SweepPoint {
-            direction: dir.name(),
-            aligned: misalign == 0,
-            size,
-            cpu_gib_s: cpu,
-            offload_gib_s: off,
-            ratio,
-            rounds: p.rounds(),
-            bisected,
-            remeasured: false,
-            verdict: p.verdict(),
-        }
-    }
-
-    /// The turning point of one direction and alignment: a coarse sweep in size order (a lone
-    /// loss measured once more, the second measurement standing: one disturbed slice must not
-    /// push the turning point past every size below it), then bisection of a sharp crossing.
-    /// A tie leaves the threshold where offloading clearly wins, with the undecided range.
+    /// The turning point of one direction and alignment ([`sweep::turning_point`] on the
+    /// lab's copies), its points recorded; a tie leaves the threshold where offloading clearly
+    /// wins, with the undecided range.
     fn turning_point(
         &mut self,
         dir: Direction,
@@ -196,60 +180,44 @@ impl<'r, 'p> Tuner<'r, 'p> {
                 "unaligned"
             }
         );
-        let sizes = sweep_sizes(&self.effort);
-        let mut coarse: Vec<SweepPoint> = Vec::new();
-        for &s in &sizes {
-            coarse.push(self.sweep_point(dir, misalign, s, false));
-            self.steps.tick(&label);
-        }
-        let wins: Vec<bool> = coarse.iter().map(|p| p.verdict != Verdict::Loss).collect();
-        for i in lone_losses(&wins) {
-            coarse[i] = SweepPoint {
-                remeasured: true,
-                ..self.sweep_point(dir, misalign, coarse[i].size, false)
+        let (lab, paths, e) = (&self.lab, &self.paths, &self.effort);
+        let steps = &mut self.steps;
+        let mut measure = |size: usize, path: Path| {
+            let mover = match path {
+                Path::Offload => &paths.offload,
+                Path::Cpu => &paths.cpu,
             };
-        }
-        let points: Vec<(usize, Verdict)> = coarse.iter().map(|p| (p.size, p.verdict)).collect();
-        self.m.sweep.extend(coarse);
-        let mut hi = match crossing_of(&points) {
-            Crossing::At(c) => c,
-            Crossing::Never => {
-                self.steps.done += self.effort.bisect;
-                return (NEVER, None);
-            }
-            Crossing::Undecided { from, to } => {
-                // Offload only where it clearly wins; adaptation explores the tie.
-                let t = to.unwrap_or(NEVER);
-                self.steps.done += self.effort.bisect;
-                let tie = profile::Undecided {
-                    direction: dir.name().to_string(),
-                    aligned: misalign == 0,
-                    from,
-                    to: t,
-                };
-                return (t, Some(tie));
-            }
+            lab.rate(mover, dir, &[size], 1, misalign, e.slice)
         };
-        let mut lo = sizes.iter().rev().find(|&&s| s < hi).copied().unwrap_or(hi);
-        for _ in 0..self.effort.bisect {
-            let mid = (((lo as f64) * (hi as f64)).sqrt() as usize).next_multiple_of(4096);
-            if mid <= lo || mid >= hi {
-                break;
+        let d = sweep::turning_point(e, &mut measure, &mut || steps.tick(&label));
+        // Sizes a sharp crossing did not refine count as done.
+        let measured = d.points.iter().filter(|p| p.refined).count();
+        steps.done += sweep::refine_points(e).saturating_sub(measured);
+        self.m.sweep.extend(d.points.iter().map(|p| {
+            let [off, cpu, ratio] = p.paired.medians();
+            SweepPoint {
+                direction: dir.name(),
+                aligned: misalign == 0,
+                size: p.size,
+                cpu_gib_s: cpu,
+                offload_gib_s: off,
+                ratio,
+                rounds: p.paired.rounds(),
+                refined: p.refined,
+                remeasured: p.remeasured,
+                verdict: p.paired.verdict(),
             }
-            let p = self.sweep_point(dir, misalign, mid, true);
-            let won = p.verdict == Verdict::Win;
-            self.m.sweep.push(p);
-            if won {
-                hi = mid;
-            } else {
-                lo = mid;
-            }
-            self.steps.tick(&label);
-        }
-        (hi, None)
+        }));
+        let tie = d.tie.map(|(from, to)| profile::Undecided {
+            direction: dir.name().to_string(),
+            aligned: misalign == 0,
+            from,
+            to,
+        });
+        (d.threshold, tie)
     }
 
-    /// Step 2: per-bin bandwidths and start-up delays. The engine's side is what the mover's live
+    /// Step 1: per-bin bandwidths and start-up delays. The engine's side is what the mover's live
     /// estimates track (bandwidth while executing, and the delay from submission to the
     /// start), read from the engine-only mover after each of its slices; the median over the
     /// rounds is kept. They seed the estimates a split's ratio comes from, which then follow

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{Effort, WIN};
+use super::WIN;
 use crate::lab::{median, rotated};
 
 /// Two measurements in `rounds` rotated rounds: (median a, median b, median a ÷ b).
@@ -34,6 +34,22 @@ impl Paired {
         self.batches += 1;
     }
 
+    /// Pools one round's pair.
+    pub fn push(&mut self, a: f64, b: f64) {
+        self.a.push(a);
+        self.b.push(b);
+    }
+
+    /// Ends a batch of rounds: the verdict is a look more.
+    pub fn end_batch(&mut self) {
+        self.batches += 1;
+    }
+
+    /// Batches pooled.
+    pub fn batches(&self) -> usize {
+        self.batches
+    }
+
     /// Each round's a ÷ b.
     pub fn ratios(&self) -> Vec<f64> {
         self.a.iter().zip(&self.b).map(|(x, y)| x / y).collect()
@@ -58,23 +74,6 @@ impl Paired {
     /// (Bonferroni), and a tie that more rounds settle stays at 95% overall.
     pub fn verdict(&self) -> Verdict {
         verdict_at(&self.ratios(), 0.05 / self.batches.max(1) as f64)
-    }
-}
-
-/// `a` against `b` in batches of `e.rounds` rounds, pooled, until their verdict is not a tie
-/// or `e.batches` batches were measured: one disturbed round of five must not make a clear
-/// win a tie (at the largest size a tie means never).
-pub(super) fn settled(
-    e: &Effort,
-    mut a: impl FnMut() -> f64,
-    mut b: impl FnMut() -> f64,
-) -> Paired {
-    let mut p = Paired::default();
-    loop {
-        p.more(e.rounds, &mut a, &mut b);
-        if p.verdict() != Verdict::Tie || p.batches >= e.batches {
-            return p;
-        }
     }
 }
 
@@ -218,7 +217,6 @@ pub(super) fn crossing(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tune::{sweep_sizes, Effort};
 
     #[test]
     fn verdicts_bound_the_median_from_order_statistics() {
@@ -271,105 +269,6 @@ mod tests {
                 from: 1 << 14,
                 to: None
             }
-        );
-    }
-
-    /// A synthetic lab: the sweep's sizes measured as the tuner measures them ([`settled`]
-    /// under `effort`), each offload round the true ratio at that size times noise of up to
-    /// ±`noise`, and with probability `disturbed` halved (a slice another process took), from
-    /// a seeded generator; the CPU's rounds are 1.
-    fn lab_sweep(
-        effort: &Effort,
-        truth: impl Fn(usize) -> f64,
-        noise: f64,
-        disturbed: f64,
-        seed: u64,
-    ) -> Vec<(usize, Verdict)> {
-        let mut x = (seed << 1) | 1;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 11) as f64 / (1u64 << 53) as f64
-        };
-        sweep_sizes(effort)
-            .into_iter()
-            .map(|size| {
-                let offload = || {
-                    let r = truth(size) * (1.0 + noise * (2.0 * next() - 1.0));
-                    if next() < disturbed {
-                        r / 2.0
-                    } else {
-                        r
-                    }
-                };
-                (size, settled(effort, offload, || 1.0).verdict())
-            })
-            .collect()
-    }
-
-    /// On a noisy synthetic lab the quick sweep's decision does not depend on the seed: a
-    /// crossing offloading clears by 15% is found at its size on every seed; where the paths
-    /// stay within 3% of each other from 256 KiB on, no seed puts a decided threshold
-    /// anywhere but where offloading clears (it says undecided instead, or never when the
-    /// largest size loses); a clear loss everywhere is never.
-    #[test]
-    fn the_quick_decision_on_a_noisy_lab_is_stable_across_seeds() {
-        let sharp = |s: usize| if s >= 64 << 10 { 1.15 } else { 0.85 };
-        let flat = |s: usize| {
-            if s >= 256 << 10 {
-                1.0 + (s as f64).log2() % 0.03
-            } else {
-                0.85
-            }
-        };
-        let losing = |_: usize| 0.85;
-        for seed in 1..500u64 {
-            assert_eq!(
-                crossing_of(&lab_sweep(&Effort::QUICK, sharp, 0.08, 0.0, seed)),
-                Crossing::At(64 << 10),
-                "seed {seed}"
-            );
-            match crossing_of(&lab_sweep(&Effort::QUICK, flat, 0.08, 0.0, seed)) {
-                Crossing::Undecided { from, .. } => assert!(from >= 256 << 10, "seed {seed}"),
-                Crossing::Never => {}
-                Crossing::At(c) => assert!(c >= 256 << 10, "seed {seed}: decided {c}"),
-            }
-            assert_eq!(
-                crossing_of(&lab_sweep(&Effort::QUICK, losing, 0.08, 0.0, seed)),
-                Crossing::Never
-            );
-        }
-    }
-
-    /// The quick sweep of a 2-core EPYC tied at 4 MiB where offloading ran 1.7× the CPU (one
-    /// round of five disturbed), and a tie at the largest size made the direction never. With
-    /// one slice in twenty disturbed, a sharp crossing is found at its size on 494 of 499 seeds
-    /// once ties get more rounds; measured in one batch, as before, on 183.
-    #[test]
-    fn a_disturbed_round_does_not_hide_a_clear_win() {
-        let sharp = |s: usize| if s >= 64 << 10 { 1.5 } else { 0.8 };
-        let one_batch = Effort {
-            batches: 1,
-            ..Effort::QUICK
-        };
-        let (mut missed, mut missed_in_one_batch) = (0, 0);
-        for seed in 1..500u64 {
-            if crossing_of(&lab_sweep(&Effort::QUICK, sharp, 0.08, 0.05, seed))
-                != Crossing::At(64 << 10)
-            {
-                missed += 1;
-            }
-            if crossing_of(&lab_sweep(&one_batch, sharp, 0.08, 0.05, seed))
-                != Crossing::At(64 << 10)
-            {
-                missed_in_one_batch += 1;
-            }
-        }
-        assert!(missed <= 10, "missed on {missed} seeds of 499");
-        assert!(
-            missed_in_one_batch > 100,
-            "one batch missed on {missed_in_one_batch} seeds of 499"
         );
     }
 
