@@ -22,8 +22,9 @@
 //!    each look: with five rounds a win needs every round to win, so one disturbed round made
 //!    a clear 1.7× win at 4 MiB a tie, and a tie at the largest size left the direction
 //!    "never" (a quick tune on a 2-core EPYC, where the full tune found 256 KiB). A
-//!    coarse sweep finds the sizes from which offloading clearly wins at every larger size;
-//!    when the size below them clearly loses, a grid of sizes between the two narrows the
+//!    coarse sweep finds the smallest size from which offloading never clearly loses; when
+//!    it clearly wins there (ties above it are not losses) and the size below clearly loses,
+//!    a grid of sizes between the two narrows the
 //!    threshold (a lone loss is measured once more, and the second measurement stands). The
 //!    sizes of a sweep or a grid are measured interleaved, every round visiting each, so that
 //!    a disturbance longer than one size's rounds cannot decide a size (module `sweep`). A

@@ -135,25 +135,27 @@ pub fn verdict_at(ratios: &[f64], alpha: f64) -> Verdict {
 /// What a sweep of verdicts, ascending by size, says about the threshold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Crossing {
-    /// Offloading loses below this size and wins from it on: a threshold to refine between
-    /// the size below and this one.
+    /// Offloading loses below this size, wins at it and loses at no larger size: a
+    /// threshold to refine between the size below and this one.
     At(usize),
     /// Offloading loses at the largest size: never offload.
     Never,
-    /// Offloading wins from `to` on (or nowhere, `None`) and does not lose from `from` on:
-    /// between them the paths tie within noise, so where the threshold lies there cannot be
-    /// decided from these measurements; adaptation settles it on the live traffic.
+    /// Offloading clearly wins at `to` (or nowhere, `None`) and does not lose from `from`
+    /// on: between them the paths tie within noise, so where the threshold lies there cannot
+    /// be decided from these measurements; adaptation settles it on the live traffic.
     Undecided {
         /// The smallest size from which offloading never clearly loses.
         from: usize,
-        /// The smallest size from which it always clearly wins.
+        /// The smallest size from `from` on at which it clearly wins.
         to: Option<usize>,
     },
 }
 
-/// The crossing of a sweep: decided when the sizes that clearly win at every larger size
-/// reach down to the smallest size or to a clear loss, or when the largest size clearly
-/// loses; otherwise undecided over the tie between.
+/// The crossing of a sweep: decided when the smallest size from which offloading never
+/// clearly loses also clearly wins, or when the largest size clearly loses; otherwise
+/// undecided over the tie between. Ties above a clear win do not undo it: they are not
+/// losses, and on a noisy host the largest sizes' rounds tied at a median gain of 1.6× (a
+/// tie there made the direction "never").
 pub fn crossing_of(points: &[(usize, Verdict)]) -> Crossing {
     let Some(&(_, last)) = points.last() else {
         return Crossing::Never;
@@ -166,9 +168,11 @@ pub fn crossing_of(points: &[(usize, Verdict)]) -> Crossing {
         (n > 0).then(|| points[points.len() - n].0)
     };
     let open = from_where(&|v| v != Verdict::Loss).expect("the last point does not lose");
-    let clear = from_where(&|v| v == Verdict::Win);
+    let clear = (points.iter())
+        .find(|p| p.0 >= open && p.1 == Verdict::Win)
+        .map(|p| p.0);
     // Every size from `open` up does not lose; the size below it (if any) loses. Decided
-    // when they also all win: the crossing is sharp.
+    // when `open` itself wins: the crossing is sharp.
     match clear {
         Some(c) if c == open => Crossing::At(c),
         to => Crossing::Undecided { from: open, to },
@@ -267,9 +271,18 @@ mod tests {
             crossing_of(&k(&[Loss, Tie, Win, Tie])),
             Crossing::Undecided {
                 from: 1 << 14,
+                to: Some(1 << 16)
+            }
+        );
+        assert_eq!(
+            crossing_of(&k(&[Loss, Tie, Tie])),
+            Crossing::Undecided {
+                from: 1 << 14,
                 to: None
             }
         );
+        // A tie above a clear win does not undo it.
+        assert_eq!(crossing_of(&k(&[Loss, Win, Tie])), Crossing::At(1 << 14));
     }
 
     #[test]

@@ -229,7 +229,7 @@ fn ties_in_the_refinement_leave_the_threshold_undecided() {
     let mut undecided = 0;
     for seed in 1..100u64 {
         let d = Lab::new(truth, 0.05, 0.0, 1, seed).decide(&Effort::QUICK);
-        assert!(d.threshold >= 728 << 10, "seed {seed}: {}", d.threshold);
+        assert!(d.threshold >= 364 << 10, "seed {seed}: {}", d.threshold);
         if let Some((from, to)) = d.tie {
             assert!(
                 from >= 364 << 10 && from < to && to == d.threshold,
