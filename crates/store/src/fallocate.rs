@@ -1,7 +1,9 @@
 //! fallocate(2) on a copy-on-write store: allocating, zeroing and punching ranges of a file.
 //!
 //! - Allocate fills the holes of the range with zeroed blocks (data already there is left
-//!   alone) and, unless told to keep the size, extends the file to the range's end. Beyond
+//!   alone) and, unless told to keep the size, extends the file to the range's end; when the
+//!   blocks run out, the size goes back to what it was (holes filled inside it stay filled).
+//!   Beyond
 //!   the end of a file kept at its size nothing is allocated: a page past the end is dropped
 //!   by the next size change, so it could not hold the space anyway.
 //! - Zero-range makes the range read as zeros in one commit (whole pages become holes,
@@ -69,13 +71,30 @@ impl Store {
             let size = inode.attr.size;
             match mode {
                 Falloc::Allocate { keep_size } => {
-                    // Only the last hole can reach past the end: the size changes in one write.
+                    let before = inode.attr;
                     let limit = if keep_size { end.min(size) } else { end };
-                    for (from, to) in holes(inode, off, limit) {
-                        self.zero_hole(inode, from, to)?;
-                    }
-                    if !keep_size && inode.attr.size < end {
-                        self.zero_and_resize(inode, end, end, Some(end))?;
+                    let allocated = holes(inode, off, limit)
+                        .into_iter()
+                        .try_for_each(|(from, to)| self.zero_hole(inode, from, to))
+                        .and_then(|()| {
+                            if !keep_size && inode.attr.size < end {
+                                self.zero_and_resize(inode, end, end, Some(end))
+                            } else {
+                                Ok(())
+                            }
+                        });
+                    if let Err(e) = allocated {
+                        // The hole past the end grows the file write by write: a failed
+                        // allocation puts back the size and times (the blocks past the size
+                        // go with it), so that, as with every failed call, nothing a program
+                        // can see changed. The kernel's attribute cache assumes as much: a
+                        // mount whose fallocate failed half-way showed the old size while
+                        // the file held the new one. Holes filled inside the size stay filled
+                        // (they read as zeros either way), as on ext4.
+                        if inode.attr.size != before.size {
+                            let _ = self.commit_change(inode, &[Entry::Attr(before)]);
+                        }
+                        return Err(e);
                     }
                 }
                 Falloc::ZeroRange { keep_size } => {

@@ -899,3 +899,84 @@ fn store_errors_name_the_operation_the_object_and_the_errno() {
     // Front ends pass the errno on.
     assert_eq!(Errno::from(e.clone()), e.errno);
 }
+
+/// A fallocate that runs out of blocks leaves the size, the times and the space past the size
+/// as they were (stress-ng's fallocate stressor on a full mount: the file had grown half-way
+/// while the kernel's cached size said it had not).
+#[test]
+fn a_failed_fallocate_changes_no_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 16 << 20);
+    let s = fs.store();
+    let (f, _) = s.create(1, b"f", 0o644, Owner::current()).unwrap();
+    s.write(f, 0, &[7u8; 5000]).unwrap();
+    let (attr, free) = (s.getattr(f).unwrap(), s.statfs().free_blocks);
+    for _ in 0..3 {
+        let r = s.fallocate(f, 0, 64 << 20, Falloc::Allocate { keep_size: false });
+        assert_eq!(r.err().map(|e| e.errno), Some(Errno::ENOSPC));
+        let now = s.getattr(f).unwrap();
+        assert_eq!(
+            (now.size, now.mtime, now.ctime),
+            (attr.size, attr.mtime, attr.ctime)
+        );
+        assert!(
+            s.statfs().free_blocks + 1 >= free,
+            "{} blocks free, {free} before",
+            s.statfs().free_blocks
+        );
+        let mut buf = vec![0u8; 6000];
+        assert_eq!(s.read(f, 0, &mut buf).unwrap(), 5000);
+        assert!(buf[..5000].iter().all(|&b| b == 7));
+    }
+    // The same call with room for it succeeds.
+    s.fallocate(f, 0, 1 << 20, Falloc::Allocate { keep_size: false })
+        .unwrap();
+    assert_eq!(s.getattr(f).unwrap().size, 1 << 20);
+}
+
+/// On a store a privileged writer filled, changes that need no data still succeed: every
+/// change appends to a log, and a log whose page is full needs a fresh one (62 chmods of one
+/// file, then ENOSPC, before log pages had blocks of their own). Then truncations, unlinks
+/// and an rmdir.
+#[test]
+fn a_full_store_still_takes_metadata_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 16 << 20);
+    let s = fs.store();
+    let (d, _) = s.mkdir(1, b"d", 0o755, Owner::current()).unwrap();
+    let files: Vec<u64> = (0..50)
+        .map(|i| {
+            let (f, _) = s
+                .create(d, format!("f{i}").as_bytes(), 0o644, Owner::current())
+                .unwrap();
+            s.write(f, 0, &[1u8; 100]).unwrap();
+            f
+        })
+        .collect();
+    let (big, _) = s.create(1, b"big", 0o644, Owner::current()).unwrap();
+    let mut off = 0u64;
+    while s.write(big, off, &[1u8; 4096]).is_ok() {
+        off += 4096;
+    }
+    assert_eq!(s.statfs().free_blocks, 0, "data took every block it may");
+    for i in 0..2000u32 {
+        let set = switchyard_store::SetAttr {
+            mode: Some(0o600 + i % 2),
+            ..Default::default()
+        };
+        s.setattr(files[0], set).unwrap();
+    }
+    for &f in &files {
+        let set = switchyard_store::SetAttr {
+            size: Some(0),
+            ..Default::default()
+        };
+        s.setattr(f, set).unwrap();
+    }
+    for i in 0..50 {
+        s.unlink(d, format!("f{i}").as_bytes()).unwrap();
+    }
+    s.rmdir(1, b"d").unwrap();
+    s.unlink(1, b"big").unwrap();
+    assert!(s.statfs().free_blocks > 4000);
+}

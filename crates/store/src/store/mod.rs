@@ -81,7 +81,7 @@ pub struct StatFs {
     pub block_size: u64,
     /// Blocks in the data zone.
     pub blocks: u64,
-    /// Free blocks.
+    /// Free blocks data may take (the blocks kept for log pages not counted).
     pub free_blocks: u64,
     /// Free blocks an unprivileged caller may take: the free blocks less the reserved share
     /// (`df`'s "Avail").
@@ -231,16 +231,25 @@ impl Store {
         self.mover.clone()
     }
 
+    /// Blocks in the data zone.
+    pub(crate) fn zone_blocks(&self) -> u64 {
+        self.geo.total_blocks - self.geo.data_block
+    }
+
     /// Space and inode counts.
     pub fn statfs(&self) -> StatFs {
         let sb = self.geo;
         StatFs {
             block_size: BLOCK,
             blocks: sb.total_blocks - sb.data_block,
-            free_blocks: self.alloc.free_blocks(),
+            free_blocks: self
+                .alloc
+                .free_blocks()
+                .saturating_sub(self.metadata_blocks()),
             available_blocks: self
                 .alloc
                 .free_blocks()
+                .saturating_sub(self.metadata_blocks())
                 .saturating_sub(self.reserved.load(Ordering::Relaxed)),
             inodes: sb.inode_slots - 1,
             free_inodes: self.free_inodes.lock().count(),
