@@ -9,7 +9,8 @@
 #                                         (`bench remote --sshfs`'s baseline)
 #   bash scripts/install-deps.sh --test   also what the tests need: sqlite3, git and tar (real
 #                                         clients in the mount tests), chromium (renders the
-#                                         page of `switchyard report` in its test)
+#                                         page of `switchyard report` in its test), stress-ng
+#                                         (its file-system stressors on a mount)
 #
 # Packages are installed without their recommendations. When a step fails, its own output is
 # shown (it is kept quiet only while it succeeds). A Rust toolchain installed here is linked
@@ -48,7 +49,7 @@ command -v ucx_info >/dev/null || need="$need ucx-utils"
 command -v pkg-config >/dev/null || need="$need pkg-config"
 compgen -G '/usr/lib/llvm-*/lib/libclang.so' >/dev/null || need="$need libclang-dev"
 tools="fio:fio fusermount3:fuse3 sshfs:sshfs /usr/sbin/sshd:openssh-server"
-[ "$with_tests" -eq 1 ] && tools="$tools sqlite3:sqlite3 git:git tar:tar chromium:chromium"
+[ "$with_tests" -eq 1 ] && tools="$tools sqlite3:sqlite3 git:git tar:tar chromium:chromium stress-ng:stress-ng"
 for tool in $tools; do
   command -v "${tool%%:*}" >/dev/null || need="$need ${tool#*:}"
 done

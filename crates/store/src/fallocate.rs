@@ -73,7 +73,12 @@ impl Store {
                 Falloc::Allocate { keep_size } => {
                     let before = inode.attr;
                     let limit = if keep_size { end.min(size) } else { end };
-                    let allocated = holes(inode, off, limit)
+                    let holes = holes(inode, off, limit);
+                    // Refused before anything changes when the room is plainly not there.
+                    if self.data_room() < holes.iter().map(|&(a, b)| pages(a, b)).sum() {
+                        return Err(Errno::ENOSPC);
+                    }
+                    let allocated = holes
                         .into_iter()
                         .try_for_each(|(from, to)| self.zero_hole(inode, from, to))
                         .and_then(|()| {
@@ -99,6 +104,17 @@ impl Store {
                 }
                 Falloc::ZeroRange { keep_size } => {
                     let limit = if keep_size { end.min(size) } else { end };
+                    // The range's holes end allocated (its pages are freed by the zeroing
+                    // before they are allocated again): refused before anything is zeroed when
+                    // the room is plainly not there (a zero-range of 1 GiB on a 1 GiB store
+                    // left the file 1 GiB long and the store full).
+                    let need: u64 = holes(inode, off, limit)
+                        .iter()
+                        .map(|&(a, b)| pages(a, b))
+                        .sum();
+                    if self.data_room() < need {
+                        return Err(Errno::ENOSPC);
+                    }
                     let new_size = (!keep_size && end > size).then_some(end);
                     self.zero_and_resize(inode, off, limit, new_size)?;
                     for (from, to) in holes(inode, off, limit.min(inode.attr.size)) {
@@ -204,6 +220,14 @@ impl Store {
         self.commit_change(inode, &entries)
             .inspect_err(|_| give_back(self, &fresh))
     }
+}
+
+/// Pages `[from, to)` touches.
+fn pages(from: u64, to: u64) -> u64 {
+    if to <= from {
+        return 0;
+    }
+    to.div_ceil(BLOCK) - from / BLOCK
 }
 
 /// The byte ranges of `[from, to)` that fall in holes of `inode` (whole unmapped pages,

@@ -63,14 +63,20 @@ impl Store {
         metadata_reserve(self.zone_blocks())
     }
 
-    /// Takes `n` blocks for data, leaving the metadata reserve to log pages and the reserved
-    /// share to privileged callers.
-    pub(crate) fn alloc_data(&self, n: u64) -> Result<Vec<Extent>, Errno> {
+    /// Blocks this caller's data may take now: the free blocks less the metadata reserve and,
+    /// for an unprivileged caller, the reserved share.
+    pub(crate) fn data_room(&self) -> u64 {
         let mut keep = self.metadata_blocks();
         if UNPRIVILEGED.with(|u| u.get()) {
             keep = keep.saturating_add(self.reserved_blocks());
         }
-        if self.alloc.free_blocks() < n.saturating_add(keep) {
+        self.alloc.free_blocks().saturating_sub(keep)
+    }
+
+    /// Takes `n` blocks for data, leaving the metadata reserve to log pages and the reserved
+    /// share to privileged callers.
+    pub(crate) fn alloc_data(&self, n: u64) -> Result<Vec<Extent>, Errno> {
+        if self.data_room() < n {
             return Err(Errno::ENOSPC);
         }
         self.alloc.alloc(n)

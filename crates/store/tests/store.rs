@@ -902,7 +902,8 @@ fn store_errors_name_the_operation_the_object_and_the_errno() {
 
 /// A fallocate that runs out of blocks leaves the size, the times and the space past the size
 /// as they were (stress-ng's fallocate stressor on a full mount: the file had grown half-way
-/// while the kernel's cached size said it had not).
+/// while the kernel's cached size said it had not; its iomix stressor's 1 GiB zero-range on a
+/// 1 GiB store left the file 1 GiB long and the store full).
 #[test]
 fn a_failed_fallocate_changes_no_size() {
     let dir = tempfile::tempdir().unwrap();
@@ -928,10 +929,17 @@ fn a_failed_fallocate_changes_no_size() {
         assert_eq!(s.read(f, 0, &mut buf).unwrap(), 5000);
         assert!(buf[..5000].iter().all(|&b| b == 7));
     }
-    // The same call with room for it succeeds.
+    let r = s.fallocate(f, 0, 64 << 20, Falloc::ZeroRange { keep_size: false });
+    assert_eq!(r.err().map(|e| e.errno), Some(Errno::ENOSPC));
+    assert_eq!(s.getattr(f).unwrap().size, 5000, "zero-range");
+    assert!(s.statfs().free_blocks + 1 >= free, "zero-range");
+    // The same calls with room for them succeed.
     s.fallocate(f, 0, 1 << 20, Falloc::Allocate { keep_size: false })
         .unwrap();
     assert_eq!(s.getattr(f).unwrap().size, 1 << 20);
+    s.fallocate(f, 0, 2 << 20, Falloc::ZeroRange { keep_size: false })
+        .unwrap();
+    assert_eq!(s.getattr(f).unwrap().size, 2 << 20);
 }
 
 /// On a store a privileged writer filled, changes that need no data still succeed: every
