@@ -225,3 +225,46 @@ fn a_remote_mount_whose_server_dies_unmounts_itself() {
     assert_eq!(std::fs::read(m.path("f")).unwrap(), b"before");
     m.fsck();
 }
+
+/// More processes wait in `F_SETLKW` for a lock than the mount has request threads, and the
+/// holder's close still gets through: each waiter gets the lock in turn. Waiting on the
+/// request threads, two waiters took both, the holder's unlock was never served, and every
+/// process on the mount hung (stress-ng's lockf stressor).
+#[test]
+fn lock_waiters_do_not_take_the_request_threads() {
+    let work = tempfile::tempdir().unwrap();
+    let m = Mount::remote_with(work.path(), &["--workers", "2"]);
+    std::fs::write(m.path("lockfile"), b"").unwrap();
+    // Holds the lock for a second, then closes.
+    let py = |script: &str| {
+        std::process::Command::new("timeout")
+            .args(["-s", "KILL", "60", "python3", "-c", script])
+            .arg(m.path("lockfile"))
+            .arg(m.path("out"))
+            .spawn()
+            .unwrap()
+    };
+    let mut holder = py("import fcntl, os, sys, time\n\
+         fd = os.open(sys.argv[1], os.O_RDWR)\n\
+         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)\n\
+         print('held', flush=True)\n\
+         time.sleep(1)\n\
+         os.close(fd)\n");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let waiters: Vec<_> = (0..4)
+        .map(|_| {
+            py("import fcntl, os, sys\n\
+                fd = os.open(sys.argv[1], os.O_RDWR)\n\
+                fcntl.lockf(fd, fcntl.LOCK_EX)\n\
+                with open(sys.argv[2], 'a') as f: f.write('x')\n\
+                fcntl.lockf(fd, fcntl.LOCK_UN)\n\
+                os.close(fd)\n")
+        })
+        .collect();
+    assert!(holder.wait().unwrap().success(), "the holder");
+    for mut w in waiters {
+        assert!(w.wait().unwrap().success(), "a waiter (killed after 60 s?)");
+    }
+    assert_eq!(std::fs::read(m.path("out")).unwrap(), b"xxxx");
+    m.fsck();
+}

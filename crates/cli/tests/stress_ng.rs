@@ -37,12 +37,29 @@ const STRESSORS: &[&str] = &[
 #[test]
 fn stress_ng_file_system_stressors_pass_on_a_store_that_fills() {
     let work = tempfile::tempdir().unwrap();
-    let m = Mount::sized(work.path(), "1G", &[]);
-    let mut cmd = Command::new("stress-ng");
-    cmd.arg("--temp-path")
+    run(Mount::sized(work.path(), "1G", &[]), STRESSORS);
+}
+
+/// The same on a remote mount, whose record locks the server keeps: stress-ng's lockf
+/// stressor (two processes locking random ranges of one file, counting on `EDEADLK`, the
+/// parent killing the child that waits for its lock) hung every process on the mount until
+/// waits left the request threads, cycles got `EDEADLK` and a killed waiter's wait ended.
+#[test]
+fn stress_ng_file_system_stressors_pass_on_a_remote_mount() {
+    let work = tempfile::tempdir().unwrap();
+    run(
+        Mount::remote_with(work.path(), &["--workers", "2"]),
+        STRESSORS,
+    );
+}
+
+/// Runs `stressors` at once on `m` for 8 s, each with its verification; then checks the store.
+fn run(m: Mount, stressors: &[&str]) {
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-s", "KILL", "120", "stress-ng", "--temp-path"])
         .arg(&m.dir)
         .args(["--timeout", "8s", "--verify"]);
-    for s in STRESSORS {
+    for s in stressors {
         cmd.arg(format!("--{s}")).arg("1");
     }
     let out = cmd

@@ -25,6 +25,7 @@ use crate::{configure, masked, open_flags, with_read_buffer, FuseConfig, Replies
 
 mod create;
 mod kernel;
+mod locks;
 mod tenants;
 
 use kernel::{empty, errno, file_attr, handle, kind, ns, owner, xattr_reply};
@@ -59,6 +60,8 @@ pub struct InodeFs<I: Inodes> {
     next_dir: AtomicU64,
     /// The rules that class callers into tenants, where there are any.
     tenants: Option<tenants::Tenants>,
+    /// `F_SETLKW` calls waiting for a lock.
+    lock_waits: Arc<locks::Waits>,
 }
 
 impl<I: Inodes> InodeFs<I> {
@@ -77,6 +80,7 @@ impl<I: Inodes> InodeFs<I> {
             dirs: Mutex::new(HashMap::new()),
             next_dir: AtomicU64::new(1),
             tenants: None,
+            lock_waits: Arc::default(),
         }
     }
 
@@ -423,6 +427,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         // the closing process's record locks on the file, as POSIX says.
         if self.inodes.record_locks() {
             self.inodes.release_locks(ino.0, lock_owner.0);
+            self.lock_waits.flushed(ino.0, lock_owner.0);
         }
         empty(reply, self.inodes.fsync(ino.0));
     }
@@ -494,18 +499,8 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
             kind: typ,
             pid,
         };
-        // F_SETLKW waits here, on this request thread, trying again until the conflicting
-        // lock goes (the holder's unlock comes through another client or request thread).
-        let mut wait = Duration::from_micros(200);
-        loop {
-            match self.inodes.set_lock(ino.0, lock_owner.0, lock) {
-                Err(e) if e.0 == libc::EAGAIN && sleep => {
-                    std::thread::sleep(wait);
-                    wait = (wait * 2).min(Duration::from_millis(20));
-                }
-                r => return empty(reply, r),
-            }
-        }
+        let waits = sleep.then(|| self.lock_waits.clone());
+        locks::set(&self.inodes, waits, ino.0, lock_owner.0, lock, reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
