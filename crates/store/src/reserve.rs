@@ -16,7 +16,7 @@
 //! included, appends to a log, and a log whose page is full needs a fresh one: on a store a
 //! privileged writer had filled, 62 chmods of one file later the next failed with ENOSPC
 //! (ext4 updates inodes in place, and keeps its own blocks for metadata). `statfs` counts
-//! these blocks neither free nor available.
+//! these blocks free but not available, as ext4 counts its own.
 
 use std::cell::Cell;
 use std::sync::atomic::Ordering;

@@ -966,7 +966,11 @@ fn a_full_store_still_takes_metadata_changes() {
     while s.write(big, off, &[1u8; 4096]).is_ok() {
         off += 4096;
     }
-    assert_eq!(s.statfs().free_blocks, 0, "data took every block it may");
+    let st = s.statfs();
+    assert!(
+        st.available_blocks == 0 && st.free_blocks <= 64,
+        "data took every block it may: {st:?}"
+    );
     for i in 0..2000u32 {
         let set = switchyard_store::SetAttr {
             mode: Some(0o600 + i % 2),

@@ -81,10 +81,10 @@ pub struct StatFs {
     pub block_size: u64,
     /// Blocks in the data zone.
     pub blocks: u64,
-    /// Free blocks data may take (the blocks kept for log pages not counted).
+    /// Free blocks (the blocks kept for log pages included, as ext4 counts its own).
     pub free_blocks: u64,
     /// Free blocks an unprivileged caller may take: the free blocks less the reserved share
-    /// (`df`'s "Avail").
+    /// and the blocks kept for log pages (`df`'s "Avail").
     pub available_blocks: u64,
     /// Inode slots.
     pub inodes: u64,
@@ -242,10 +242,7 @@ impl Store {
         StatFs {
             block_size: BLOCK,
             blocks: sb.total_blocks - sb.data_block,
-            free_blocks: self
-                .alloc
-                .free_blocks()
-                .saturating_sub(self.metadata_blocks()),
+            free_blocks: self.alloc.free_blocks(),
             available_blocks: self
                 .alloc
                 .free_blocks()
