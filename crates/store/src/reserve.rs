@@ -48,7 +48,7 @@ impl Store {
         if percent > 50 {
             return Err(Errno::EINVAL);
         }
-        let blocks = self.statfs().blocks * u64::from(percent) / 100;
+        let blocks = self.zone_blocks() * u64::from(percent) / 100;
         self.reserved.store(blocks, Ordering::Relaxed);
         Ok(())
     }

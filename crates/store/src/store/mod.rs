@@ -241,7 +241,7 @@ impl Store {
         let sb = self.geo;
         StatFs {
             block_size: BLOCK,
-            blocks: sb.total_blocks - sb.data_block,
+            blocks: self.zone_blocks(),
             free_blocks: self.alloc.free_blocks(),
             available_blocks: self
                 .alloc
