@@ -231,15 +231,14 @@ impl<'s> Server<'s, '_> {
         }
         while let Some(mut m) = node.next_message() {
             let from = m.from();
-            let body = node.body(&mut m);
-            drop(m);
             let Some(mut peer) = self.peers.remove(&from) else {
                 continue;
             };
-            let keep = match body {
-                Ok(b) => self.handle(node, &mut peer, &b),
-                Err(_) => false,
-            };
+            // A large body (a write's data) is read where UCX received it.
+            let keep = node
+                .with_body(&mut m, |b| self.handle(node, &mut peer, b))
+                .unwrap_or(false);
+            drop(m);
             if keep {
                 self.peers.insert(from, peer);
             } else {

@@ -1,5 +1,6 @@
-//! Two nodes on loopback, each driven by its own thread: messages both ways (one large enough
-//! for rendezvous), worker-address endpoints, one-sided get, put and flush into registered
+//! Two nodes on loopback, each driven by its own thread: messages both ways (large ones sent
+//! eagerly over tcp, read in place or dropped untaken, and by rendezvous over shared memory),
+//! worker-address endpoints, one-sided get, put and flush into registered
 //! memory, and peers that go away.
 
 use std::net::SocketAddr;
@@ -51,15 +52,36 @@ fn serve_once(ready: mpsc::Sender<SocketAddr>, done: mpsc::Receiver<()>) -> Vec<
     );
     assert!(body.iter().all(|&b| b == 7));
     drop(big);
+    // A large body lent where it lies, and one dropped untaken (given back to UCX).
+    let mut lent = next_message(&node);
+    assert_eq!(lent.header, b"lent");
+    let seen = node
+        .with_body(&mut lent, |b| (b.len(), b.iter().all(|&x| x == 9)))
+        .unwrap();
+    assert_eq!(seen, (200_000, true), "a lent body is whole");
+    drop(lent);
+    let dropped = next_message(&node);
+    assert_eq!(dropped.header, b"dropped");
+    drop(dropped);
     // The answer: this node's worker address (for the client's data endpoint), the area's
     // address and its key.
     let mut header = (area.as_ptr() as u64).to_le_bytes().to_vec();
     header.extend(node.address().unwrap());
     node.send(&ep, &header, &key).unwrap();
     // One-sided operations need no server code, but some transports need its progress.
+    // A large message on the client's worker-address endpoint (shared memory, where UCX
+    // uses rendezvous) arrives whole too.
+    let mut over_memory = None;
     while done.try_recv().is_err() {
         node.wait(Duration::from_millis(10));
+        if let Some(mut m) = node.next_message() {
+            over_memory = Some((m.header.clone(), node.body(&mut m).unwrap()));
+        }
     }
+    let (header, body) = over_memory.expect("the message on the data endpoint");
+    assert_eq!(header, b"memory");
+    assert_eq!(body.len(), 1 << 20);
+    assert!(body.iter().all(|&b| b == 5));
     drop(node);
     area[..4096].to_vec()
 }
@@ -73,6 +95,8 @@ fn messages_and_one_sided_access_between_two_nodes() {
     let ep = node.connect(ready.recv().unwrap()).unwrap();
     node.send(&ep, b"hello", b"client").unwrap();
     node.send(&ep, b"big", &vec![7u8; 300_000]).unwrap();
+    node.send(&ep, b"lent", &vec![9u8; 200_000]).unwrap();
+    node.send(&ep, b"dropped", &vec![1u8; 100_000]).unwrap();
     let mut reply = next_message(&node);
     let base = u64::from_le_bytes(reply.header[..8].try_into().unwrap());
     let server_addr = reply.header[8..].to_vec();
@@ -95,6 +119,7 @@ fn messages_and_one_sided_access_between_two_nodes() {
     assert_eq!((a[1], b[1]), (1, 65));
     node.put(&data, &[0xAB; 512], base + 100, &key).unwrap();
     node.flush(&data).unwrap();
+    node.send(&data, b"memory", &vec![5u8; 1 << 20]).unwrap();
     node.close(data);
     node.close(ep);
     // A key may outlive its node: the node destroyed it.

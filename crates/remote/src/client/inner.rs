@@ -9,7 +9,7 @@ use switchyard_store::{
 };
 
 use super::{
-    errno, size_only, wait_raw, DataPath, Inner, Open, READ_RETRIES, SYMLOOP_MAX, WORD_LINE,
+    errno, size_only, wait_with, DataPath, Inner, Open, READ_RETRIES, SYMLOOP_MAX, WORD_LINE,
 };
 use crate::proto::{Reply, Request, MAX_BYTES};
 
@@ -46,17 +46,17 @@ impl Inner {
         }
     }
 
-    /// Sends a request and returns its reply undecoded.
-    pub(super) fn call_raw(&mut self, req: &Request) -> Result<Vec<u8>, Errno> {
-        self.seq += 1;
-        self.send_raw(&req.encode(self.seq))
-    }
-
     /// Sends `msg` (request `self.seq`) and returns its reply undecoded.
     fn send_raw(&mut self, msg: &[u8]) -> Result<Vec<u8>, Errno> {
+        self.send_with(msg, <[u8]>::to_vec)
+    }
+
+    /// Sends `msg` (request `self.seq`) and lends its reply, undecoded and where it lies, to
+    /// `f`.
+    fn send_with<R>(&mut self, msg: &[u8], f: impl FnMut(&[u8]) -> R) -> Result<R, Errno> {
         self.stats.requests += 1;
         self.node.send(&self.ctl, &[], msg).map_err(errno)?;
-        wait_raw(&self.node, &self.ctl, Some(self.seq), self.timeout)
+        wait_with(&self.node, &self.ctl, Some(self.seq), self.timeout, f)
     }
 
     /// The change word of `ino` now (one-sided). The get covers the word's whole 64-byte
@@ -362,23 +362,26 @@ impl Inner {
         let mut done = 0;
         while done < buf.len() {
             let want = (buf.len() - done).min(MAX_BYTES);
-            let body = self.call_raw(&Request::Read {
+            self.seq += 1;
+            let req = Request::Read {
                 ino,
                 off: off + done as u64,
                 len: want as u64,
-            })?;
-            // The data is copied once, from the message into `buf`.
-            let n = match Reply::bytes_of(&body) {
-                Some((_, b)) if b.len() <= want => {
-                    buf[done..done + b.len()].copy_from_slice(b);
-                    b.len()
-                }
-                Some(_) => return Err(Errno::EIO),
-                None => match Reply::decode(&body) {
-                    Ok((_, Reply::Error(e))) => return Err(Errno(e)),
-                    _ => return Err(Errno::EIO),
-                },
             };
+            let to = &mut buf[done..done + want];
+            // The data is copied once, from the message (where UCX received it) into `buf`.
+            let n =
+                self.send_with(&req.encode(self.seq), |body| match Reply::bytes_of(body) {
+                    Some((_, b)) if b.len() <= want => {
+                        to[..b.len()].copy_from_slice(b);
+                        Ok(b.len())
+                    }
+                    Some(_) => Err(Errno::EIO),
+                    None => match Reply::decode(body) {
+                        Ok((_, Reply::Error(e))) => Err(Errno(e)),
+                        _ => Err(Errno::EIO),
+                    },
+                })??;
             done += n;
             self.stats.message_bytes += n as u64;
             if n < want {

@@ -522,20 +522,36 @@ fn wait_raw(
     seq: Option<u64>,
     timeout: Duration,
 ) -> Result<Vec<u8>, Errno> {
+    wait_with(node, ep, seq, timeout, <[u8]>::to_vec)
+}
+
+/// Lends `f` the body of the next message from `ep` that answers request `seq` (any, with
+/// `None`), undecoded and where it lies (a large body in UCX's own buffer), and returns what
+/// `f` made of it.
+pub(super) fn wait_with<R>(
+    node: &Node,
+    ep: &Endpoint,
+    seq: Option<u64>,
+    timeout: Duration,
+    mut f: impl FnMut(&[u8]) -> R,
+) -> Result<R, Errno> {
     let deadline = Instant::now() + timeout;
     loop {
         while let Some(mut m) = node.next_message() {
-            let body = node.body(&mut m).map_err(errno)?;
             if m.from() != 0 && m.from() != ep.id() {
                 continue;
             }
-            drop(m);
-            // Every reply starts with its kind and then its request's sequence number.
-            let of = body
-                .get(1..9)
-                .map(|b| u64::from_le_bytes(b.try_into().expect("8")));
-            if of.is_some() && seq.is_none_or(|q| Some(q) == of) {
-                return Ok(body);
+            let answer = node
+                .with_body(&mut m, |body| {
+                    // Every reply starts with its kind and then its request's sequence number.
+                    let of = body
+                        .get(1..9)
+                        .map(|b| u64::from_le_bytes(b.try_into().expect("8")));
+                    (of.is_some() && seq.is_none_or(|q| Some(q) == of)).then(|| f(body))
+                })
+                .map_err(errno)?;
+            if let Some(r) = answer {
+                return Ok(r);
             }
         }
         if !node.is_open(ep) {

@@ -27,7 +27,7 @@ impl Message<'_> {
     pub fn body_len(&self) -> usize {
         match &self.body {
             Body::Here(v) => v.len(),
-            Body::Rendezvous(_, n) => *n,
+            Body::Rendezvous(_, n) | Body::Held(_, n) => *n,
             Body::Gone => 0,
         }
     }
@@ -35,14 +35,19 @@ impl Message<'_> {
 
 impl Drop for Message<'_> {
     fn drop(&mut self) {
-        if let Body::Rendezvous(desc, _) = self.body {
-            // SAFETY: `desc` is a rendezvous descriptor the callback kept (it returned
-            // UCS_INPROGRESS) and nothing received it; the worker outlives the message (its
+        if let Body::Rendezvous(desc, _) | Body::Held(desc, _) = self.body {
+            // SAFETY: `desc` is a descriptor the callback kept (it returned UCS_INPROGRESS)
+            // and nothing received or released it; the worker outlives the message (its
             // lifetime is tied to the node's).
             unsafe { sys::ucp_am_data_release(self.worker, desc) };
         }
     }
 }
+
+/// Bodies larger than this stay in UCX's buffer until taken (where UCX allows it), so a
+/// large message is copied once, by its reader, instead of twice; smaller ones are copied
+/// at once, which returns UCX's buffer sooner.
+const HOLD_ABOVE: usize = 16 << 10;
 
 pub(super) unsafe extern "C" fn on_message(
     arg: *mut c_void,
@@ -69,8 +74,12 @@ pub(super) unsafe extern "C" fn on_message(
         0
     };
     let rendezvous = param.recv_attr & sys::UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0;
+    // A large body UCX lets us keep is read where it lies rather than copied here.
+    let holdable = param.recv_attr & sys::UCP_AM_RECV_ATTR_FLAG_DATA as u64 != 0;
     let (body, status) = if rendezvous {
         (Body::Rendezvous(data, len), sys::UCS_INPROGRESS)
+    } else if holdable && len > HOLD_ABOVE {
+        (Body::Held(data, len), sys::UCS_INPROGRESS)
     } else {
         (Body::Here(copy(data, len)), sys::UCS_OK)
     };
@@ -87,9 +96,13 @@ impl Node {
     /// The receiver can answer on the endpoint the message came from.
     pub fn send(&self, ep: &Endpoint, header: &[u8], body: &[u8]) -> Result<(), Error> {
         self.usable("send", ep)?;
+        let mut flags = sys::UCP_AM_SEND_FLAG_REPLY;
+        if self.eager(ep) {
+            flags |= sys::UCP_AM_SEND_FLAG_EAGER;
+        }
         let param = sys::ucp_request_param_t {
             op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
-            flags: sys::UCP_AM_SEND_FLAG_REPLY,
+            flags,
             ..Default::default()
         };
         // SAFETY: `ep` is open; `header` and `body` stay borrowed until `complete` returns,
@@ -106,6 +119,24 @@ impl Node {
             )
         };
         self.complete("send", req, Some(ep))
+    }
+
+    /// Whether messages on `ep` are sent eagerly whatever their size: where its messages go
+    /// over `tcp`. There UCX 1.13 sends anything over 8 KiB by rendezvous, which adds a round
+    /// trip and moves the body in a put that the peer's UCX fragments again; eager fragments
+    /// stream back to back (`bench remote --sshfs`: 1 MiB reads and writes over a veth pair,
+    /// docs/remote.md). Elsewhere (shared memory, RDMA) rendezvous is UCX's zero-copy path,
+    /// and UCX chooses. Decided from the endpoint's lanes at its first send.
+    fn eager(&self, ep: &Endpoint) -> bool {
+        let known = self.endpoints.borrow().get(&ep.id()).and_then(|e| e.2);
+        if let Some(eager) = known {
+            return eager;
+        }
+        let eager = messages_over_tcp(&self.describe(ep));
+        if let Some(e) = self.endpoints.borrow_mut().get_mut(&ep.id()) {
+            e.2 = Some(eager);
+        }
+        eager
     }
 
     /// The next message received, if any (progress first).
@@ -126,6 +157,10 @@ impl Node {
         match std::mem::replace(&mut m.body, Body::Gone) {
             Body::Here(v) => Ok(v),
             Body::Gone => Ok(Vec::new()),
+            held @ Body::Held(..) => {
+                m.body = held;
+                self.with_body(m, <[u8]>::to_vec)
+            }
             Body::Rendezvous(desc, len) => {
                 let mut buf = vec![0u8; len];
                 let param = sys::ucp_request_param_t::default();
@@ -144,5 +179,66 @@ impl Node {
                 Ok(buf)
             }
         }
+    }
+
+    /// Lends a message's body to `f` and takes it: a body UCX let the node keep is read in
+    /// place (no copy before `f`'s own), then given back to UCX; one still at the sender is
+    /// fetched first, as [`Node::body`] does.
+    pub fn with_body<R>(
+        &self,
+        m: &mut Message<'_>,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R, Error> {
+        match std::mem::replace(&mut m.body, Body::Gone) {
+            Body::Held(desc, len) => {
+                // SAFETY: UCX keeps the `len` bytes at `desc` until they are released, which
+                // happens only below, after `f` returns (the message no longer names them).
+                let bytes = unsafe { std::slice::from_raw_parts(desc as *const u8, len) };
+                let r = f(bytes);
+                // SAFETY: a descriptor the callback kept, released once, here.
+                unsafe { sys::ucp_am_data_release(self.worker, desc) };
+                Ok(r)
+            }
+            other => {
+                m.body = other;
+                Ok(f(&self.body(m)?))
+            }
+        }
+    }
+}
+
+/// Whether the lane that carries an endpoint's active messages (role `am`) is a `tcp` one, in
+/// UCX's description of the endpoint (`ucp_ep_print_info`), whose lanes read like
+/// `lane[1]:  1:tcp/lo.0 md[1] -> md[1]/tcp/sysdev[255] rma_bw#0 am am_bw#0 wireup`.
+fn messages_over_tcp(description: &str) -> bool {
+    description.lines().any(|l| {
+        let Some((_, lane)) = l.split_once("]:") else {
+            return false;
+        };
+        let mut words = lane.split_whitespace();
+        let transport = words
+            .next()
+            .and_then(|w| w.split_once(':'))
+            .and_then(|(_, t)| t.split('/').next());
+        transport == Some("tcp") && words.any(|w| w == "am")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::messages_over_tcp;
+
+    #[test]
+    fn messages_go_eagerly_only_where_their_lane_is_tcp() {
+        let tcp = "#                 lane[0]: cm rdmacm\n\
+                   #                 lane[1]:  1:tcp/lo.0 md[1]                -> md[1]/tcp/sysdev[255] rma_bw#0 am am_bw#0 wireup\n\
+                   #                 lane[2]:  2:tcp/eth0.0 md[1]              -> md[1]/tcp/sysdev[255] rma_bw#1\n";
+        assert!(messages_over_tcp(tcp));
+        let shm = "#                 lane[0]:  8:posix/memory.0 md[5]      -> md[5]/posix/sysdev[255] am am_bw#0\n\
+                   #                 lane[1]:  2:tcp/eth0.0 md[1]              -> md[1]/tcp/sysdev[255] rma_bw#1 wireup\n";
+        assert!(!messages_over_tcp(shm), "tcp only for one-sided lanes");
+        let rc = "#                 lane[0]:  3:rc_mlx5/mlx5_0:1.0 md[2] -> md[2]/ib/sysdev[255] rma_bw#0 am am_bw#0 wireup\n";
+        assert!(!messages_over_tcp(rc));
+        assert!(!messages_over_tcp(""));
     }
 }

@@ -46,9 +46,27 @@ enum Body {
     Here(Vec<u8>),
     /// A rendezvous descriptor: the body is fetched by [`Node::body`].
     Rendezvous(*mut c_void, usize),
+    /// The body in UCX's own buffer, kept by the callback (it returned `UCS_INPROGRESS`)
+    /// until released with `ucp_am_data_release`: read in place, not copied.
+    Held(*mut c_void, usize),
     /// Taken.
     Gone,
 }
+
+/// An open endpoint's handle, whether it failed, and whether its messages go eagerly (not
+/// yet decided: `None`).
+type OpenEndpoint = (sys::ucp_ep_h, bool, Option<bool>);
+
+/// UCX settings this crate changes from UCX's defaults, each only where the environment does
+/// not set it: the variable, the name `ucp_config_modify` takes (a transport's setting goes
+/// without its transport's prefix; only `tcp` has these), the value. Over `tcp`, UCX 1.13
+/// cuts messages into 8 KiB sends and receives into 64 KiB buffers; larger ones cost fewer
+/// system calls per byte (measured by `bench remote --sshfs`: 1 MiB transfers over a veth
+/// pair, see docs/remote.md).
+const DEFAULTS: [(&str, &std::ffi::CStr, &std::ffi::CStr); 2] = [
+    ("UCX_TCP_TX_SEG_SIZE", c"TX_SEG_SIZE", c"64K"),
+    ("UCX_TCP_RX_SEG_SIZE", c"RX_SEG_SIZE", c"256K"),
+];
 
 /// How long [`Node::wait`] polls before it sleeps on the worker's event descriptor.
 const SPIN: Duration = Duration::from_micros(100);
@@ -61,8 +79,9 @@ pub struct Node {
     efd: i32,
     events: Box<Events>,
     listeners: RefCell<Vec<sys::ucp_listener_h>>,
-    /// Open endpoints by id, with whether they failed.
-    endpoints: RefCell<BTreeMap<usize, (sys::ucp_ep_h, bool)>>,
+    /// Open endpoints by id, with whether they failed and whether their messages go eagerly
+    /// ([`Node::eager`], decided at the first send).
+    endpoints: RefCell<BTreeMap<usize, OpenEndpoint>>,
     registrations: RefCell<Vec<sys::ucp_mem_h>>,
     deadline: Cell<Duration>,
     /// Endpoint id → the endpoints that fail with it ([`Node::link`]).
@@ -129,18 +148,34 @@ impl Node {
             features: (sys::UCP_FEATURE_AM | sys::UCP_FEATURE_RMA | sys::UCP_FEATURE_WAKEUP) as u64,
             ..Default::default()
         };
+        let mut config = ptr::null_mut();
+        // SAFETY: null prefix and file: UCX reads its environment into a config it allocates.
+        check("config", unsafe {
+            sys::ucp_config_read(ptr::null(), ptr::null(), &mut config)
+        })?;
+        for (var, name, value) in DEFAULTS {
+            if std::env::var_os(var).is_none() {
+                // SAFETY: `config` is live; both strings are NUL-terminated. A UCX that does
+                // not know the setting refuses it, which leaves its own default.
+                unsafe { sys::ucp_config_modify(config, name.as_ptr(), value.as_ptr()) };
+            }
+        }
         let mut context = ptr::null_mut();
-        // SAFETY: `params` is initialised for the fields its mask names; a null config makes
-        // UCX read its environment; `context` receives the handle.
-        check("init", unsafe {
+        // SAFETY: `params` is initialised for the fields its mask names; `config` is live;
+        // `context` receives the handle.
+        let made = check("init", unsafe {
             sys::ucp_init_version(
                 sys::UCP_API_MAJOR,
                 sys::UCP_API_MINOR,
                 &params,
-                ptr::null(),
+                config,
                 &mut context,
             )
-        })?;
+        });
+        // SAFETY: `config` came from `ucp_config_read` and is released once; the context
+        // keeps its own copy of what it read.
+        unsafe { sys::ucp_config_release(config) };
+        made?;
         let wp = sys::ucp_worker_params_t {
             field_mask: sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
             // Serialized, not single: the node may move between threads (one at a time).
@@ -381,7 +416,9 @@ impl Node {
         check(op, unsafe {
             sys::ucp_ep_create(self.worker, params, &mut ep)
         })?;
-        self.endpoints.borrow_mut().insert(ep as usize, (ep, false));
+        self.endpoints
+            .borrow_mut()
+            .insert(ep as usize, (ep, false, None));
         Ok(Endpoint { h: ep })
     }
 
@@ -466,7 +503,7 @@ impl Node {
         }
         self.absorb_failures();
         match self.endpoints.borrow().get(&ep.id()) {
-            Some((_, false)) => Ok(()),
+            Some((_, false, _)) => Ok(()),
             _ => Err(Error::new(op, sys::UCS_ERR_NOT_CONNECTED)),
         }
     }
@@ -477,7 +514,7 @@ impl Node {
         if self.usable("close", &ep).is_ok() {
             let _ = self.flush(&ep);
         }
-        if let Some((h, _)) = self.endpoints.borrow_mut().remove(&ep.id()) {
+        if let Some((h, _, _)) = self.endpoints.borrow_mut().remove(&ep.id()) {
             self.force_close(h);
         }
     }
@@ -538,7 +575,7 @@ impl Node {
             }
             let dead = ep.is_some_and(|e| {
                 self.absorb_failures();
-                !matches!(self.endpoints.borrow().get(&e.id()), Some((_, false)))
+                !matches!(self.endpoints.borrow().get(&e.id()), Some((_, false, _)))
             });
             if dead || Instant::now() > deadline {
                 let why = if dead {
@@ -550,7 +587,7 @@ impl Node {
                 let open = ep.and_then(|e| self.endpoints.borrow_mut().remove(&e.id()));
                 match open {
                     // Closing the endpoint fails every request on it, this one included.
-                    Some((h, _)) => self.force_close(h),
+                    Some((h, _, _)) => self.force_close(h),
                     // SAFETY: `req` is live; cancelling completes it with an error.
                     None => unsafe { sys::ucp_request_cancel(self.worker, req) },
                 }
@@ -585,7 +622,7 @@ impl Drop for Node {
         }
         // Queued rendezvous bodies go back to UCX first.
         for m in self.events.messages.borrow_mut().drain(..) {
-            if let Body::Rendezvous(desc, _) = m.body {
+            if let Body::Rendezvous(desc, _) | Body::Held(desc, _) = m.body {
                 // SAFETY: a descriptor the callback kept and nothing received.
                 unsafe { sys::ucp_am_data_release(self.worker, desc) };
             }
@@ -602,10 +639,10 @@ impl Drop for Node {
             // SAFETY: a key this node unpacked, destroyed once (the shelf is now closed).
             unsafe { sys::ucp_rkey_destroy(h as sys::ucp_rkey_h) };
         }
-        let eps: Vec<(sys::ucp_ep_h, bool)> = std::mem::take(&mut *self.endpoints.borrow_mut())
+        let eps: Vec<_> = std::mem::take(&mut *self.endpoints.borrow_mut())
             .into_values()
             .collect();
-        for (h, _) in eps {
+        for (h, _, _) in eps {
             self.force_close(h);
         }
         // Let wire-up traffic in flight (of endpoints UCX made for peers that connected to
