@@ -15,12 +15,14 @@ use crate::sys;
 mod addr;
 mod memory;
 mod message;
+mod spin;
 
 use addr::{from_storage, SockAddr};
 use memory::KeyShelf;
 pub use memory::{RKey, Registration};
 use message::on_message;
 pub use message::Message;
+use spin::{Spin, SPIN};
 
 /// The one active-message id every message travels on (the kind is in the header).
 const AM_ID: u32 = 0;
@@ -68,9 +70,6 @@ const DEFAULTS: [(&str, &std::ffi::CStr, &std::ffi::CStr); 2] = [
     ("UCX_TCP_RX_SEG_SIZE", c"RX_SEG_SIZE", c"256K"),
 ];
 
-/// How long [`Node::wait`] polls before it sleeps on the worker's event descriptor.
-const SPIN: Duration = Duration::from_micros(100);
-
 /// A UCP context and one worker, driven by one thread at a time (the worker runs in UCX's
 /// serialized mode; `Node` is `Send` but not `Sync`, so a `Mutex<Node>` shares it).
 pub struct Node {
@@ -84,6 +83,8 @@ pub struct Node {
     endpoints: RefCell<BTreeMap<usize, OpenEndpoint>>,
     registrations: RefCell<Vec<sys::ucp_mem_h>>,
     deadline: Cell<Duration>,
+    /// Whether polling before sleeping pays ([`Node::wait`]).
+    spin: Spin,
     /// Endpoint id → the endpoints that fail with it ([`Node::link`]).
     links: RefCell<BTreeMap<usize, Vec<usize>>>,
     /// Set when a request outlived its endpoint's forced close: the worker is never
@@ -201,6 +202,7 @@ impl Node {
             endpoints: RefCell::new(BTreeMap::new()),
             registrations: RefCell::new(Vec::new()),
             deadline: Cell::new(Duration::from_secs(10)),
+            spin: Spin::default(),
             links: RefCell::new(BTreeMap::new()),
             poisoned: Cell::new(false),
             unreported: RefCell::new(Vec::new()),
@@ -249,22 +251,32 @@ impl Node {
         unsafe { sys::ucp_worker_progress(self.worker) > 0 }
     }
 
-    /// Progresses, and if nothing arrives within 100 µs of polling, sleeps until the
-    /// worker has an event or `timeout` passes.
+    /// Progresses, and if nothing arrives within a moment of polling (up to 100 µs, where
+    /// that has paid off lately), sleeps until the worker has an event or `timeout` passes.
     pub fn wait(&self, timeout: Duration) {
-        // Progress without sleeping for a moment first: an answer usually comes within it,
-        // and a wake-up through the kernel costs more (measured by `bench remote --sshfs`:
-        // 4 KiB reads over TCP 1.6-2x faster with it).
+        // Progress without sleeping for a moment first: a quick answer usually comes within
+        // it, and a wake-up through the kernel costs more (measured by `bench remote
+        // --sshfs`: 4 KiB reads over TCP 1.6-2x faster with it). Where answers take longer
+        // (1 MiB transfers) the polling only takes a core from the peer and the network
+        // stack, so it stops until a trial shows it pays again.
+        let spin = self.spin.budget();
         let t0 = Instant::now();
         loop {
             if self.progress() || !self.idle() {
+                self.spin.learn(spin, true);
                 return;
             }
-            if t0.elapsed() >= SPIN {
+            if t0.elapsed() >= spin {
                 break;
             }
             std::hint::spin_loop();
         }
+        self.spin.learn(spin, false);
+        self.rest(timeout);
+    }
+
+    /// Sleeps until the worker has an event or `timeout` passes.
+    fn rest(&self, timeout: Duration) {
         // SAFETY: the worker is live; arming asks for a wake-up on its event fd.
         let armed = unsafe { sys::ucp_worker_arm(self.worker) };
         if armed != sys::UCS_OK {
@@ -554,8 +566,17 @@ impl Node {
         }
         let deadline = Instant::now() + self.deadline.get();
         let mut forced: Option<(Instant, sys::ucs_status_t)> = None;
+        let mut moved = Instant::now();
         loop {
-            self.progress();
+            if self.progress() {
+                moved = Instant::now();
+            } else if moved.elapsed() > SPIN && forced.is_none() {
+                // Nothing moved for a while (a send waiting for the peer to drain its
+                // socket): sleep until the worker has an event rather than take a core the
+                // peer and the network stack need; briefly, in case a transport signals none.
+                self.rest(Duration::from_millis(1));
+                moved = Instant::now();
+            }
             // SAFETY: `req` is a live request handle of this worker, not yet freed.
             let status = unsafe { sys::ucp_request_check_status(req) };
             if status != sys::UCS_INPROGRESS {
