@@ -23,6 +23,32 @@ fn without_one_sided_access_data_moves_in_messages() {
     assert_eq!(c.pread(fd, &mut back, 0).unwrap(), data.len() + 17);
     assert_eq!(&back[17..], &data[..]);
     assert!(back[..17].iter().all(|&b| b == 0));
+    // Reads at odd offsets and lengths, ending inside and past the end of the file, and
+    // longer than one request carries.
+    let size = back.len();
+    let part = 256 << 10;
+    for (off, len) in [
+        (0, part),
+        (0, 2 * part),
+        (5, part),
+        (part - 1, part + 2),
+        (3 * part, 4 * part + 1),
+        (size - part, part),
+        (size - 10, part),
+        (size - 2 * part - 3, 3 * part),
+        (size, 100),
+        (0, 9 << 20),
+    ] {
+        let mut got = vec![0xEEu8; len];
+        let n = c.pread(fd, &mut got, off as u64).unwrap();
+        let end = (off + len).min(size);
+        assert_eq!(n, end.saturating_sub(off), "read of {len} at {off}");
+        assert_eq!(
+            &got[..n],
+            &back[off.min(size)..end],
+            "read of {len} at {off}"
+        );
+    }
     let s = c.stats();
     assert_eq!(s.one_sided_bytes, 0);
     assert!(s.message_bytes >= 2 * data.len() as u64, "{s:?}");
