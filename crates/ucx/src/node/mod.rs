@@ -22,7 +22,7 @@ use memory::KeyShelf;
 pub use memory::{RKey, Registration};
 use message::on_message;
 pub use message::Message;
-use spin::{Spin, SPIN};
+use spin::Spin;
 
 /// The one active-message id every message travels on (the kind is in the header).
 const AM_ID: u32 = 0;
@@ -566,17 +566,8 @@ impl Node {
         }
         let deadline = Instant::now() + self.deadline.get();
         let mut forced: Option<(Instant, sys::ucs_status_t)> = None;
-        let mut moved = Instant::now();
         loop {
-            if self.progress() {
-                moved = Instant::now();
-            } else if moved.elapsed() > SPIN && forced.is_none() {
-                // Nothing moved for a while (a send waiting for the peer to drain its
-                // socket): sleep until the worker has an event rather than take a core the
-                // peer and the network stack need; briefly, in case a transport signals none.
-                self.rest(Duration::from_millis(1));
-                moved = Instant::now();
-            }
+            self.progress();
             // SAFETY: `req` is a live request handle of this worker, not yet freed.
             let status = unsafe { sys::ucp_request_check_status(req) };
             if status != sys::UCS_INPROGRESS {
