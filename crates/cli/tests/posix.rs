@@ -1343,7 +1343,8 @@ fn falloc(f: &std::fs::File, mode: libc::c_int, off: i64, len: i64) -> Result<()
 /// fallocate(2): mode 0 allocates and extends; KEEP_SIZE allocates without extending;
 /// PUNCH_HOLE (with KEEP_SIZE) frees the range, which reads as zeros; ZERO_RANGE zeros it;
 /// PUNCH_HOLE without KEEP_SIZE, and modes not built, give EOPNOTSUPP; a descriptor not open
-/// for writing gives EBADF. st_blocks counts allocated space, so holes take none.
+/// for writing gives EBADF. st_blocks counts allocated space, so holes take none, and
+/// lseek's SEEK_DATA and SEEK_HOLE find them.
 fn fallocate(s: &mut Suite, root: &Path) {
     use std::io::{Read, Seek, SeekFrom};
     use std::os::unix::fs::MetadataExt;
@@ -1389,6 +1390,36 @@ fn fallocate(s: &mut Suite, root: &Path) {
     let mut want = vec![0xAB; 64 << 10];
     want[4096..4096 + (32 << 10)].fill(0);
     s.check("a punched hole reads as zeros", back == want, true);
+    // lseek(2): SEEK_DATA and SEEK_HOLE find the punched hole (pages 1-8) and the end.
+    let seek = |off: i64, whence: libc::c_int| {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: a descriptor we hold open.
+        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+        if r < 0 {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        } else {
+            Ok(r)
+        }
+    };
+    s.check(
+        "SEEK_DATA and SEEK_HOLE find data, a punched hole and the end",
+        [
+            seek(0, libc::SEEK_DATA),
+            seek(0, libc::SEEK_HOLE),
+            seek(5000, libc::SEEK_HOLE),
+            seek(5000, libc::SEEK_DATA),
+            seek(40 << 10, libc::SEEK_HOLE),
+            seek(64 << 10, libc::SEEK_DATA),
+        ],
+        [
+            Ok(0),
+            Ok(4096),
+            Ok(5000),
+            Ok(36 << 10),
+            Ok(64 << 10),
+            Err(libc::ENXIO),
+        ],
+    );
     s.check(
         "ZERO_RANGE over a partial page zeros exactly the range",
         falloc(&f, libc::FALLOC_FL_ZERO_RANGE, 100, 50).map(|()| {

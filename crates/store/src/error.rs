@@ -55,6 +55,8 @@ impl Errno {
     pub const EOPNOTSUPP: Errno = Errno(libc::EOPNOTSUPP);
     /// The file a handle named is gone.
     pub const ESTALE: Errno = Errno(libc::ESTALE);
+    /// No such device or address (`lseek` past the last data or the end).
+    pub const ENXIO: Errno = Errno(libc::ENXIO);
 
     /// The symbolic name, e.g. `"ENOENT"`.
     pub fn name(self) -> &'static str {

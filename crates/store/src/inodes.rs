@@ -4,7 +4,7 @@
 use crate::error::Errno;
 use crate::fallocate::Falloc;
 use crate::format::Attr;
-use crate::store::{DirEntry, Owner, SetAttr, StatFs, Store};
+use crate::store::{DirEntry, Owner, Seek, SetAttr, StatFs, Store};
 use crate::xattr::XattrMode;
 
 /// What a front end shows of an inode.
@@ -101,6 +101,9 @@ pub trait Inodes: Send + Sync + 'static {
     fn statfs(&self) -> Result<StatFs, Errno>;
     /// Allocates, zeroes or punches a range.
     fn fallocate(&self, ino: u64, off: u64, len: u64, how: Falloc) -> Result<(), Errno>;
+    /// Where `lseek`'s `SEEK_DATA` or `SEEK_HOLE` from `off` lands in a regular file
+    /// ([`Extents::seek`](crate::Extents::seek)).
+    fn seek(&self, ino: u64, off: u64, to: Seek) -> Result<u64, Errno>;
     /// Sets an extended attribute.
     fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], mode: XattrMode) -> Result<(), Errno>;
     /// An extended attribute's value.
@@ -257,6 +260,10 @@ impl Inodes for Store {
 
     fn fallocate(&self, ino: u64, off: u64, len: u64, how: Falloc) -> Result<(), Errno> {
         Ok(Store::fallocate(self, ino, off, len, how)?)
+    }
+
+    fn seek(&self, ino: u64, off: u64, to: Seek) -> Result<u64, Errno> {
+        Ok(Store::seek(self, ino, off, to)?)
     }
 
     fn setxattr(&self, ino: u64, name: &[u8], value: &[u8], mode: XattrMode) -> Result<(), Errno> {

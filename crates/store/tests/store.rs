@@ -6,7 +6,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use switchyard_media::{Persist, Region};
 use switchyard_mover::{Config, Mover};
-use switchyard_store::{Errno, Falloc, Fs, OpenFlags, Owner, Store, Whence};
+use switchyard_store::{Errno, Falloc, Fs, OpenFlags, Owner, Seek, Store, Whence};
 
 fn mover() -> Arc<Mover> {
     Arc::new(Mover::start(&Config::default()).unwrap())
@@ -206,6 +206,44 @@ fn seek_truncate_append_and_holes() {
     assert_eq!(fs.lseek(fd, -1, Whence::Set).unwrap_err(), Errno::EINVAL);
 }
 
+/// SEEK_DATA and SEEK_HOLE find a sparse file's data and holes, block by block, past a
+/// terabyte of hole (found with one lookup, not a walk over its blocks).
+#[test]
+fn seek_data_and_holes_of_a_sparse_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 8 << 20);
+    let fd = fs.open("/s", OpenFlags::CREATE, 0o644).unwrap();
+    let ino = fs.ino("/s").unwrap();
+    fs.pwrite(fd, &[1; 100], 0).unwrap();
+    fs.pwrite(fd, &[2; 5000], 1 << 20).unwrap();
+    let far = 1 << 40;
+    fs.pwrite(fd, b"end", far).unwrap();
+    let s = fs.store();
+    let seek = |off: u64, to| s.seek(ino, off, to).map_err(|e| e.errno);
+    assert_eq!(seek(0, Seek::Data), Ok(0));
+    assert_eq!(seek(50, Seek::Hole), Ok(4096), "the written block is data");
+    assert_eq!(seek(4096, Seek::Data), Ok(1 << 20));
+    assert_eq!(seek(5000, Seek::Hole), Ok(5000), "inside a hole");
+    assert_eq!(seek((1 << 20) + 10, Seek::Hole), Ok((1 << 20) + 8192));
+    assert_eq!(seek((1 << 20) + 8192, Seek::Data), Ok(far - far % 4096));
+    assert_eq!(seek(far, Seek::Hole), Ok(far + 3), "the end is a hole");
+    assert_eq!(seek(far + 3, Seek::Data), Err(Errno::ENXIO));
+    assert_eq!(seek(far + 3, Seek::Hole), Err(Errno::ENXIO));
+    fs.ftruncate(fd, far).unwrap();
+    assert_eq!(
+        seek((1 << 20) + 8192, Seek::Data),
+        Err(Errno::ENXIO),
+        "no data after the last"
+    );
+    let e = s.extents(ino, 0, u64::MAX).unwrap();
+    assert_eq!(e.runs.len(), 2, "holes give no runs: {:?}", e.runs);
+    let (d, _) = s.mkdir(1, b"d", 0o755, Owner::current()).unwrap();
+    assert_eq!(
+        s.seek(d, 0, Seek::Data).err().map(|e| e.errno),
+        Some(Errno::EISDIR)
+    );
+}
+
 #[test]
 fn a_full_region_gives_enospc_and_keeps_everything_written_before() {
     let dir = tempfile::tempdir().unwrap();
@@ -360,6 +398,20 @@ proptest! {
             }
         }
         prop_assert_eq!(&fs.read_all("/m").unwrap(), &model);
+        // SEEK_DATA and SEEK_HOLE agree with the bytes: every byte is in data or in a hole,
+        // never both; a hole reads as zeros; both stop at the end of the file.
+        let seek = |off: u64, to| fs.store().seek(ino, off, to).map_err(|e| e.errno);
+        for off in (0..model.len() as u64).step_by(997) {
+            let (data, hole) = (seek(off, Seek::Data), seek(off, Seek::Hole).unwrap());
+            prop_assert!(hole >= off && hole <= model.len() as u64, "hole {} from {}", hole, off);
+            prop_assert!((data == Ok(off)) != (hole == off), "{} is data or hole: {:?} {}", off, data, hole);
+            let zeros_to = match data {
+                Ok(d) => { prop_assert!(d >= off && d < model.len() as u64); d }
+                Err(e) => { prop_assert_eq!(e, Errno::ENXIO); model.len() as u64 }
+            };
+            prop_assert!(model[off as usize..zeros_to as usize].iter().all(|&b| b == 0), "a hole at {} holds bytes", off);
+        }
+        prop_assert_eq!(seek(model.len() as u64, Seek::Hole), Err(Errno::ENXIO));
         fs.close(fd).unwrap();
         let fs = remount(&dir, fs);
         prop_assert_eq!(&fs.read_all("/m").unwrap(), &model);

@@ -12,13 +12,13 @@ use std::time::{Duration, SystemTime};
 use fuser::{
     FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, OpenFlags,
     RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use switchyard_mover::qos::{self, Classes};
 use switchyard_store::format::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
 use switchyard_store::{
-    DirEntry, Errno, Falloc, Inodes, Owner, RecordLock, Rename, SetAttr, Stat, XattrMode,
+    DirEntry, Errno, Falloc, Inodes, Owner, RecordLock, Rename, Seek, SetAttr, Stat, XattrMode,
 };
 
 use crate::{configure, masked, open_flags, with_read_buffer, FuseConfig, Replies};
@@ -597,6 +597,31 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         };
         let r = self.as_caller(req, || self.inodes.fallocate(ino.0, offset, length, what));
         empty(reply, r);
+    }
+
+    /// `SEEK_DATA` and `SEEK_HOLE` (the kernel answers the other kinds itself): where the
+    /// file's data and holes lie, as the store maps its blocks.
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let to = match whence {
+            libc::SEEK_DATA => Seek::Data,
+            libc::SEEK_HOLE => Seek::Hole,
+            _ => return reply.error(fuser::Errno::EINVAL),
+        };
+        let Ok(off) = u64::try_from(offset) else {
+            return reply.error(fuser::Errno::ENXIO);
+        };
+        match self.inodes.seek(ino.0, off, to) {
+            Ok(at) => reply.offset(at as i64),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 
     fn setxattr(

@@ -1,7 +1,7 @@
 //! Reads, writes, offsets, syncs and sizes of served descriptors.
 
 use libc::{c_int, c_void, iovec, off_t, size_t, ssize_t};
-use switchyard_store::{Errno, Falloc, Inodes, SetAttr};
+use switchyard_store::{Errno, Falloc, Inodes, Seek, SetAttr};
 
 use super::by_fd;
 use crate::state::{self, Open};
@@ -383,17 +383,15 @@ fn seek(o: &Open, off: off_t, whence: c_int) -> Result<u64, Errno> {
         libc::SEEK_SET => 0,
         libc::SEEK_CUR => pos.get() as i64,
         libc::SEEK_END => size()? as i64,
-        // No holes are reported: the whole file is data.
+        // Where the file's data and holes lie, as the server's store maps its blocks.
         libc::SEEK_DATA | libc::SEEK_HOLE => {
-            let size = size()?;
-            if off < 0 || off as u64 >= size {
-                return Err(Errno(libc::ENXIO));
-            }
-            let to = if whence == libc::SEEK_DATA {
-                off as u64
+            let off = u64::try_from(off).map_err(|_| Errno(libc::ENXIO))?;
+            let what = if whence == libc::SEEK_DATA {
+                Seek::Data
             } else {
-                size
+                Seek::Hole
             };
+            let to = Inodes::seek(&*conn::for_open(o)?, o.ino, off, what)?;
             pos.set(to);
             return Ok(to);
         }

@@ -97,6 +97,11 @@ static void calls(const char *dir) {
     CHECK(ftruncate(fd, 5) == 0 && fstat(fd, &st) == 0 && st.st_size == 5);
     CHECK(posix_fallocate(fd, 0, 8192) == 0 && fstat(fd, &st) == 0 && st.st_size == 8192);
     CHECK(truncate(at(dir, "a"), 5) == 0 && stat(at(dir, "a"), &st) == 0 && st.st_size == 5);
+    /* A hole: SEEK_DATA and SEEK_HOLE see the server's blocks. */
+    CHECK(pwrite(fd, "z", 1, 65536) == 1);
+    CHECK(lseek(fd, 4096, SEEK_DATA) == 65536 && lseek(fd, 0, SEEK_HOLE) == 4096);
+    CHECK(lseek(fd, 65537, SEEK_DATA) < 0 && errno == ENXIO);
+    CHECK(ftruncate(fd, 5) == 0);
     CHECK(fsync(fd) == 0 && fdatasync(fd) == 0);
 
     /* A private mapping holds the file's bytes; a shared one is refused. */

@@ -5,7 +5,8 @@
 //! kernel still knows to another file.
 
 use switchyard_store::{
-    DirEntry, Errno, Falloc, Inodes, Owner, RecordLock, Rename, SetAttr, Stat, StatFs, XattrMode,
+    DirEntry, Errno, Falloc, Inodes, Owner, RecordLock, Rename, Seek, SetAttr, Stat, StatFs,
+    XattrMode,
 };
 
 use super::Client;
@@ -154,6 +155,21 @@ impl Inodes for Client {
             i.maps.remove(&ino);
             i.attrs.remove(&ino);
             i.done(&Request::Fallocate { ino, off, len, how })
+        })
+    }
+
+    fn seek(&self, ino: u64, off: u64, to: Seek) -> Result<u64, Errno> {
+        // The server's map of the file from `off` on, now (one request; not the cached map,
+        // which is checked only by one-sided readers).
+        self.with(|i| {
+            match i.call(&Request::Map {
+                ino,
+                off,
+                len: u64::MAX,
+            })? {
+                Reply::Map(m) => m.seek(off, to),
+                _ => Err(Errno::EIO),
+            }
         })
     }
 

@@ -5,7 +5,8 @@ use super::*;
 
 /// Splits the `n` bytes of a file at `off` into runs, each either mapped to contiguous blocks
 /// (one mover request; `f` gets the region offset) or a hole (`None`); `f` also gets the run's
-/// offset into the read and its length.
+/// offset into the read and its length. A hole is one run however long it is (found with one
+/// lookup of the next mapped page), so a range of a huge sparse file costs its mapped pages.
 pub(crate) fn for_each_run(
     pages: &BTreeMap<u64, u64>,
     off: u64,
@@ -17,16 +18,26 @@ pub(crate) fn for_each_run(
         let pos = off + done as u64;
         let pg = pos / BLOCK;
         let in_page = pos % BLOCK;
-        let mut len = ((BLOCK - in_page) as usize).min(n - done);
-        let at = pages.get(&pg).map(|&b| {
-            // Extend over pages whose blocks are contiguous.
-            let mut next = pg + 1;
-            while done + len < n && pages.get(&next) == Some(&(b + (next - pg))) {
-                len = (len + BLOCK as usize).min(n - done);
-                next += 1;
+        let rest = n - done;
+        let (len, at) = match pages.get(&pg) {
+            Some(&b) => {
+                // Extend over pages whose blocks are contiguous.
+                let mut len = ((BLOCK - in_page) as usize).min(rest);
+                let mut next = pg + 1;
+                while len < rest && pages.get(&next) == Some(&(b + (next - pg))) {
+                    len = (len + BLOCK as usize).min(rest);
+                    next += 1;
+                }
+                (len, Some(b * BLOCK + in_page))
             }
-            b * BLOCK + in_page
-        });
+            None => {
+                let end = pages
+                    .range(pg + 1..)
+                    .next()
+                    .map_or(u64::MAX, |(&p, _)| p * BLOCK);
+                ((end - pos).min(rest as u64) as usize, None)
+            }
+        };
         f(done, len, at);
         done += len;
     }

@@ -29,7 +29,55 @@ pub struct Run {
     pub len: u64,
 }
 
+/// What `lseek`'s `SEEK_DATA` and `SEEK_HOLE` look for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seek {
+    /// The first byte at or after the offset that lies in a mapped block.
+    Data,
+    /// The first byte at or after the offset that lies in a hole; the end of the file counts
+    /// as one.
+    Hole,
+}
+
+impl Extents {
+    /// Where `lseek(off, SEEK_DATA)` or `lseek(off, SEEK_HOLE)` lands, on runs that cover the
+    /// file from `off` (or earlier) to its end: data and holes at the granularity of blocks
+    /// (a block that was written or allocated is data, zeros or not, as on ext4); `ENXIO` at
+    /// or past the end of the file, and for data when none follows `off`.
+    pub fn seek(&self, off: u64, to: Seek) -> Result<u64, Errno> {
+        let size = self.attr.size;
+        if off >= size {
+            return Err(Errno::ENXIO);
+        }
+        let ahead = self.runs.iter().filter(|r| r.file_offset + r.len > off);
+        match to {
+            Seek::Data => ahead
+                .map(|r| r.file_offset.max(off))
+                .next()
+                .ok_or(Errno::ENXIO),
+            Seek::Hole => {
+                let mut at = off;
+                for r in ahead {
+                    if r.file_offset > at {
+                        break;
+                    }
+                    at = r.file_offset + r.len;
+                }
+                Ok(at.min(size))
+            }
+        }
+    }
+}
+
 impl Store {
+    /// Where `lseek(off, SEEK_DATA)` or `lseek(off, SEEK_HOLE)` lands in regular file `ino`
+    /// ([`Extents::seek`]).
+    pub fn seek(&self, ino: u64, off: u64, to: Seek) -> Result<u64, Error> {
+        self.extents(ino, off, u64::MAX)?
+            .seek(off, to)
+            .map_err(Error::on(Op::Read, ino))
+    }
+
     /// The runs of `[off, off + len)` of regular file `ino`, its attributes and its change
     /// word, all read under its lock. The runs stay the file's bytes as long as the change
     /// word of `ino` is unchanged.

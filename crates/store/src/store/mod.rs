@@ -30,7 +30,7 @@ mod rename;
 mod write;
 
 pub(crate) use data::for_each_run;
-pub use extents::{Extents, Run};
+pub use extents::{Extents, Run, Seek};
 use lock::named;
 pub(crate) use log::Appended;
 pub use write::{PreparedWrite, Target};
