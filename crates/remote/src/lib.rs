@@ -17,6 +17,12 @@
 //!   completion) and asks for the commit, which makes the blocks durable before its commit
 //!   point. A client that dies before the commit leaves nothing visible; its reservation
 //!   is given back when its connection fails.
+//! - Where UCX offers no one-sided get but moves large messages without copies (between
+//!   processes of one host, UCX 1.13 emulates gets with the server's CPU but carries
+//!   rendezvous over `cma`), large reads are *pulled*: one request names the blocks of the
+//!   cached map and the map's change word; the server takes a grace
+//!   ([`switchyard_store::Store::grace`]), checks the word and sends the blocks from where
+//!   they lie, and the client's transport fetches them ([`DataPath::Pulled`]).
 //! - Asynchronous calls ([`Client::pread_async`] and the like) run on the client's I/O
 //!   thread while the caller computes, and resolve to the result and the buffer.
 //! - Where the transport has no one-sided access (`tcp`: UCX would emulate it with the

@@ -4,21 +4,37 @@
 //! One thread drives one UCX worker: it accepts connections, sends each a challenge, checks
 //! the proof, and answers requests in arrival order. Data does not pass through this thread
 //! on transports with one-sided access: clients read the data area and put into reserved
-//! blocks themselves. What a client leaves behind when it goes — preparations it never
-//! committed, files it held open — is undone when its endpoint fails or closes.
+//! blocks themselves. Where clients pull ([`crate::DataPath::Pulled`]), this thread names the
+//! blocks of a pull and UCX sends them from where they lie, fetched by the client's transport;
+//! a grace keeps them from reuse until then. What a client leaves behind when it goes —
+//! preparations it never committed, files it held open, pulls in flight — is undone when its
+//! endpoint fails or closes.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use switchyard_mover::qos;
+use switchyard_store::alloc::Grace;
 use switchyard_store::{Errno, Inodes, Owner, PreparedWrite, RecordLock, Store};
-use switchyard_ucx::{Endpoint, Node};
+use switchyard_ucx::{Endpoint, Failures, Node, Sending};
 
 use crate::auth::Key;
 use crate::locks::{LockKind, Locks};
-use crate::proto::{Reply, Request, Welcome, MAX_BYTES, PROTOCOL_VERSION};
+use crate::proto::{part_header, Reply, Request, Welcome, MAX_BYTES, PROTOCOL_VERSION};
+
+/// Pieces of a pull up to this size are copied into the message by UCX (a copy of a few pages
+/// costs less than a rendezvous round trip); larger ones go by rendezvous, fetched by the
+/// client's transport.
+const COPIED_PIECE: u64 = 16 << 10;
+
+/// Pulls one client may have in flight.
+const PULLS_IN_FLIGHT: usize = 16;
+
+/// A pull whose pieces are not all fetched by then fails its client (which is then
+/// disconnected: it holds UCX's requests on the data area).
+const PULL_DEADLINE: Duration = Duration::from_secs(10);
 
 /// How to serve.
 #[derive(Debug, Clone)]
@@ -46,6 +62,8 @@ pub struct ServerStats {
     pub message_bytes: AtomicU64,
     /// Bytes committed by one-sided writes.
     pub committed_bytes: AtomicU64,
+    /// Bytes of the data area sent to clients' pulls (fetched by their transport).
+    pub pulled_bytes: AtomicU64,
     /// Preparations given back because their client went away or aborted.
     pub abandoned: AtomicU64,
     /// CPU time the serving thread has used, in nanoseconds (updated as it runs).
@@ -63,6 +81,7 @@ impl ServerStats {
             ("requests", n(&self.requests)),
             ("message_bytes", n(&self.message_bytes)),
             ("committed_bytes", n(&self.committed_bytes)),
+            ("pulled_bytes", n(&self.pulled_bytes)),
             ("abandoned", n(&self.abandoned)),
             ("cpu_ms", n(&self.cpu_ns) / 1_000_000),
         ]
@@ -106,6 +125,21 @@ struct Peer<'s> {
     /// The tenant its requests' copies carry (module `switchyard_mover::qos`), from the uid
     /// it proved the key for.
     tenant: u16,
+    /// The server's endpoint to the client's worker, for pulls ([`Request::Attach`]).
+    data: Option<Endpoint>,
+    /// The token its pulls carry.
+    token: Option<[u8; 16]>,
+}
+
+/// A pull whose pieces are on their way.
+struct Pulling<'s, 'n> {
+    /// The client (its control endpoint's id).
+    peer: usize,
+    parts: Vec<Sending<'n>>,
+    /// Keeps the pieces' blocks from reuse until they are fetched.
+    _grace: Grace<'s>,
+    bytes: u64,
+    since: Instant,
 }
 
 /// Serves `store` until `stop` is set: listens, calls `ready` with the address bound, and
@@ -169,11 +203,27 @@ pub fn serve(
         next_id: 1,
         out: Vec::new(),
         locks: Locks::default(),
+        data: (data_ptr.cast_const(), data_len),
+        tokens: HashMap::new(),
+        pulls: Vec::new(),
     };
+    // The CPU time is read at most once a millisecond (a system call), and at every idle
+    // wake-up.
+    let mut noted = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        node.wait(Duration::from_millis(100));
+        if server.pulls.is_empty() {
+            node.wait(Duration::from_millis(100));
+        } else {
+            // What comes next is a client's fetch of pulled blocks, at least a copy of 256 KiB
+            // away: polling for it would cost more than the wake-up it saves (the client
+            // pulls only reads that large, `PULL_FROM`).
+            node.sleep(Duration::from_millis(100));
+        }
         server.turn(&node);
-        stats.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
+        if noted.elapsed() >= Duration::from_millis(1) {
+            stats.cpu_ns.store(thread_cpu_ns(), Ordering::Relaxed);
+            noted = Instant::now();
+        }
     }
     let peers: Vec<Peer<'_>> = server.peers.drain().map(|(_, p)| p).collect();
     for p in peers {
@@ -182,7 +232,7 @@ pub fn serve(
     Ok(())
 }
 
-struct Server<'s, 'o> {
+struct Server<'s, 'o, 'n> {
     store: &'s Store,
     opts: &'o ServeOptions,
     stats: &'o ServerStats,
@@ -196,11 +246,17 @@ struct Server<'s, 'o> {
     out: Vec<u8>,
     /// Record locks of every client.
     locks: Locks,
+    /// The data area: where it is mapped, and its length.
+    data: (*const u8, u64),
+    /// Pull token → the client's control endpoint id.
+    tokens: HashMap<[u8; 16], usize>,
+    /// Pulls in flight.
+    pulls: Vec<Pulling<'s, 'n>>,
 }
 
-impl<'s> Server<'s, '_> {
+impl<'s, 'n> Server<'s, '_, 'n> {
     /// Accepts new connections, retires failed ones, answers what arrived.
-    fn turn(&mut self, node: &Node) {
+    fn turn(&mut self, node: &'n Node) {
         while let Some(r) = node.next_connection() {
             let Ok(ep) = node.accept(r) else { continue };
             self.stats.connections.fetch_add(1, Ordering::Relaxed);
@@ -221,6 +277,8 @@ impl<'s> Server<'s, '_> {
                 opens: HashMap::new(),
                 holds: HashMap::new(),
                 tenant: 0,
+                data: None,
+                token: None,
             };
             self.peers.insert(peer.ep.id(), peer);
         }
@@ -232,6 +290,8 @@ impl<'s> Server<'s, '_> {
         while let Some(mut m) = node.next_message() {
             let from = m.from();
             let Some(mut peer) = self.peers.remove(&from) else {
+                // A pull comes on the data endpoint, and names its client by token.
+                let _ = node.with_body(&mut m, |b| self.pull(node, b));
                 continue;
             };
             // A large body (a write's data) is read where UCX received it.
@@ -246,10 +306,144 @@ impl<'s> Server<'s, '_> {
                 self.leave(node, peer);
             }
         }
+        self.finish_pulls(node);
+    }
+
+    /// Starts a [`Request::Pull`]: checks it, takes a grace and checks the client's map is
+    /// current, then sends each range of the data area as a message of its own, read where
+    /// it lies (by rendezvous when large: the client's transport fetches it, and this thread
+    /// never copies it). Anything malformed, from an unknown token, or beyond the client's
+    /// pulls in flight is dropped or refused.
+    fn pull(&mut self, node: &'n Node, b: &[u8]) {
+        let Ok((seq, req)) = Request::decode(b) else {
+            return;
+        };
+        let Request::Pull {
+            token,
+            ino,
+            change,
+            ranges,
+        } = req
+        else {
+            return;
+        };
+        let Some(&id) = self.tokens.get(&token) else {
+            self.stats.refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Some(ep) = self.peers.get(&id).and_then(|p| p.data.as_ref()) else {
+            return;
+        };
+        self.stats.requests.fetch_add(1, Ordering::Relaxed);
+        let (base, len) = self.data;
+        let mut total = 0u64;
+        let inside = ranges.iter().all(|&(off, n)| {
+            total = total.saturating_add(n);
+            off.checked_add(n).is_some_and(|end| end <= len)
+        });
+        let busy = self.pulls.iter().filter(|p| p.peer == id).count() >= PULLS_IN_FLIGHT;
+        // The grace first, then the word: a block the file gave up after this check is freed
+        // into the grace (the store bumps the word before it frees).
+        let grace = self.store.grace();
+        let refusal = if !inside || total > MAX_BYTES as u64 {
+            Some(Reply::Error(libc::EINVAL))
+        } else if busy {
+            Some(Reply::Error(libc::EBUSY))
+        } else if self.store.changes().word(ino) != change {
+            Some(Reply::Stale)
+        } else {
+            None
+        };
+        if let Some(r) = refusal {
+            let _ = node.send(ep, &[], &r.encode(seq));
+            return;
+        }
+        let mut p = Pulling {
+            peer: id,
+            parts: Vec::with_capacity(ranges.len()),
+            _grace: grace,
+            bytes: total,
+            since: Instant::now(),
+        };
+        for (i, &(off, n)) in ranges.iter().enumerate() {
+            // SAFETY: the range lies inside the data area (checked above), which the store's
+            // mapping keeps mapped for longer than `node` lives; the grace keeps its blocks'
+            // bytes (those of the file, as the word said) until the send is finished.
+            let sent = unsafe {
+                node.send_lent(
+                    ep,
+                    part_header(seq, i as u32),
+                    base.wrapping_add(off as usize),
+                    n as usize,
+                    n > COPIED_PIECE,
+                )
+            };
+            match sent {
+                Ok(s) => p.parts.push(s),
+                Err(_) => {
+                    let _ = node.send(ep, &[], &Reply::Error(libc::EIO).encode(seq));
+                    break;
+                }
+            }
+        }
+        self.pulls.push(p);
+    }
+
+    /// Ends every pull whose pieces were all fetched (its grace with it). A pull past its
+    /// deadline disconnects its client.
+    fn finish_pulls(&mut self, node: &'n Node) {
+        let mut late = Vec::new();
+        let mut i = 0;
+        while i < self.pulls.len() {
+            let p = &mut self.pulls[i];
+            let mut done = true;
+            let mut failed = false;
+            for s in &mut p.parts {
+                match node.sent(s) {
+                    None => done = false,
+                    Some(r) => failed |= r.is_err(),
+                }
+            }
+            if !done {
+                if p.since.elapsed() > PULL_DEADLINE {
+                    late.push(p.peer);
+                }
+                i += 1;
+                continue;
+            }
+            let p = self.pulls.swap_remove(i);
+            if !failed {
+                self.stats
+                    .pulled_bytes
+                    .fetch_add(p.bytes, Ordering::Relaxed);
+            }
+        }
+        for id in late {
+            if let Some(peer) = self.peers.remove(&id) {
+                self.leave(node, peer);
+            }
+        }
+    }
+
+    /// Connects to a client's worker for its pulls, and returns the token they carry.
+    fn attach(&mut self, node: &Node, peer: &mut Peer<'s>, address: &[u8]) -> Reply {
+        if peer.data.is_some() {
+            return Reply::Error(libc::EALREADY);
+        }
+        let Ok(ep) = node.connect_address(address, Failures::Undetected) else {
+            return Reply::Error(libc::EINVAL);
+        };
+        // It detects no failure itself: it fails with the control endpoint.
+        node.link(&ep, &peer.ep);
+        let token: [u8; 16] = rand::random();
+        self.tokens.insert(token, peer.ep.id());
+        peer.data = Some(ep);
+        peer.token = Some(token);
+        Reply::Bytes(token.to_vec())
     }
 
     /// Answers one message from `peer`; returns whether its connection stays.
-    fn handle(&mut self, node: &Node, peer: &mut Peer<'s>, b: &[u8]) -> bool {
+    fn handle(&mut self, node: &'n Node, peer: &mut Peer<'s>, b: &[u8]) -> bool {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
         let _tenant = qos::enter(peer.tenant);
         // A writer's data, written from the message in place.
@@ -273,6 +467,9 @@ impl<'s> Server<'s, '_> {
             // Data read into the reply in place.
             Request::Read { ino, off, len } if peer.writable.is_some() => {
                 (self.read_message(seq, ino, off, len), true)
+            }
+            Request::Attach { address } if peer.writable.is_some() => {
+                (self.attach(node, peer, &address).encode(seq), true)
             }
             req => {
                 let (reply, keep) = self.answer(peer, req);
@@ -309,8 +506,17 @@ impl<'s> Server<'s, '_> {
     }
 
     /// Undoes what a departing client left: its preparations and open handles.
-    fn leave(&mut self, node: &Node, p: Peer<'s>) {
+    fn leave(&mut self, node: &'n Node, p: Peer<'s>) {
         self.locks.release_peer(p.ep.id());
+        if let Some(d) = p.data {
+            // Closing it ends the sends of its pulls in flight (with an error), so they are
+            // dropped finished.
+            node.close_now(d);
+        }
+        if let Some(t) = p.token {
+            self.tokens.remove(&t);
+        }
+        self.pulls.retain(|q| q.peer != p.ep.id());
         self.stats
             .abandoned
             .fetch_add(p.prepared.len() as u64, Ordering::Relaxed);

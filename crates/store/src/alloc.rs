@@ -4,9 +4,14 @@
 //! The data zone is cut into pools, each a free-extent map under its own lock; a caller starts
 //! at the pool of the CPU it runs on and moves on only when it is empty, so writers on
 //! different cores rarely meet (no global lock on the data path).
+//!
+//! A [`Grace`] keeps blocks freed while it lasts out of reuse until it ends: a reader outside
+//! the store's locks (a remote client fetching blocks of its map from a server's memory) reads
+//! the bytes those blocks held when it found them, because data is copy-on-write and a block's
+//! bytes change only once it is taken again.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
@@ -30,6 +35,53 @@ pub struct Allocator {
     /// First block of pool `i` is `bounds[i]`; `bounds[POOLS]` is the end of the zone.
     bounds: Vec<u64>,
     free: AtomicU64,
+    /// Blocks freed while graces are in force.
+    limbo: Mutex<Limbo>,
+    /// Graces in force (what `free` reads before it takes the limbo's lock).
+    graces: AtomicUsize,
+}
+
+/// Extents freed while graces were in force, until every grace that began before them ends.
+#[derive(Default)]
+struct Limbo {
+    /// Bumped by every grace that begins.
+    epoch: u64,
+    /// Graces in force, by the epoch they began at, with how many began then.
+    graces: BTreeMap<u64, usize>,
+    /// Extents held back, with the epoch they were freed at: one freed at epoch `f` may have
+    /// been found by a grace that began at `f` or before, and by none that began after.
+    held: Vec<(u64, Extent)>,
+}
+
+/// While it lasts, no block freed after it began is taken again (see the module docs). Ends
+/// when dropped.
+pub struct Grace<'a> {
+    alloc: &'a Allocator,
+    began: u64,
+}
+
+impl Drop for Grace<'_> {
+    fn drop(&mut self) {
+        let a = self.alloc;
+        let ready = {
+            let mut l = a.limbo.lock();
+            if let Some(n) = l.graces.get_mut(&self.began) {
+                *n -= 1;
+                if *n == 0 {
+                    l.graces.remove(&self.began);
+                }
+            }
+            a.graces.fetch_sub(1, Ordering::SeqCst);
+            // Every grace still in force began after these were freed.
+            let oldest = l.graces.keys().next().copied().unwrap_or(u64::MAX);
+            let (ready, held): (Vec<_>, Vec<_>) = l.held.drain(..).partition(|(f, _)| *f < oldest);
+            l.held = held;
+            ready
+        };
+        for (_, e) in ready {
+            a.give_back(e);
+        }
+    }
 }
 
 /// The pool of the CPU the caller runs on (NOVA's per-CPU free lists): callers on different
@@ -73,6 +125,8 @@ impl Allocator {
             pools,
             bounds,
             free: AtomicU64::new(free),
+            limbo: Mutex::default(),
+            graces: AtomicUsize::new(0),
         }
     }
 
@@ -142,8 +196,34 @@ impl Allocator {
         out
     }
 
-    /// Returns blocks.
+    /// Returns blocks: free at once, or once every [`Grace`] in force ends.
     pub fn free(&self, e: Extent) {
+        // SeqCst, paired with the one in `grace`: a reader that takes a grace and then checks
+        // that its map is current (the store bumps a file's change word before it frees the
+        // file's blocks) either sees the bump or is seen here.
+        if self.graces.load(Ordering::SeqCst) > 0 {
+            let mut l = self.limbo.lock();
+            if !l.graces.is_empty() {
+                let epoch = l.epoch;
+                l.held.push((epoch, e));
+                return;
+            }
+        }
+        self.give_back(e);
+    }
+
+    /// Begins a grace: until it ends, no block freed from now on is taken again. A reader
+    /// takes it, then checks that the map it read blocks from is still current.
+    pub fn grace(&self) -> Grace<'_> {
+        let mut l = self.limbo.lock();
+        l.epoch += 1;
+        let began = l.epoch;
+        *l.graces.entry(began).or_default() += 1;
+        self.graces.fetch_add(1, Ordering::SeqCst);
+        Grace { alloc: self, began }
+    }
+
+    fn give_back(&self, e: Extent) {
         self.free.fetch_add(e.len, Ordering::Relaxed);
         self.release(e);
     }
@@ -222,6 +302,71 @@ mod tests {
             prop_assert_eq!(a.free_blocks(), total);
             prop_assert!(a.alloc(total).is_ok());
             prop_assert_eq!(a.alloc(1), Err(Errno::ENOSPC));
+        }
+    }
+
+    /// What a block-level model says: blocks freed during a grace are not taken again until
+    /// it (and every grace that began before they were freed) ends; nothing is lost.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Alloc(u64),
+        Free(usize),
+        Begin,
+        End(usize),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (1u64..6).prop_map(Step::Alloc),
+            any::<usize>().prop_map(Step::Free),
+            Just(Step::Begin),
+            any::<usize>().prop_map(Step::End),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn a_block_freed_in_a_grace_is_not_taken_until_the_graces_before_it_end(
+            steps in proptest::collection::vec(step(), 1..120),
+        ) {
+            let a = Allocator::new(0, 64, |_| false);
+            let mut owned: Vec<Extent> = Vec::new();
+            // Graces in force, each with the blocks freed since it began.
+            let mut graces: Vec<(Grace<'_>, Vec<u64>)> = Vec::new();
+            for s in steps {
+                match s {
+                    Step::Alloc(n) => {
+                        if let Ok(es) = a.alloc(n) {
+                            for e in &es {
+                                for b in e.start..e.start + e.len {
+                                    for (_, freed) in &graces {
+                                        prop_assert!(!freed.contains(&b), "block {} reused in a grace", b);
+                                    }
+                                }
+                            }
+                            owned.extend(es);
+                        }
+                    }
+                    Step::Free(i) if !owned.is_empty() => {
+                        let e = owned.swap_remove(i % owned.len());
+                        for (_, freed) in &mut graces {
+                            freed.extend(e.start..e.start + e.len);
+                        }
+                        a.free(e);
+                    }
+                    Step::Begin => graces.push((a.grace(), Vec::new())),
+                    Step::End(i) if !graces.is_empty() => {
+                        graces.remove(i % graces.len());
+                    }
+                    _ => {}
+                }
+            }
+            graces.clear();
+            for e in owned {
+                a.free(e);
+            }
+            prop_assert_eq!(a.free_blocks(), 64);
+            prop_assert_eq!(a.free_extents(), vec![Extent { start: 0, len: 64 }]);
         }
     }
 }

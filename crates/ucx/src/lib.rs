@@ -13,7 +13,10 @@
 //!   the client (UCX's socket-address connection manager; the data transports are UCX's
 //!   choice, narrowed with `UCX_TLS` as usual);
 //! - messages: [`Node::send`] (an active message with a header and a body; the receiver may
-//!   answer on the endpoint it came from) and [`Node::next_message`];
+//!   answer on the endpoint it came from) and [`Node::next_message`]; [`Node::send_lent`]
+//!   sends a body from where it lies without waiting (by rendezvous: the receiver's transport
+//!   fetches it, [`Node::body_into`] straight into a buffer of the receiver's), and
+//!   [`Node::sent`] says when it is free again;
 //! - one-sided access: [`Node::register`] a range and pack its remote key for peers; peers
 //!   [`Node::unpack_rkey`] it and [`Node::get`] / [`Node::put`] / [`Node::flush`] (remote
 //!   completion);
@@ -22,7 +25,8 @@
 //!   every wait has a deadline after which the endpoint is closed.
 //!
 //! Every call returns when its operation is complete (buffers reusable, data arrived), which
-//! keeps the API safe: no request outlives the buffers it names. [`Node::get_many`] issues
+//! keeps the API safe: no request outlives the buffers it names — except
+//! [`Node::send_lent`], which is `unsafe` for that reason. [`Node::get_many`] issues
 //! several gets at once and waits for all of them.
 //!
 //! ## Why the low-level path
@@ -54,7 +58,7 @@ mod sys {
 }
 
 pub use error::Error;
-pub use node::{ConnectionRequest, Endpoint, Failures, Message, Node, RKey, Registration};
+pub use node::{ConnectionRequest, Endpoint, Failures, Message, Node, RKey, Registration, Sending};
 
 /// The version of the linked UCX library, as "major.minor.release".
 pub fn version() -> String {

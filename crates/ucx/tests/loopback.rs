@@ -1,7 +1,7 @@
 //! Two nodes on loopback, each driven by its own thread: messages both ways (large ones sent
 //! eagerly over tcp, read in place or dropped untaken, and by rendezvous over shared memory),
 //! worker-address endpoints, one-sided get, put and flush into registered
-//! memory, and peers that go away.
+//! memory, bodies lent by the sender and fetched by the receiver, and peers that go away.
 
 use std::net::SocketAddr;
 use std::sync::mpsc;
@@ -180,4 +180,58 @@ fn a_connection_to_nothing_fails() {
         .local_addr()
         .unwrap();
     assert!(node.connect(port).is_err());
+}
+
+/// A body sent from where it lies, by rendezvous: the send stays unfinished until the
+/// receiver fetches the body into a buffer of its own, then finishes.
+#[test]
+fn a_lent_body_is_fetched_by_the_receiver_and_only_then_sent() {
+    let (addr_tx, addr_rx) = mpsc::channel::<Vec<u8>>();
+    let (fetch_tx, fetch_rx) = mpsc::channel();
+    let sender = std::thread::spawn(move || {
+        let body: Vec<u8> = (0..1usize << 20).map(|i| (i % 253) as u8).collect();
+        let node = Node::new().unwrap();
+        let ep = node
+            .connect_address(&addr_rx.recv().unwrap(), Failures::Undetected)
+            .unwrap();
+        // SAFETY: `body` is declared before the node (dropped after it) and never written.
+        let mut s =
+            unsafe { node.send_lent(&ep, b"lent".to_vec(), body.as_ptr(), body.len(), true) }
+                .unwrap();
+        let t = std::time::Instant::now();
+        while t.elapsed() < Duration::from_millis(100) {
+            node.progress();
+            assert!(
+                node.sent(&mut s).is_none(),
+                "finished before the receiver fetched it"
+            );
+        }
+        fetch_tx.send(()).unwrap();
+        let t = std::time::Instant::now();
+        let done = loop {
+            node.progress();
+            if let Some(r) = node.sent(&mut s) {
+                break r;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "never finished");
+        };
+        done.unwrap();
+        drop(s);
+        drop(node);
+    });
+    let node = Node::new().unwrap();
+    addr_tx.send(node.address().unwrap()).unwrap();
+    let mut m = next_message(&node);
+    assert_eq!(m.header, b"lent");
+    assert_eq!(m.body_len(), 1 << 20);
+    let mut short = vec![0u8; 10];
+    assert!(
+        node.body_into(&mut m, &mut short).is_err(),
+        "a buffer of another length"
+    );
+    fetch_rx.recv().unwrap();
+    let mut got = vec![0u8; 1 << 20];
+    node.body_into(&mut m, &mut got).unwrap();
+    assert!(got.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8));
+    sender.join().unwrap();
 }

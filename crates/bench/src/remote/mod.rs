@@ -7,8 +7,12 @@
 //!
 //! - `raw` — UCX one-sided gets of the same sizes from a registered buffer on the same
 //!   transport: the ceiling (RIMFS Table 1's "RDMA read");
-//! - `one-sided` — the client's reads: gets of the data blocks on its cached map, then the
-//!   8-byte change word that validates them;
+//! - `raw-pull` — UCX messages of the same sizes sent from a registered buffer by rendezvous,
+//!   fetched by the receiver's transport: the ceiling of pulled reads (on one host UCX 1.13
+//!   serves gets by emulation, with the server's CPU, and the client pulls instead);
+//! - `one-sided` — the client's reads on its cached map: gets of the data blocks, then the
+//!   change word that validates them; or, where it pulls, one request that the server
+//!   answers with the blocks (`DataPath`);
 //! - `in-messages` — the same reads with the data moved inside requests and replies (the
 //!   RPC path RIMFS compares against);
 //! - `local` — the store read in this process (no transport at all).
@@ -58,8 +62,12 @@ pub struct RemoteArgs {
     sshfs: bool,
 }
 
-const SIZES: [usize; 4] = [512, 4 << 10, 128 << 10, 2 << 20];
-const PATHS: [&str; 4] = ["raw", "one-sided", "in-messages", "local"];
+const SIZES: [usize; 5] = [512, 4 << 10, 128 << 10, 1 << 20, 2 << 20];
+const PATHS: [&str; 5] = ["raw", "raw-pull", "one-sided", "in-messages", "local"];
+
+/// Pieces a raw pull sends copied into the message, as the server does; larger ones go by
+/// rendezvous.
+const COPIED_PIECE: usize = 16 << 10;
 
 /// One measured point.
 #[derive(Serialize, Clone)]
@@ -84,7 +92,7 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// A registered buffer served for raw gets, and the means to read it.
+/// A registered buffer served for raw gets and raw pulls, and the means to read it.
 struct Raw {
     // The key goes before the node that unpacked it.
     key: switchyard_ucx::RKey,
@@ -97,11 +105,16 @@ struct Raw {
 
 impl Raw {
     /// A thread that registers `len` bytes and hands their key to one peer, and the peer.
+    /// The thread also answers pulls: the peer's first message on the data endpoint is its
+    /// worker address, each later one an offset and a length, answered by a message whose
+    /// body is that range of the buffer, sent where it lies.
     fn start(len: usize, stop: Arc<AtomicBool>) -> anyhow::Result<Raw> {
         let cpu_ns = Arc::new(AtomicU64::new(0));
         let cpu = cpu_ns.clone();
         let (tx, rx) = mpsc::channel::<(SocketAddr, Vec<u8>, Vec<u8>, u64)>();
         std::thread::spawn(move || -> anyhow::Result<()> {
+            // On the server's core, as the store's server.
+            load::pin(Some(load::server_core()));
             let mut area = vec![7u8; len];
             let node = Node::new()?;
             // SAFETY: `area` outlives `node` (dropped first, below); peers only read it.
@@ -113,13 +126,33 @@ impl Raw {
                 node.pack_rkey(reg)?,
                 area.as_ptr() as u64,
             ))?;
+            let mut peer = None;
+            let mut sending = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 node.wait(Duration::from_millis(50));
                 while let Some(r) = node.next_connection() {
                     node.accept(r)?;
                 }
+                while let Some(mut m) = node.next_message() {
+                    let b = node.body(&mut m)?;
+                    let Some(to) = &peer else {
+                        peer = Some(node.connect_address(&b, Failures::Undetected)?);
+                        continue;
+                    };
+                    let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8"));
+                    let (off, n) = (word(0) as usize, word(8) as usize);
+                    anyhow::ensure!(off + n <= len, "a pull past the buffer");
+                    // SAFETY: the range lies inside `area`, which outlives `node` (and with
+                    // it every send); nothing writes `area` while the node lives.
+                    let s = unsafe {
+                        node.send_lent(to, Vec::new(), area.as_ptr().add(off), n, n > COPIED_PIECE)
+                    }?;
+                    sending.push(s);
+                }
+                sending.retain_mut(|s| node.sent(s).is_none());
                 cpu.store(thread_cpu().as_nanos() as u64, Ordering::Relaxed);
             }
+            drop(sending);
             drop(node);
             drop(area);
             Ok(())
@@ -130,6 +163,7 @@ impl Raw {
         let ep = node.connect_address(&worker, Failures::Undetected)?;
         node.link(&ep, &ctl);
         let key = node.unpack_rkey(&ep, &key)?;
+        node.send(&ep, &[], &node.address()?)?;
         Ok(Raw {
             key,
             node,
@@ -137,6 +171,21 @@ impl Raw {
             base,
             cpu_ns,
         })
+    }
+
+    /// Pulls `buf.len()` bytes at `off` of the buffer into `buf`.
+    fn pull(&self, buf: &mut [u8], off: usize) -> anyhow::Result<()> {
+        let mut req = (off as u64).to_le_bytes().to_vec();
+        req.extend_from_slice(&(buf.len() as u64).to_le_bytes());
+        self.node.send(&self.ep, &[], &req)?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(mut m) = self.node.next_message() {
+                return Ok(self.node.body_into(&mut m, buf)?);
+            }
+            anyhow::ensure!(Instant::now() < deadline, "no answer to a raw pull");
+            self.node.wait(Duration::from_millis(20));
+        }
     }
 }
 
@@ -210,7 +259,7 @@ fn measure(
     let raw = Raw::start(file, stop.clone())?;
     // The serving thread of each path: the raw buffer's, or the store's server.
     let server_cpu = |path: &str| {
-        let c = if path == "raw" {
+        let c = if path.starts_with("raw") {
             &raw.cpu_ns
         } else {
             &stats.cpu_ns
@@ -224,6 +273,8 @@ fn measure(
         );
     }
     let mut samples: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); SIZES.len() * PATHS.len()];
+    // The client on the first core, the servers on theirs: the same places every round.
+    load::pin(Some(0));
     let mut buf = vec![0u8; 2 << 20];
     for round in 0..rounds {
         for (si, &size) in SIZES.iter().enumerate() {
@@ -238,6 +289,7 @@ fn measure(
                     let b = &mut buf[..size];
                     match PATHS[pi] {
                         "raw" => raw.node.get(&raw.ep, b, raw.base + off as u64, &raw.key)?,
+                        "raw-pull" => raw.pull(b, off)?,
                         "one-sided" => {
                             one.pread(fd, b, off as u64)?;
                         }
@@ -351,13 +403,14 @@ fn metadata_cache(c: &Client, rounds: usize) -> anyhow::Result<Cache> {
 
 fn print_table(points: &[Point], samples: &[Vec<(f64, f64, f64)>], cache: &Cache) {
     println!(
-        "{:>7}  {:>12} {:>9} {:>14} {:>14}  {:>10} {:>10} {:>10}",
+        "{:>7}  {:>12} {:>9} {:>14} {:>14}  {:>9} {:>9} {:>9} {:>10}",
         "size",
         "path",
         "GiB/s",
         "client cpu/GiB",
         "server cpu/GiB",
         "÷ raw",
+        "÷ pull",
         "÷ local",
         "rpc ÷ this"
     );
@@ -378,13 +431,14 @@ fn print_table(points: &[Point], samples: &[Vec<(f64, f64, f64)>], cache: &Cache
         for path in PATHS {
             let p = &points[at(path)];
             println!(
-                "{:>7}  {:>12} {:>9.3} {:>13.3}s {:>13.3}s  {:>10.2} {:>10.2} {:>10}",
+                "{:>7}  {:>12} {:>9.3} {:>13.3}s {:>13.3}s  {:>9.2} {:>9.2} {:>9.2} {:>10}",
                 switchyard_options::size::show(size as u64),
                 path,
                 p.gib_per_s,
                 p.client_cpu_s_per_gib,
                 p.server_cpu_s_per_gib,
                 ratio(at(path), at("raw")),
+                ratio(at(path), at("raw-pull")),
                 ratio(at(path), at("local")),
                 if path == "one-sided" {
                     format!("{:.2}", ratio(at("in-messages"), at("one-sided")))

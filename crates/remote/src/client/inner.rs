@@ -11,13 +11,20 @@ use switchyard_store::{
 use super::{
     errno, size_only, wait_with, DataPath, Inner, Open, READ_RETRIES, SYMLOOP_MAX, WORD_LINE,
 };
-use crate::proto::{Reply, Request, MAX_BYTES};
+use crate::proto::{Reply, Request, MAX_BYTES, MAX_PULL_RANGES};
 
 /// Writes up to this many bytes travel inside their request even where the data path is
 /// one-sided: a one-sided write takes two requests (reserve, then commit) around its put,
 /// an in-message write one, and the server's copy of a few pages costs less than the
 /// second round trip (measured by `bench preload`: 4 KiB random writes).
 pub(super) const SMALL_WRITE: usize = 16 << 10;
+
+/// Reads of at least this many bytes are pulled where the data path pulls; smaller ones are
+/// gets (which UCX 1.13 serves by emulation on one host: the server's UCX copies them as it
+/// progresses), because for them the pull's request costs the server more than the copy
+/// (measured by `bench remote`: at 4 KiB and 128 KiB the server's CPU per GiB is lower with
+/// gets, at 1 MiB and 2 MiB 2–6× lower with pulls).
+pub(super) const PULL_FROM: usize = 256 << 10;
 
 impl Inner {
     pub(super) fn forget(&mut self) {
@@ -26,8 +33,10 @@ impl Inner {
         self.maps.clear();
     }
 
+    /// Whether data moves without the server copying it (one-sided or pulled), and caches
+    /// are kept (checked by change words read one-sided).
     pub(super) fn one_sided(&self) -> bool {
-        matches!(self.path, DataPath::OneSided(_))
+        matches!(self.path, DataPath::OneSided(_) | DataPath::Pulled(_))
     }
 
     /// Sends a request and waits for its reply; an error reply is its errno.
@@ -292,16 +301,32 @@ impl Inner {
         if off > MAX_FILE_SIZE {
             return Err(Errno::EINVAL);
         }
-        if self.one_sided() {
+        if !self.one_sided() {
+            return self.read_in_messages(ino, off, buf);
+        }
+        // A pull carries at most MAX_BYTES: a longer read takes several.
+        let window = match self.path {
+            DataPath::Pulled(_) => MAX_BYTES,
+            _ => buf.len().max(1),
+        };
+        let mut done = 0;
+        'windows: loop {
+            let want = (buf.len() - done).min(window);
+            let at = off + done as u64;
             for _ in 0..READ_RETRIES {
-                if let Some(n) = self.read_one_sided(ino, off, buf)? {
-                    return Ok(n);
+                if let Some(n) = self.read_one_sided(ino, at, &mut buf[done..done + want])? {
+                    done += n;
+                    if n < want || done == buf.len() {
+                        return Ok(done);
+                    }
+                    continue 'windows;
                 }
                 self.stats.read_retries += 1;
                 self.maps.remove(&ino);
             }
+            let n = self.read_in_messages(ino, at, &mut buf[done..])?;
+            return Ok(done + n);
         }
-        self.read_in_messages(ino, off, buf)
     }
 
     /// One attempt at a one-sided read on the cached map: `None` if the file changed.
@@ -318,7 +343,6 @@ impl Inner {
         }
         let n = m.attr.size.saturating_sub(off).min(buf.len() as u64) as usize;
         let out = &mut buf[..n];
-        out.fill(0);
         let (start, base) = (self.welcome.data_start, self.welcome.data_addr);
         let mut pieces: Vec<(&mut [u8], u64)> = Vec::new();
         let mut rest = &mut out[..];
@@ -333,21 +357,45 @@ impl Inner {
                 r.file_offset.max(at),
                 (r.file_offset + r.len).min(off + n as u64),
             );
-            let (_, tail) = std::mem::take(&mut rest).split_at_mut((lo - at) as usize);
+            // A hole reads as zeros.
+            let (hole, tail) = std::mem::take(&mut rest).split_at_mut((lo - at) as usize);
+            hole.fill(0);
             let (piece, tail) = tail.split_at_mut((hi - lo) as usize);
             let remote = base + (r.region_offset - start) + (lo - r.file_offset);
             pieces.push((piece, remote));
             rest = tail;
             at = hi;
         }
-        if !pieces.is_empty() {
-            self.node
-                .get_many(&self.data, &mut pieces, &self.data_key)
-                .map_err(errno)?;
-        }
+        rest.fill(0);
         let change = m.change;
-        if self.word(ino)? != change {
-            return Ok(None);
+        if matches!(self.path, DataPath::Pulled(_)) && n >= PULL_FROM && !pieces.is_empty() {
+            // The server sends the pieces only if the map is still the file's (`change`).
+            for group in pieces.chunks_mut(MAX_PULL_RANGES) {
+                self.seq += 1;
+                self.stats.requests += 1;
+                let req = Request::Pull {
+                    token: self.token,
+                    ino,
+                    change,
+                    ranges: group
+                        .iter()
+                        .map(|(b, at)| (at - base, b.len() as u64))
+                        .collect(),
+                };
+                let link = (&self.data, &self.ctl);
+                if !super::pull::pull(&self.node, link, self.timeout, &req, self.seq, group)? {
+                    return Ok(None);
+                }
+            }
+        } else {
+            if !pieces.is_empty() {
+                self.node
+                    .get_many(&self.data, &mut pieces, &self.data_key)
+                    .map_err(errno)?;
+            }
+            if self.word(ino)? != change {
+                return Ok(None);
+            }
         }
         self.stats.one_sided_bytes += n as u64;
         Ok(Some(n))

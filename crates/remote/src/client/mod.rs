@@ -23,6 +23,7 @@ mod aio;
 mod inner;
 mod inodes;
 mod paths;
+mod pull;
 
 use crate::proto::{Reply, Request, Welcome, PROTOCOL_VERSION};
 pub use aio::Pending;
@@ -37,9 +38,18 @@ const READ_RETRIES: u32 = 8;
 /// How data moves between this client and the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DataPath {
-    /// One-sided gets and puts on the named transport (`cma`, `rc_mlx5`, …): the server's
-    /// CPU is not in the data path.
+    /// One-sided gets and puts on the named transport (`rc_mlx5`, …): the server's CPU is
+    /// not in the data path.
     OneSided(String),
+    /// Large reads fetched by the named transport (`cma`) from the server's memory by
+    /// rendezvous: the client names the blocks of its cached map, the server sends each as a
+    /// message whose body UCX does not copy, and the client's transport fetches it (on one
+    /// host, cross-memory attach: a system call of the client's). The server's CPU handles
+    /// one small request per read and never copies the data. Smaller reads are gets, writes
+    /// puts. Chosen where the transport moves large messages without copies but UCX offers
+    /// no one-sided get on it (UCX 1.13 serves gets between processes of one host by
+    /// emulation: the server's UCX copies them).
+    Pulled(String),
     /// Inside requests and replies, because the transport (named) has no one-sided access.
     InMessages(String),
 }
@@ -48,6 +58,11 @@ impl std::fmt::Display for DataPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DataPath::OneSided(t) => write!(f, "one-sided over {t}"),
+            DataPath::Pulled(t) => write!(
+                f,
+                "one-sided over {t} (reads of {} KiB or more pulled by rendezvous)",
+                inner::PULL_FROM >> 10
+            ),
             DataPath::InMessages(t) => write!(f, "inside messages over {t} (no one-sided access)"),
         }
     }
@@ -120,6 +135,8 @@ struct Inner {
     data: Endpoint,
     welcome: Welcome,
     path: DataPath,
+    /// The token this client's pulls carry ([`DataPath::Pulled`]).
+    token: [u8; 16],
     seq: u64,
     timeout: Duration,
     /// (directory, name) → (inode, the directory's change word before the lookup).
@@ -193,7 +210,15 @@ impl Client {
         let changes_key = node
             .unpack_rkey(&data, &welcome.changes_key)
             .map_err(|e| fail("change key", &e))?;
-        let path = data_path(&node.describe(&data));
+        let mut path = data_path(&node.describe(&data));
+        let mut token = [0u8; 16];
+        if let DataPath::Pulled(t) = &path {
+            // The server sends pulled pieces on an endpoint of its own to this worker.
+            match attach(&node, &ctl, deadline) {
+                Ok(tk) => token = tk,
+                Err(_) => path = DataPath::OneSided(t.clone()),
+            }
+        }
         Ok(Client {
             io: Mutex::new(None),
             inner: Arc::new(Mutex::new(Inner {
@@ -204,7 +229,8 @@ impl Client {
                 data,
                 welcome,
                 path,
-                seq: 1,
+                token,
+                seq: 2,
                 timeout: Duration::from_secs(30),
                 names: HashMap::new(),
                 attrs: HashMap::new(),
@@ -233,7 +259,7 @@ impl Client {
     pub fn force_in_messages(&self) {
         self.with(|i| {
             let t = match &i.path {
-                DataPath::OneSided(t) | DataPath::InMessages(t) => t.clone(),
+                DataPath::OneSided(t) | DataPath::Pulled(t) | DataPath::InMessages(t) => t.clone(),
             };
             i.path = DataPath::InMessages(t);
             i.forget();
@@ -481,22 +507,47 @@ fn size_only(size: u64) -> SetAttr {
     }
 }
 
-/// The data path UCX's description of the data endpoint (`ucp_ep_print_info`) implies: one-sided where its
-/// one-sided lanes use a transport other than `tcp` (which UCX emulates with the server's
-/// CPU).
+/// The data path UCX's description of the data endpoint (`ucp_ep_print_info`) implies:
+/// one-sided where a lane for gets and puts (role `rma#`) uses a transport other than `tcp`
+/// (which UCX emulates with the server's CPU); pulled where only a bulk lane (role
+/// `rma_bw#`, which rendezvous uses) does; in messages otherwise.
 fn data_path(description: &str) -> DataPath {
-    let rma: Vec<&str> = description
+    // "lane[2]:  5:cma/memory.0 md[4] -> md[4]/cma/sysdev[255] rma_bw#0"
+    let lanes: Vec<(&str, Vec<&str>)> = description
         .lines()
-        .filter(|l| l.contains("rma_bw"))
-        // "lane[2]:  5:cma/memory.0 md[4] -> md[4]/cma/sysdev[255] rma_bw#0"
         .filter_map(|l| {
-            let lane = l.split_once("]:")?.1.split_whitespace().next()?;
-            lane.split_once(':')?.1.split('/').next()
+            let mut words = l.split_once("]:")?.1.split_whitespace();
+            let transport = words.next()?.split_once(':')?.1.split('/').next()?;
+            Some((transport, words.collect()))
         })
         .collect();
-    match rma.iter().find(|t| **t != "tcp") {
-        Some(t) => DataPath::OneSided(t.to_string()),
-        None => DataPath::InMessages(rma.first().unwrap_or(&"tcp").to_string()),
+    let with = |role: &str| {
+        lanes
+            .iter()
+            .filter(|(_, roles)| roles.iter().any(|r| r.starts_with(role)))
+            .map(|(t, _)| *t)
+            .collect::<Vec<_>>()
+    };
+    let (rma, bulk) = (with("rma#"), with("rma_bw#"));
+    if let Some(t) = rma.iter().find(|t| **t != "tcp") {
+        DataPath::OneSided(t.to_string())
+    } else if let Some(t) = bulk.iter().find(|t| **t != "tcp") {
+        DataPath::Pulled(t.to_string())
+    } else {
+        let t = rma.first().or(bulk.first()).unwrap_or(&"tcp");
+        DataPath::InMessages(t.to_string())
+    }
+}
+
+/// Asks the server to connect to this worker for pulls; returns their token.
+fn attach(node: &Node, ctl: &Endpoint, timeout: Duration) -> Result<[u8; 16], Errno> {
+    let address = node.address().map_err(errno)?;
+    node.send(ctl, &[], &Request::Attach { address }.encode(2))
+        .map_err(errno)?;
+    match wait_reply(node, ctl, Some(2), timeout)? {
+        (_, Reply::Bytes(t)) => t.try_into().map_err(|_| Errno::EIO),
+        (_, Reply::Error(e)) => Err(Errno(e)),
+        _ => Err(Errno::EIO),
     }
 }
 
@@ -538,7 +589,8 @@ pub(super) fn wait_with<R>(
     let deadline = Instant::now() + timeout;
     loop {
         while let Some(mut m) = node.next_message() {
-            if m.from() != 0 && m.from() != ep.id() {
+            // A reply has no header (pulled pieces have one: those of an abandoned pull).
+            if (m.from() != 0 && m.from() != ep.id()) || !m.header.is_empty() {
                 continue;
             }
             let answer = node
@@ -572,7 +624,10 @@ mod tests {
     fn the_data_path_is_read_from_the_one_sided_lanes() {
         let cma = "#  lane[0]:  3:sysv/memory.0 md[2] -> md[2]/sysv/sysdev[255] am am_bw#0\n\
                    #  lane[2]:  5:cma/memory.0 md[4] -> md[4]/cma/sysdev[255] rma_bw#0\n";
-        assert_eq!(data_path(cma), DataPath::OneSided("cma".into()));
+        assert_eq!(data_path(cma), DataPath::Pulled("cma".into()));
+        let rc = "#  lane[0]:  1:rc_mlx5/mlx5_0:1.0 md[1] -> md[1]/ib/sysdev[255] rma#0 rma_bw#0 am am_bw#0\n\
+                  #  lane[1]:  2:tcp/eth0.0 md[0] -> md[0]/tcp/sysdev[255] rma#1\n";
+        assert_eq!(data_path(rc), DataPath::OneSided("rc_mlx5".into()));
         let tcp = "#  lane[0]:  0:tcp/lo.0 md[0] -> md[0]/tcp/sysdev[255] rma_bw#0 am am_bw#0\n";
         assert_eq!(data_path(tcp), DataPath::InMessages("tcp".into()));
         assert_eq!(data_path(""), DataPath::InMessages("tcp".into()));

@@ -16,11 +16,14 @@ mod request;
 mod wire;
 
 /// The protocol's version: a client and a server must agree on it.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Longest byte string a message may carry (names, link targets, data of the in-message data
 /// path): larger requests are cut by the client.
 pub const MAX_BYTES: usize = 8 << 20;
+
+/// Most pieces one [`Request::Pull`] may name.
+pub const MAX_PULL_RANGES: usize = 64;
 
 /// A message that does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,6 +284,29 @@ pub enum Request {
         /// The lock owner.
         owner: u64,
     },
+    /// Asks the server to connect to the client's worker at `address`, for the data of
+    /// [`Request::Pull`]s; the reply is the token those carry ([`Reply::Bytes`], 16 bytes).
+    Attach {
+        /// The client's UCX worker address.
+        address: Vec<u8>,
+    },
+    /// Sends pieces of the data area to the client (sent on the data endpoint, so it names
+    /// its client by `token`) if `ino`'s change word is still `change`: each range as one
+    /// message whose body is read where it lies ([`part_header`]), by rendezvous where it is
+    /// large — the client's transport fetches it. The server keeps every block freed from
+    /// then on out of reuse until all pieces are fetched, so they hold the file's bytes as
+    /// of the check. Otherwise the reply is [`Reply::Stale`], and no piece is sent.
+    Pull {
+        /// The token [`Request::Attach`] returned.
+        token: [u8; 16],
+        /// The file the pieces are read for.
+        ino: u64,
+        /// Its change word when the client fetched the map the ranges come from.
+        change: u64,
+        /// (offset in the data area, bytes): at most [`MAX_PULL_RANGES`], in all at most
+        /// [`MAX_BYTES`].
+        ranges: Vec<(u64, u64)>,
+    },
 }
 
 /// What the server answers.
@@ -329,6 +355,30 @@ pub enum Reply {
     Counters(Vec<(Vec<u8>, u64)>),
     /// A record lock.
     Lock(RecordLock),
+    /// The answer to a [`Request::Pull`] whose map is no longer the file's (its change word
+    /// moved): no piece was sent.
+    Stale,
+}
+
+/// [`part_header`]'s kind byte.
+const PART_KIND: u8 = 0x50;
+
+/// The header of piece `index` of the answer to pull `seq` (its body is the piece's bytes).
+pub fn part_header(seq: u64, index: u32) -> Vec<u8> {
+    let mut h = Vec::with_capacity(13);
+    h.push(PART_KIND);
+    h.extend_from_slice(&seq.to_le_bytes());
+    h.extend_from_slice(&index.to_le_bytes());
+    h
+}
+
+/// The pull and piece a [`part_header`] names; `None` for any other header.
+pub fn part_of(header: &[u8]) -> Option<(u64, u32)> {
+    if header.len() != 13 || header[0] != PART_KIND {
+        return None;
+    }
+    let seq = u64::from_le_bytes(header[1..9].try_into().ok()?);
+    Some((seq, u32::from_le_bytes(header[9..13].try_into().ok()?)))
 }
 
 /// How an authenticated client reaches the store's data.

@@ -62,6 +62,7 @@ impl Reply {
             Reply::Written(_) => 12,
             Reply::Counters(_) => 13,
             Reply::Lock(_) => 14,
+            Reply::Stale => 15,
         };
         w.u8(kind).u64(seq);
         match self {
@@ -79,7 +80,7 @@ impl Reply {
             Reply::Error(e) => {
                 w.u32(*e as u32);
             }
-            Reply::Done => {}
+            Reply::Done | Reply::Stale => {}
             Reply::Entry { ino, stat } => {
                 w.u64(*ino).stat(stat);
             }
@@ -214,6 +215,7 @@ impl Reply {
                 Reply::Counters(rows)
             }
             14 => Reply::Lock(r.lock()?),
+            15 => Reply::Stale,
             _ => return Err(Malformed),
         };
         r.end((seq, reply))

@@ -69,6 +69,8 @@ impl Request {
             Request::Lock { .. } => 29,
             Request::TestLock { .. } => 30,
             Request::Unlock { .. } => 31,
+            Request::Attach { .. } => 32,
+            Request::Pull { .. } => 33,
         }
     }
 
@@ -177,6 +179,21 @@ impl Request {
             }
             Request::Unlock { ino, owner } => {
                 w.u64(*ino).u64(*owner);
+            }
+            Request::Attach { address } => {
+                w.bytes(address);
+            }
+            Request::Pull {
+                token,
+                ino,
+                change,
+                ranges,
+            } => {
+                w.0.extend_from_slice(token);
+                w.u64(*ino).u64(*change).u32(ranges.len() as u32);
+                for (off, len) in ranges {
+                    w.u64(*off).u64(*len);
+                }
             }
         }
         w.0
@@ -305,6 +322,27 @@ impl Request {
                 ino: r.u64()?,
                 owner: r.u64()?,
             },
+            32 => Request::Attach {
+                address: r.bytes()?,
+            },
+            33 => {
+                let token = r.array16()?;
+                let (ino, change) = (r.u64()?, r.u64()?);
+                let n = r.count(16)?;
+                if n > super::MAX_PULL_RANGES {
+                    return Err(Malformed);
+                }
+                let mut ranges = Vec::with_capacity(n);
+                for _ in 0..n {
+                    ranges.push((r.u64()?, r.u64()?));
+                }
+                Request::Pull {
+                    token,
+                    ino,
+                    change,
+                    ranges,
+                }
+            }
             _ => return Err(Malformed),
         };
         r.end((seq, req))

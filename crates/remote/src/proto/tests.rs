@@ -145,6 +145,18 @@ fn request() -> impl Strategy<Value = Request> {
             lock
         }),
         (any::<u64>(), any::<u64>()).prop_map(|(ino, owner)| Request::Unlock { ino, owner }),
+        bytes().prop_map(|address| Request::Attach { address }),
+        (
+            any::<[u8; 16]>(),
+            any::<(u64, u64)>(),
+            prop::collection::vec(any::<(u64, u64)>(), 0..=MAX_PULL_RANGES)
+        )
+            .prop_map(|(token, (ino, change), ranges)| Request::Pull {
+                token,
+                ino,
+                change,
+                ranges
+            }),
         (
             any::<u64>(),
             any::<(Option<u32>, Option<u32>, Option<u32>)>(),
@@ -184,6 +196,7 @@ fn reply() -> impl Strategy<Value = Reply> {
         (any::<u64>(), stat()).prop_map(|(ino, stat)| Reply::Entry { ino, stat }),
         stat().prop_map(Reply::Stat),
         lock().prop_map(Reply::Lock),
+        Just(Reply::Stale),
         prop::collection::vec((bytes(), any::<u64>()), 0..5).prop_map(Reply::Counters),
         prop::collection::vec((bytes(), any::<u64>(), any::<u32>()), 0..5).prop_map(|v| {
             Reply::Dir(
@@ -308,6 +321,18 @@ proptest! {
     }
 
     #[test]
+    fn a_part_header_names_its_pull_and_piece_and_nothing_else_is_one(
+        seq: u64,
+        index: u32,
+        other in prop::collection::vec(any::<u8>(), 0..20),
+    ) {
+        prop_assert_eq!(part_of(&part_header(seq, index)), Some((seq, index)));
+        if other.len() != 13 || other[0] != PART_KIND {
+            prop_assert_eq!(part_of(&other), None);
+        }
+    }
+
+    #[test]
     fn any_bytes_decode_or_are_refused(b in prop::collection::vec(any::<u8>(), 0..200)) {
         let _ = Request::decode(&b);
         let _ = Reply::decode(&b);
@@ -327,4 +352,19 @@ fn a_huge_count_allocates_nothing() {
     b.truncate(9);
     b.extend_from_slice(&u32::MAX.to_le_bytes());
     assert_eq!(Reply::decode(&b), Err(Malformed));
+}
+
+#[test]
+fn a_pull_of_too_many_ranges_is_refused() {
+    let pull = |n| Request::Pull {
+        token: [7; 16],
+        ino: 2,
+        change: 3,
+        ranges: vec![(0, 4096); n],
+    };
+    assert!(Request::decode(&pull(MAX_PULL_RANGES).encode(1)).is_ok());
+    assert_eq!(
+        Request::decode(&pull(MAX_PULL_RANGES + 1).encode(1)),
+        Err(Malformed)
+    );
 }

@@ -118,6 +118,9 @@ impl<'a> R<'a> {
         }
         Ok(self.take(n)?.to_vec())
     }
+    pub(super) fn array16(&mut self) -> Result<[u8; 16], Malformed> {
+        self.take(16)?.try_into().map_err(|_| Malformed)
+    }
     pub(super) fn array32(&mut self) -> Result<[u8; 32], Malformed> {
         self.take(32)?.try_into().map_err(|_| Malformed)
     }

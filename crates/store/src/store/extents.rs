@@ -116,6 +116,16 @@ impl Store {
         &self.changes
     }
 
+    /// Begins a grace ([`crate::alloc::Grace`]): until it ends, no block freed from now on is
+    /// taken again. A reader outside the store's locks (a server sending blocks of a client's
+    /// extent map from its memory) takes one, then checks that the file's change word is
+    /// still the one the map came with: if so, the map's blocks hold the file's bytes as of
+    /// that check until the grace ends (data is copy-on-write, and the word is bumped before
+    /// any block the file gives up is freed).
+    pub fn grace(&self) -> crate::alloc::Grace<'_> {
+        self.alloc.grace()
+    }
+
     /// The data area: its offset in the region and its length. Every file byte (and every
     /// block a [`PreparedWrite`] reserves) lies inside it; nothing else does.
     pub fn data_area(&self) -> (u64, u64) {

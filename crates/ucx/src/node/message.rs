@@ -2,9 +2,10 @@
 
 use std::ffi::c_void;
 use std::marker::PhantomData;
+use std::ptr;
 
-use super::{Body, Endpoint, Events, Incoming, Node, AM_ID};
-use crate::error::Error;
+use super::{is_err, status_of, Body, Endpoint, Events, Incoming, Node, AM_ID};
+use crate::error::{check, Error};
 use crate::sys;
 
 /// A received message: a header and a body, from an endpoint of this node.
@@ -202,6 +203,138 @@ impl Node {
             other => {
                 m.body = other;
                 Ok(f(&self.body(m)?))
+            }
+        }
+    }
+}
+
+/// A message whose body UCX reads from the sender's own memory ([`Node::send_lent`]), until
+/// [`Node::sent`] reports it finished.
+pub struct Sending<'n> {
+    /// UCX's request (null: it finished at once).
+    req: sys::ucs_status_ptr_t,
+    /// The header, kept as long as UCX may read it.
+    header: Vec<u8>,
+    _node: PhantomData<&'n Node>,
+}
+
+impl Drop for Sending<'_> {
+    fn drop(&mut self) {
+        if self.req.is_null() || is_err(self.req) {
+            return;
+        }
+        // SAFETY: `req` is a live request of the node this borrows (so its worker is alive),
+        // not yet freed; freeing an unfinished one makes UCX release it when it finishes.
+        unsafe {
+            if sys::ucp_request_check_status(self.req) == sys::UCS_INPROGRESS {
+                // UCX may still read the header: it is never freed.
+                std::mem::forget(std::mem::take(&mut self.header));
+            }
+            sys::ucp_request_free(self.req);
+        }
+    }
+}
+
+impl Node {
+    /// Starts sending a message whose body UCX reads where it lies, and returns at once.
+    /// With `rendezvous`, the body goes by UCX's rendezvous protocol whatever its size: the
+    /// receiver's transport fetches it (on one host, cross-memory attach: a system call of the
+    /// receiver's), so the sender's CPU never copies it. [`Node::sent`] says when the body is
+    /// free again.
+    ///
+    /// # Safety
+    ///
+    /// The `len` bytes at `body` must stay readable and unchanged until [`Node::sent`] reports
+    /// the send finished or the node is dropped.
+    pub unsafe fn send_lent(
+        &self,
+        ep: &Endpoint,
+        header: Vec<u8>,
+        body: *const u8,
+        len: usize,
+        rendezvous: bool,
+    ) -> Result<Sending<'_>, Error> {
+        self.usable("send", ep)?;
+        let flags = if rendezvous {
+            sys::UCP_AM_SEND_FLAG_RNDV
+        } else {
+            0
+        };
+        let param = sys::ucp_request_param_t {
+            op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
+            flags,
+            ..Default::default()
+        };
+        // SAFETY: `ep` is open; the header lives in the returned `Sending` (a Vec's buffer
+        // does not move with it) until UCX is done with it; the body's life is the caller's
+        // promise.
+        let req = unsafe {
+            sys::ucp_am_send_nbx(
+                ep.h,
+                AM_ID,
+                header.as_ptr().cast(),
+                header.len(),
+                body.cast(),
+                len,
+                &param,
+            )
+        };
+        if is_err(req) {
+            return Err(Error::new("send", status_of(req)));
+        }
+        Ok(Sending {
+            req,
+            header,
+            _node: PhantomData,
+        })
+    }
+
+    /// Whether the send `s` finished (as of the last progress): `None` while UCX may still
+    /// read its body, then its outcome. A send on an endpoint that failed or was closed
+    /// finishes with an error.
+    pub fn sent(&self, s: &mut Sending<'_>) -> Option<Result<(), Error>> {
+        if s.req.is_null() {
+            return Some(Ok(()));
+        }
+        if self.poisoned.get() {
+            return Some(Err(Error::new("send", sys::UCS_ERR_NOT_CONNECTED)));
+        }
+        // SAFETY: `s.req` is a live request of this worker, not yet freed.
+        let status = unsafe { sys::ucp_request_check_status(s.req) };
+        if status == sys::UCS_INPROGRESS {
+            return None;
+        }
+        // SAFETY: finished, freed once; the null left behind tells `Drop` and later calls.
+        unsafe { sys::ucp_request_free(s.req) };
+        s.req = ptr::null_mut();
+        Some(check("send", status))
+    }
+
+    /// Takes a message's body into `out`, which must be exactly its length: a body still at
+    /// the sender is fetched straight into `out` (by rendezvous, with no copy in between).
+    pub fn body_into(&self, m: &mut Message<'_>, out: &mut [u8]) -> Result<(), Error> {
+        if m.body_len() != out.len() {
+            return Err(Error::new("receive", sys::UCS_ERR_MESSAGE_TRUNCATED));
+        }
+        match std::mem::replace(&mut m.body, Body::Gone) {
+            Body::Rendezvous(desc, len) => {
+                let param = sys::ucp_request_param_t::default();
+                // SAFETY: `desc` is a rendezvous descriptor this node's callback kept; after
+                // this call UCX owns it; `out` holds `len` bytes and outlives `complete`.
+                let req = unsafe {
+                    sys::ucp_am_recv_data_nbx(
+                        self.worker,
+                        desc,
+                        out.as_mut_ptr().cast(),
+                        len,
+                        &param,
+                    )
+                };
+                self.complete("receive", req, None)
+            }
+            other => {
+                m.body = other;
+                self.with_body(m, |b| out.copy_from_slice(b))
             }
         }
     }

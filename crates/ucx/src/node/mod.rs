@@ -21,7 +21,7 @@ use addr::{from_storage, SockAddr};
 use memory::KeyShelf;
 pub use memory::{RKey, Registration};
 use message::on_message;
-pub use message::Message;
+pub use message::{Message, Sending};
 use spin::Spin;
 
 /// The one active-message id every message travels on (the kind is in the header).
@@ -261,11 +261,17 @@ impl Node {
         // stack, so it stops until a trial shows it pays again.
         let spin = self.spin.budget();
         let t0 = Instant::now();
+        let mut first = true;
         loop {
             if self.progress() || !self.idle() {
-                self.spin.learn(spin, true);
+                // What the first poll finds says nothing of whether polling pays: sleeping
+                // would have found it as soon.
+                if !first {
+                    self.spin.learn(spin, true);
+                }
                 return;
             }
+            first = false;
             if t0.elapsed() >= spin {
                 break;
             }
@@ -273,6 +279,15 @@ impl Node {
         }
         self.spin.learn(spin, false);
         self.rest(timeout);
+    }
+
+    /// Progresses, and if nothing happened sleeps until the worker has an event or `timeout`
+    /// passes, without polling first: for a caller that knows its next event is further off
+    /// than a wake-up costs.
+    pub fn sleep(&self, timeout: Duration) {
+        if !self.progress() && self.idle() {
+            self.rest(timeout);
+        }
     }
 
     /// Sleeps until the worker has an event or `timeout` passes.
@@ -526,6 +541,15 @@ impl Node {
         if self.usable("close", &ep).is_ok() {
             let _ = self.flush(&ep);
         }
+        if let Some((h, _, _)) = self.endpoints.borrow_mut().remove(&ep.id()) {
+            self.force_close(h);
+        }
+    }
+
+    /// Closes `ep` without waiting for its peer: operations still in flight on it end with
+    /// an error. For an endpoint whose peer may not answer (dead, or not fetching what it
+    /// asked for).
+    pub fn close_now(&self, ep: Endpoint) {
         if let Some((h, _, _)) = self.endpoints.borrow_mut().remove(&ep.id()) {
             self.force_close(h);
         }

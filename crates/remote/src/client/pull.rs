@@ -1,0 +1,66 @@
+//! Pulled reads ([`DataPath::Pulled`](super::DataPath::Pulled)): one request names pieces of
+//! the server's data area and the change word of the map they come from; if the map is
+//! current, each comes back as a message of its own whose body the client's transport fetches
+//! straight into the caller's buffer (the server keeps the blocks from reuse until then).
+
+use std::time::{Duration, Instant};
+
+use switchyard_store::Errno;
+use switchyard_ucx::{Endpoint, Node};
+
+use super::errno;
+use crate::proto::{part_of, Reply, Request};
+
+/// Sends `req` (a [`Request::Pull`], sequence number `seq`) on the data endpoint and fills
+/// `pieces` (in the request's order) from the pieces that come back: true once all are in,
+/// false if the server found the map stale (nothing is sent then). Fails if the server
+/// refuses, or goes away (the control endpoint `ctl` fails), or nothing completes within
+/// `timeout`.
+pub(super) fn pull(
+    node: &Node,
+    (data, ctl): (&Endpoint, &Endpoint),
+    timeout: Duration,
+    req: &Request,
+    seq: u64,
+    pieces: &mut [(&mut [u8], u64)],
+) -> Result<bool, Errno> {
+    node.send(data, &[], &req.encode(seq)).map_err(errno)?;
+    let mut arrived = vec![false; pieces.len()];
+    let mut left = pieces.len();
+    let deadline = Instant::now() + timeout;
+    loop {
+        while let Some(mut m) = node.next_message() {
+            if let Some((of, i)) = part_of(&m.header) {
+                let i = i as usize;
+                if of != seq {
+                    continue; // a piece of an earlier pull, abandoned: dropping it frees it
+                }
+                let (Some(piece), Some(seen)) = (pieces.get_mut(i), arrived.get_mut(i)) else {
+                    return Err(Errno::EIO);
+                };
+                if std::mem::replace(seen, true) {
+                    return Err(Errno::EIO);
+                }
+                node.body_into(&mut m, piece.0).map_err(|_| Errno::EIO)?;
+                left -= 1;
+                continue;
+            }
+            let body = node.body(&mut m).map_err(errno)?;
+            match Reply::decode(&body) {
+                Ok((of, Reply::Stale)) if of == seq => return Ok(false),
+                Ok((of, Reply::Error(e))) if of == seq => return Err(Errno(e)),
+                _ => {}
+            }
+        }
+        if left == 0 {
+            return Ok(true);
+        }
+        if !node.is_open(ctl) {
+            return Err(Errno(libc::ENOTCONN));
+        }
+        if Instant::now() > deadline {
+            return Err(Errno(libc::ETIMEDOUT));
+        }
+        node.wait(Duration::from_millis(20));
+    }
+}
