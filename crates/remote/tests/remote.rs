@@ -12,7 +12,7 @@ use switchyard_remote::proto::{Reply, Request};
 use switchyard_remote::{Client, DataPath, Key};
 use switchyard_store::Files;
 use switchyard_store::{Errno, Fd, Fs, OpenFlags, Whence};
-use switchyard_ucx::{Failures, Node};
+use switchyard_ucx::{Endpoint, Failures, Message, Node};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
@@ -167,19 +167,10 @@ fn reads_racing_overwrites_return_whole_writes() {
     }
 }
 
-/// Speaks the protocol by hand: pulls a file's blocks and holds the piece unfetched while
-/// another client overwrites the file twice (the second write would take the blocks the first
-/// one freed); fetched afterwards, the piece still holds the bytes the file had at the pull.
-#[test]
-fn a_pulled_block_is_not_taken_again_before_it_is_fetched() {
-    const LEN: usize = 1 << 20;
-    let srv = common::start(false);
-    let w = Client::connect(srv.addr, &srv.key, true).unwrap();
-    if !matches!(w.data_path(), DataPath::Pulled(_)) {
-        return; // a transport with one-sided gets: nothing is pulled
-    }
-    let fd = w.open("/f", OpenFlags::CREATE, 0o644).unwrap();
-    w.pwrite(fd, &vec![1u8; LEN], 0).unwrap();
+/// Speaks the protocol by hand as a reader: proves the key, attaches for pulls, fetches the
+/// map of inode 2 (the first file made in a fresh store) and pulls all of it; hands `then` its
+/// node, control endpoint, and the pieces' messages (bodies not fetched) with their lengths.
+fn pull_held(srv: &common::Running, then: impl FnOnce(&Node, &Endpoint, Vec<(Message<'_>, u64)>)) {
     let node = Node::new().unwrap();
     let ctl = node.connect(srv.addr).unwrap();
     let next = |node: &Node| loop {
@@ -211,11 +202,11 @@ fn a_pulled_block_is_not_taken_again_before_it_is_fetched() {
     let Reply::Bytes(token) = next(&node) else {
         panic!()
     };
-    let ino = 2; // the first file made in a fresh store
+    let ino = 2;
     let map = Request::Map {
         ino,
         off: 0,
-        len: LEN as u64,
+        len: u64::MAX,
     };
     node.send(&ctl, &[], &map.encode(3)).unwrap();
     let Reply::Map(m) = next(&node) else { panic!() };
@@ -240,17 +231,63 @@ fn a_pulled_block_is_not_taken_again_before_it_is_fetched() {
             pieces.push(msg);
         }
     }
-    w.pwrite(fd, &vec![2u8; LEN], 0).unwrap();
-    w.pwrite(fd, &vec![3u8; LEN], 0).unwrap();
-    for (mut msg, (_, len)) in pieces.into_iter().zip(ranges) {
-        let mut got = vec![0u8; len as usize];
-        node.body_into(&mut msg, &mut got).unwrap();
-        assert!(
-            got.iter().all(|&b| b == 1),
-            "a pulled block was taken again"
-        );
+    let lens = ranges.iter().map(|r| r.1);
+    then(&node, &ctl, pieces.into_iter().zip(lens).collect());
+}
+
+/// A reader holds a pulled piece unfetched while another client overwrites the file twice
+/// (the second write would take the blocks the first one freed); fetched afterwards, the
+/// piece still holds the bytes the file had at the pull.
+#[test]
+fn a_pulled_block_is_not_taken_again_before_it_is_fetched() {
+    const LEN: usize = 1 << 20;
+    let srv = common::start(false);
+    let w = Client::connect(srv.addr, &srv.key, true).unwrap();
+    if !matches!(w.data_path(), DataPath::Pulled(_)) {
+        return; // a transport with one-sided gets: nothing is pulled
     }
+    let fd = w.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    w.pwrite(fd, &vec![1u8; LEN], 0).unwrap();
+    pull_held(&srv, |node, _, pieces| {
+        w.pwrite(fd, &vec![2u8; LEN], 0).unwrap();
+        w.pwrite(fd, &vec![3u8; LEN], 0).unwrap();
+        for (mut msg, len) in pieces {
+            let mut got = vec![0u8; len as usize];
+            node.body_into(&mut msg, &mut got).unwrap();
+            assert!(
+                got.iter().all(|&b| b == 1),
+                "a pulled block was taken again"
+            );
+        }
+    });
     assert_eq!(w.read_all("/f").unwrap(), vec![3u8; LEN]);
+}
+
+/// A reader that never fetches what it pulled is disconnected after the pull's deadline, and
+/// the blocks its pull kept from reuse are free again.
+#[test]
+fn a_pull_never_fetched_disconnects_its_client_and_frees_what_it_held() {
+    const LEN: usize = 1 << 20;
+    let srv = common::start(false);
+    let w = Client::connect(srv.addr, &srv.key, true).unwrap();
+    if !matches!(w.data_path(), DataPath::Pulled(_)) {
+        return;
+    }
+    let fd = w.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    w.pwrite(fd, &vec![1u8; LEN], 0).unwrap();
+    let free = w.statfs().unwrap().free_blocks;
+    pull_held(&srv, |node, ctl, _pieces| {
+        // The overwrite frees the pulled blocks into the pull's grace: not free yet.
+        w.pwrite(fd, &vec![2u8; LEN], 0).unwrap();
+        assert!(w.statfs().unwrap().free_blocks < free);
+        let t = Instant::now();
+        while node.is_open(ctl) {
+            assert!(t.elapsed() < Duration::from_secs(30), "never disconnected");
+            node.wait(Duration::from_millis(50));
+        }
+    });
+    assert_eq!(w.statfs().unwrap().free_blocks, free);
+    assert_eq!(w.read_all("/f").unwrap(), vec![2u8; LEN]);
 }
 
 #[test]
