@@ -826,3 +826,40 @@ fn take(counts: &mut HashMap<u64, u64>, ino: u64, n: u64) -> Result<(), Errno> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The slice the calling thread asked for (0: the default), or `None` where the kernel
+    /// has no `sched_getattr`.
+    fn slice_ns() -> Option<u64> {
+        // SAFETY: as in `ask_for_short_slices`: plain data, filled for the calling thread.
+        unsafe {
+            let mut attr: libc::sched_attr = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::sched_attr>() as libc::c_uint;
+            (libc::syscall(libc::SYS_sched_getattr, 0, &mut attr, size, 0) == 0)
+                .then_some(attr.sched_runtime)
+        }
+    }
+
+    #[test]
+    fn the_serving_thread_asks_for_short_slices_and_keeps_its_policy() {
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let mut v = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|x| x.parse().unwrap_or(0));
+        let custom_slices = (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (6u32, 12u32);
+        std::thread::spawn(move || {
+            ask_for_short_slices();
+            // Kernels before custom slices (6.12) refuse it.
+            if custom_slices {
+                assert_eq!(slice_ns(), Some(100_000), "on Linux {release}");
+            }
+            // SAFETY: sched_getscheduler reads the calling thread's policy.
+            assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
+        })
+        .join()
+        .unwrap();
+    }
+}
