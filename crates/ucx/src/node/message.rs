@@ -101,24 +101,9 @@ impl Node {
         if self.eager(ep) {
             flags |= sys::UCP_AM_SEND_FLAG_EAGER;
         }
-        let param = sys::ucp_request_param_t {
-            op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
-            flags,
-            ..Default::default()
-        };
-        // SAFETY: `ep` is open; `header` and `body` stay borrowed until `complete` returns,
-        // which is after UCX is done with them.
-        let req = unsafe {
-            sys::ucp_am_send_nbx(
-                ep.h,
-                AM_ID,
-                header.as_ptr().cast(),
-                header.len(),
-                body.as_ptr().cast(),
-                body.len(),
-                &param,
-            )
-        };
+        // SAFETY: `header` and `body` stay borrowed until `complete` returns, which is after
+        // UCX is done with them.
+        let req = unsafe { start_send(ep, header, body.as_ptr(), body.len(), flags) };
         self.complete("send", req, Some(ep))
     }
 
@@ -260,25 +245,9 @@ impl Node {
         } else {
             0
         };
-        let param = sys::ucp_request_param_t {
-            op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
-            flags,
-            ..Default::default()
-        };
-        // SAFETY: `ep` is open; the header lives in the returned `Sending` (a Vec's buffer
-        // does not move with it) until UCX is done with it; the body's life is the caller's
-        // promise.
-        let req = unsafe {
-            sys::ucp_am_send_nbx(
-                ep.h,
-                AM_ID,
-                header.as_ptr().cast(),
-                header.len(),
-                body.cast(),
-                len,
-                &param,
-            )
-        };
+        // SAFETY: the header lives in the returned `Sending` (a Vec's buffer does not move
+        // with it) until UCX is done with it; the body's life is the caller's promise.
+        let req = unsafe { start_send(ep, &header, body, len, flags) };
         if is_err(req) {
             return Err(Error::new("send", status_of(req)));
         }
@@ -337,6 +306,38 @@ impl Node {
                 self.with_body(m, |b| out.copy_from_slice(b))
             }
         }
+    }
+}
+
+/// Starts sending an active message on `ep` (open: the caller checked) with `flags`; returns
+/// UCX's request (null: done at once; an error status).
+///
+/// # Safety
+///
+/// `header` and the `len` bytes at `body` must stay readable until the request completes.
+unsafe fn start_send(
+    ep: &Endpoint,
+    header: &[u8],
+    body: *const u8,
+    len: usize,
+    flags: u32,
+) -> sys::ucs_status_ptr_t {
+    let param = sys::ucp_request_param_t {
+        op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
+        flags,
+        ..Default::default()
+    };
+    // SAFETY: `ep` is open; the buffers' life is the caller's promise.
+    unsafe {
+        sys::ucp_am_send_nbx(
+            ep.h,
+            AM_ID,
+            header.as_ptr().cast(),
+            header.len(),
+            body.cast(),
+            len,
+            &param,
+        )
     }
 }
 
