@@ -61,8 +61,8 @@ pub struct QosArgs {
     /// The bulk tenant copies 2 MiB every this many µs (back to back when a copy takes longer).
     #[arg(long, default_value_t = 250)]
     bulk_period_us: u64,
-    /// The latency objective, p99 in µs [default: 1.2 × the median p99 of three first idle
-    /// slices of half the length].
+    /// The latency objective, p99 in µs [default: 1.2 × the median p99 of three idle slices
+    /// of half the length, after two thrown away].
     #[arg(long)]
     objective_us: Option<f64>,
     /// Share of a core the bulk tenant's thread gets in `cpu-throttle`.
