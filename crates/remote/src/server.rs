@@ -444,7 +444,10 @@ impl<'s, 'n> Server<'s, '_, 'n> {
         }
         for id in late {
             if let Some(peer) = self.peers.remove(&id) {
-                self.leave(node, peer);
+                // Closed at once: a client that does not fetch may not answer a flush either,
+                // and this thread serves everyone.
+                let ctl = self.forget_peer(node, peer);
+                node.close_now(ctl);
             }
         }
     }
@@ -531,6 +534,13 @@ impl<'s, 'n> Server<'s, '_, 'n> {
 
     /// Undoes what a departing client left: its preparations and open handles.
     fn leave(&mut self, node: &'n Node, p: Peer<'s>) {
+        let ep = self.forget_peer(node, p);
+        node.close(ep);
+    }
+
+    /// Undoes what a departing client left, as [`Server::leave`], and hands back its control
+    /// endpoint, still open, for the caller to close.
+    fn forget_peer(&mut self, node: &'n Node, p: Peer<'s>) -> Endpoint {
         self.locks.release_peer(p.ep.id());
         if let Some(d) = p.data {
             // Closing it ends the sends of its pulls in flight (with an error), so they are
@@ -553,7 +563,7 @@ impl<'s, 'n> Server<'s, '_, 'n> {
         for (ino, n) in p.holds {
             let _ = self.store.release_holds(ino, n);
         }
-        node.close(p.ep);
+        p.ep
     }
 
     /// The reply to `req`, and whether the connection stays.
