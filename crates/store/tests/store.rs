@@ -403,6 +403,10 @@ proptest! {
         let seek = |off: u64, to| fs.store().seek(ino, off, to).map_err(|e| e.errno);
         for off in (0..model.len() as u64).step_by(997) {
             let (data, hole) = (seek(off, Seek::Data), seek(off, Seek::Hole).unwrap());
+            // The same answers as the map a remote client seeks in.
+            let map = fs.store().extents(ino, off, u64::MAX).unwrap();
+            prop_assert_eq!(data, map.seek(off, Seek::Data));
+            prop_assert_eq!(Ok(hole), map.seek(off, Seek::Hole));
             prop_assert!(hole >= off && hole <= model.len() as u64, "hole {} from {}", hole, off);
             prop_assert!((data == Ok(off)) != (hole == off), "{} is data or hole: {:?} {}", off, data, hole);
             let zeros_to = match data {

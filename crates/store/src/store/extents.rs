@@ -71,11 +71,36 @@ impl Extents {
 
 impl Store {
     /// Where `lseek(off, SEEK_DATA)` or `lseek(off, SEEK_HOLE)` lands in regular file `ino`
-    /// ([`Extents::seek`]).
+    /// (as [`Extents::seek`] on its map): found in the page map under the file's lock, with
+    /// one lookup for data and a walk over the data run at `off` for a hole, not over the
+    /// file to its end (`cp --sparse` asks at every run).
     pub fn seek(&self, ino: u64, off: u64, to: Seek) -> Result<u64, Error> {
-        self.extents(ino, off, u64::MAX)?
-            .seek(off, to)
-            .map_err(Error::on(Op::Read, ino))
+        (|| -> Result<u64, Errno> {
+            let g = self.slot(ino)?.read();
+            let (inode, pages) = self.settled_file(&g)?;
+            let size = inode.attr.size;
+            if off >= size {
+                return Err(Errno::ENXIO);
+            }
+            let first = off / BLOCK;
+            match to {
+                Seek::Data => match pages.range(first..).next() {
+                    Some((&p, _)) if p * BLOCK < size => Ok((p * BLOCK).max(off)),
+                    _ => Err(Errno::ENXIO),
+                },
+                Seek::Hole => {
+                    let mut end = first;
+                    for (&p, _) in pages.range(first..) {
+                        if p != end {
+                            break;
+                        }
+                        end += 1;
+                    }
+                    Ok((end * BLOCK).clamp(off, size))
+                }
+            }
+        })()
+        .map_err(Error::on(Op::Read, ino))
     }
 
     /// The runs of `[off, off + len)` of regular file `ino`, its attributes and its change
