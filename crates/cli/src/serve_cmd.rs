@@ -99,11 +99,13 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
     let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     println!(
         "stopped; the store is clean ({} connections, {} refused, {} requests, {} bytes \
-         committed one-sided, {} bytes in messages, {} reservations abandoned)",
+         committed one-sided, {} bytes pulled, {} bytes in messages, {} reservations \
+         abandoned)",
         n(&stats.connections),
         n(&stats.refused),
         n(&stats.requests),
         n(&stats.committed_bytes),
+        n(&stats.pulled_bytes),
         n(&stats.message_bytes),
         n(&stats.abandoned)
     );
