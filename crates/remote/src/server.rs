@@ -24,10 +24,10 @@ use crate::auth::Key;
 use crate::locks::{LockKind, Locks};
 use crate::proto::{part_header, Reply, Request, Welcome, MAX_BYTES, PROTOCOL_VERSION};
 
-/// Pieces of a pull up to this size are copied into the message by UCX (a copy of a few pages
-/// costs less than a rendezvous round trip); larger ones go by rendezvous, fetched by the
-/// client's transport.
-const COPIED_PIECE: u64 = 16 << 10;
+/// Pieces of a pull up to this many bytes are copied into the message by UCX (a copy of a few
+/// pages costs less than a rendezvous round trip); larger ones go by rendezvous, fetched by
+/// the client's transport.
+pub const COPIED_PIECE: usize = 16 << 10;
 
 /// Pulls one client may have in flight.
 const PULLS_IN_FLIGHT: usize = 16;
@@ -148,10 +148,9 @@ struct Peer<'s> {
     /// The tenant its requests' copies carry (module `switchyard_mover::qos`), from the uid
     /// it proved the key for.
     tenant: u16,
-    /// The server's endpoint to the client's worker, for pulls ([`Request::Attach`]).
+    /// The server's endpoint to the client's worker, for pulls ([`Request::Attach`]; the
+    /// pulls' token is its key in [`Server::tokens`]).
     data: Option<Endpoint>,
-    /// The token its pulls carry.
-    token: Option<[u8; 16]>,
 }
 
 /// A pull whose pieces are on their way.
@@ -302,7 +301,6 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                 holds: HashMap::new(),
                 tenant: 0,
                 data: None,
-                token: None,
             };
             self.peers.insert(peer.ep.id(), peer);
         }
@@ -399,7 +397,7 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                     part_header(seq, i as u32),
                     base.wrapping_add(off as usize),
                     n as usize,
-                    n > COPIED_PIECE,
+                    n > COPIED_PIECE as u64,
                 )
             };
             match sent {
@@ -465,7 +463,6 @@ impl<'s, 'n> Server<'s, '_, 'n> {
         let token: [u8; 16] = rand::random();
         self.tokens.insert(token, peer.ep.id());
         peer.data = Some(ep);
-        peer.token = Some(token);
         Reply::Bytes(token.to_vec())
     }
 
@@ -547,10 +544,9 @@ impl<'s, 'n> Server<'s, '_, 'n> {
             // dropped finished.
             node.close_now(d);
         }
-        if let Some(t) = p.token {
-            self.tokens.remove(&t);
-        }
-        self.pulls.retain(|q| q.peer != p.ep.id());
+        let id = p.ep.id();
+        self.tokens.retain(|_, of| *of != id);
+        self.pulls.retain(|q| q.peer != id);
         self.stats
             .abandoned
             .fetch_add(p.prepared.len() as u64, Ordering::Relaxed);

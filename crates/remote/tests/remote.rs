@@ -248,19 +248,31 @@ fn pull_held(srv: &common::Running, then: impl FnOnce(&Node, &Endpoint, Vec<(Mes
     then(&node, &ctl, pieces.into_iter().zip(lens).collect());
 }
 
+/// Bytes of the file [`pulled_file`] makes.
+const PULLED_LEN: usize = 1 << 20;
+
+/// A writer of `srv` and the file it made, `PULLED_LEN` bytes of 1s (inode 2, what
+/// [`pull_held`] pulls), where the data path pulls; `None` on a transport with one-sided gets.
+fn pulled_file(srv: &common::Running) -> Option<(Client, Fd)> {
+    let w = Client::connect(srv.addr, &srv.key, true).unwrap();
+    if !matches!(w.data_path(), DataPath::Pulled(_)) {
+        return None;
+    }
+    let fd = w.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    w.pwrite(fd, &vec![1u8; PULLED_LEN], 0).unwrap();
+    Some((w, fd))
+}
+
 /// A reader holds a pulled piece unfetched while another client overwrites the file twice
 /// (the second write would take the blocks the first one freed); fetched afterwards, the
 /// piece still holds the bytes the file had at the pull.
 #[test]
 fn a_pulled_block_is_not_taken_again_before_it_is_fetched() {
-    const LEN: usize = 1 << 20;
+    const LEN: usize = PULLED_LEN;
     let srv = common::start(false);
-    let w = Client::connect(srv.addr, &srv.key, true).unwrap();
-    if !matches!(w.data_path(), DataPath::Pulled(_)) {
+    let Some((w, fd)) = pulled_file(&srv) else {
         return; // a transport with one-sided gets: nothing is pulled
-    }
-    let fd = w.open("/f", OpenFlags::CREATE, 0o644).unwrap();
-    w.pwrite(fd, &vec![1u8; LEN], 0).unwrap();
+    };
     pull_held(&srv, |node, _, pieces| {
         w.pwrite(fd, &vec![2u8; LEN], 0).unwrap();
         w.pwrite(fd, &vec![3u8; LEN], 0).unwrap();
@@ -280,14 +292,11 @@ fn a_pulled_block_is_not_taken_again_before_it_is_fetched() {
 /// the blocks its pull kept from reuse are free again.
 #[test]
 fn a_pull_never_fetched_disconnects_its_client_and_frees_what_it_held() {
-    const LEN: usize = 1 << 20;
+    const LEN: usize = PULLED_LEN;
     let srv = common::start(false);
-    let w = Client::connect(srv.addr, &srv.key, true).unwrap();
-    if !matches!(w.data_path(), DataPath::Pulled(_)) {
-        return;
-    }
-    let fd = w.open("/f", OpenFlags::CREATE, 0o644).unwrap();
-    w.pwrite(fd, &vec![1u8; LEN], 0).unwrap();
+    let Some((w, fd)) = pulled_file(&srv) else {
+        return; // a transport with one-sided gets: nothing is pulled
+    };
     let free = w.statfs().unwrap().free_blocks;
     pull_held(&srv, |node, ctl, _pieces| {
         // The overwrite frees the pulled blocks into the pull's grace: not free yet.

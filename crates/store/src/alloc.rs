@@ -10,7 +10,7 @@
 //! the bytes those blocks held when it found them, because data is copy-on-write and a block's
 //! bytes change only once it is taken again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
@@ -46,8 +46,8 @@ pub struct Allocator {
 struct Limbo {
     /// Bumped by every grace that begins.
     epoch: u64,
-    /// Graces in force, by the epoch they began at, with how many began then.
-    graces: BTreeMap<u64, usize>,
+    /// Graces in force, by the epoch they began at (each grace bumps it: one per epoch).
+    graces: BTreeSet<u64>,
     /// Extents held back, with the epoch they were freed at: one freed at epoch `f` may have
     /// been found by a grace that began at `f` or before, and by none that began after.
     held: Vec<(u64, Extent)>,
@@ -65,15 +65,10 @@ impl Drop for Grace<'_> {
         let a = self.alloc;
         let ready = {
             let mut l = a.limbo.lock();
-            if let Some(n) = l.graces.get_mut(&self.began) {
-                *n -= 1;
-                if *n == 0 {
-                    l.graces.remove(&self.began);
-                }
-            }
+            l.graces.remove(&self.began);
             a.graces.fetch_sub(1, Ordering::SeqCst);
             // Every grace still in force began after these were freed.
-            let oldest = l.graces.keys().next().copied().unwrap_or(u64::MAX);
+            let oldest = l.graces.first().copied().unwrap_or(u64::MAX);
             let (ready, held): (Vec<_>, Vec<_>) = l.held.drain(..).partition(|(f, _)| *f < oldest);
             l.held = held;
             ready
@@ -218,7 +213,7 @@ impl Allocator {
         let mut l = self.limbo.lock();
         l.epoch += 1;
         let began = l.epoch;
-        *l.graces.entry(began).or_default() += 1;
+        l.graces.insert(began);
         self.graces.fetch_add(1, Ordering::SeqCst);
         Grace { alloc: self, began }
     }

@@ -34,7 +34,7 @@ use clap::Args;
 use serde::Serialize;
 use switchyard_media::{Persist, Region};
 use switchyard_mover::{Config, Mover};
-use switchyard_remote::{serve, Client, Key, ServeOptions, ServerStats};
+use switchyard_remote::{serve, server, Client, Key, ServeOptions, ServerStats};
 use switchyard_store::{Files, OpenFlags, Owner, Store};
 use switchyard_ucx::{Failures, Node};
 
@@ -64,10 +64,6 @@ pub struct RemoteArgs {
 
 const SIZES: [usize; 5] = [512, 4 << 10, 128 << 10, 1 << 20, 2 << 20];
 const PATHS: [&str; 5] = ["raw", "raw-pull", "one-sided", "in-messages", "local"];
-
-/// Pieces a raw pull sends copied into the message, as the server does; larger ones go by
-/// rendezvous.
-const COPIED_PIECE: usize = 16 << 10;
 
 /// One measured point.
 #[derive(Serialize, Clone)]
@@ -145,7 +141,13 @@ impl Raw {
                     // SAFETY: the range lies inside `area`, which outlives `node` (and with
                     // it every send); nothing writes `area` while the node lives.
                     let s = unsafe {
-                        node.send_lent(to, Vec::new(), area.as_ptr().add(off), n, n > COPIED_PIECE)
+                        node.send_lent(
+                            to,
+                            Vec::new(),
+                            area.as_ptr().add(off),
+                            n,
+                            n > server::COPIED_PIECE,
+                        )
                     }?;
                     sending.push(s);
                 }

@@ -606,14 +606,21 @@ pub(super) fn wait_with<R>(
                 return Ok(r);
             }
         }
-        if !node.is_open(ep) {
-            return Err(Errno(libc::ENOTCONN));
-        }
-        if Instant::now() > deadline {
-            return Err(Errno(libc::ETIMEDOUT));
-        }
-        node.wait(Duration::from_millis(20));
+        wait_more(node, ep, deadline)?;
     }
+}
+
+/// Waits a moment for more to arrive on `node`; fails if `ep` (the control endpoint) failed
+/// or `deadline` passed.
+fn wait_more(node: &Node, ep: &Endpoint, deadline: Instant) -> Result<(), Errno> {
+    if !node.is_open(ep) {
+        return Err(Errno(libc::ENOTCONN));
+    }
+    if Instant::now() > deadline {
+        return Err(Errno(libc::ETIMEDOUT));
+    }
+    node.wait(Duration::from_millis(20));
+    Ok(())
 }
 
 #[cfg(test)]

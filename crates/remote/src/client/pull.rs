@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use switchyard_store::Errno;
 use switchyard_ucx::{Endpoint, Node};
 
-use super::errno;
+use super::{errno, wait_more};
 use crate::proto::{part_of, Reply, Request};
 
 /// Sends `req` (a [`Request::Pull`], sequence number `seq`) on the data endpoint and fills
@@ -55,12 +55,6 @@ pub(super) fn pull(
         if left == 0 {
             return Ok(true);
         }
-        if !node.is_open(ctl) {
-            return Err(Errno(libc::ENOTCONN));
-        }
-        if Instant::now() > deadline {
-            return Err(Errno(libc::ETIMEDOUT));
-        }
-        node.wait(Duration::from_millis(20));
+        wait_more(node, ctl, deadline)?;
     }
 }

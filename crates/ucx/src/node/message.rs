@@ -147,21 +147,10 @@ impl Node {
                 m.body = held;
                 self.with_body(m, <[u8]>::to_vec)
             }
-            Body::Rendezvous(desc, len) => {
+            rendezvous @ Body::Rendezvous(_, len) => {
+                m.body = rendezvous;
                 let mut buf = vec![0u8; len];
-                let param = sys::ucp_request_param_t::default();
-                // SAFETY: `desc` is a rendezvous descriptor this node's callback kept; after
-                // this call UCX owns it; `buf` holds `len` bytes and outlives `complete`.
-                let req = unsafe {
-                    sys::ucp_am_recv_data_nbx(
-                        self.worker,
-                        desc,
-                        buf.as_mut_ptr().cast(),
-                        len,
-                        &param,
-                    )
-                };
-                self.complete("receive", req, None)?;
+                self.body_into(m, &mut buf)?;
                 Ok(buf)
             }
         }
