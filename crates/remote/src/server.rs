@@ -29,12 +29,25 @@ use crate::proto::{part_header, Reply, Request, Welcome, MAX_BYTES, PROTOCOL_VER
 /// the client's transport.
 pub const COPIED_PIECE: usize = 16 << 10;
 
-/// Pulls one client may have in flight.
-const PULLS_IN_FLIGHT: usize = 16;
+/// Messages one client may have on their way from this thread (pulls and replies): a pull
+/// beyond them is refused (`EBUSY`), and a client with that many replies it has not taken is
+/// disconnected (a client waits for each reply before its next request).
+const SENDS_IN_FLIGHT: usize = 16;
 
-/// A pull whose pieces are not all fetched by then fails its client (which is then
-/// disconnected: it holds UCX's requests on the data area).
-const PULL_DEADLINE: Duration = Duration::from_secs(10);
+/// A message its client has not taken by then (a pull's pieces not fetched, a reply not
+/// received) fails the client, which is then disconnected: it holds UCX's requests, and
+/// with them blocks of the data area, from reuse.
+const SEND_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Reads of at least this many bytes answered in a message are sent from where the file's
+/// bytes lie, under a grace, rather than copied into the reply first: over `tcp` the kernel
+/// copies them into the socket either way, and the copy before it is this thread's (measured
+/// by `bench remote --sshfs`: 1 MiB reads).
+const LENT_FROM: u64 = 64 << 10;
+
+/// A read sent from where it lies has at most this many runs (more, or a hole, and it is
+/// copied into its reply).
+const LENT_RUNS: usize = 16;
 
 /// How to serve.
 #[derive(Debug, Clone)]
@@ -153,14 +166,17 @@ struct Peer<'s> {
     data: Option<Endpoint>,
 }
 
-/// A pull whose pieces are on their way.
-struct Pulling<'s, 'n> {
+/// Messages on their way to a client (a pull's pieces, or a reply), and the grace that keeps
+/// the blocks they are sent from until they are taken.
+struct Outgoing<'s, 'n> {
     /// The client (its control endpoint's id).
     peer: usize,
     parts: Vec<Sending<'n>>,
-    /// Keeps the pieces' blocks from reuse until they are fetched.
-    _grace: Grace<'s>,
-    bytes: u64,
+    /// Keeps the blocks the parts are sent from out of reuse (none for a reply built in a
+    /// buffer of its own).
+    _grace: Option<Grace<'s>>,
+    /// Bytes of a pull, counted once fetched (0 for a reply).
+    pulled: u64,
     since: Instant,
 }
 
@@ -224,22 +240,22 @@ pub fn serve(
         writer_key,
         peers: HashMap::new(),
         next_id: 1,
-        out: Vec::new(),
         locks: Locks::default(),
-        data: (data_ptr.cast_const(), data_len),
+        data: (data_ptr.cast_const(), data_start, data_len),
         tokens: HashMap::new(),
-        pulls: Vec::new(),
+        outgoing: Vec::new(),
     };
     // The CPU time is read at most once a millisecond (a system call), and at every idle
     // wake-up.
     let mut noted = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        if server.pulls.is_empty() {
+        if server.outgoing.is_empty() {
             node.wait(Duration::from_millis(100));
         } else {
-            // What comes next is a client's fetch of pulled blocks, at least a copy of 256 KiB
-            // away: polling for it would cost more than the wake-up it saves (the client
-            // pulls only reads that large, `PULL_FROM`).
+            // What comes next is a client taking a large message (fetching pulled blocks, or
+            // draining a socket), at least a copy of 64 KiB away: polling for it would cost
+            // more than the wake-up it saves (the client pulls only reads of `PULL_FROM`
+            // bytes or more, and replies that do not leave at once are that large).
             node.sleep(Duration::from_millis(100));
         }
         server.turn(&node);
@@ -265,16 +281,14 @@ struct Server<'s, 'o, 'n> {
     writer_key: Option<Vec<u8>>,
     peers: HashMap<usize, Peer<'s>>,
     next_id: u64,
-    /// The buffer data replies are built in, kept for the next.
-    out: Vec<u8>,
     /// Record locks of every client.
     locks: Locks,
-    /// The data area: where it is mapped, and its length.
-    data: (*const u8, u64),
+    /// The data area: where it is mapped, its offset in the region, and its length.
+    data: (*const u8, u64, u64),
     /// Pull token → the client's control endpoint id.
     tokens: HashMap<[u8; 16], usize>,
-    /// Pulls in flight.
-    pulls: Vec<Pulling<'s, 'n>>,
+    /// Messages in flight (pulls, and replies not sent at once).
+    outgoing: Vec<Outgoing<'s, 'n>>,
 }
 
 impl<'s, 'n> Server<'s, '_, 'n> {
@@ -328,7 +342,7 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                 self.leave(node, peer);
             }
         }
-        self.finish_pulls(node);
+        self.finish_sends(node);
     }
 
     /// Starts a [`Request::Pull`]: checks it, takes a grace and checks the client's map is
@@ -357,13 +371,13 @@ impl<'s, 'n> Server<'s, '_, 'n> {
             return;
         };
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
-        let (base, len) = self.data;
+        let (base, _, len) = self.data;
         let mut total = 0u64;
         let inside = ranges.iter().all(|&(off, n)| {
             total = total.saturating_add(n);
             off.checked_add(n).is_some_and(|end| end <= len)
         });
-        let busy = self.pulls.iter().filter(|p| p.peer == id).count() >= PULLS_IN_FLIGHT;
+        let busy = self.in_flight(id) >= SENDS_IN_FLIGHT;
         // The grace first, then the word: a block the file gave up after this check is freed
         // into the grace (the store bumps the word before it frees).
         let grace = self.store.grace();
@@ -380,11 +394,11 @@ impl<'s, 'n> Server<'s, '_, 'n> {
             let _ = node.send(ep, &[], &r.encode(seq));
             return;
         }
-        let mut p = Pulling {
+        let mut p = Outgoing {
             peer: id,
             parts: Vec::with_capacity(ranges.len()),
-            _grace: grace,
-            bytes: total,
+            _grace: Some(grace),
+            pulled: total,
             since: Instant::now(),
         };
         for (i, &(off, n)) in ranges.iter().enumerate() {
@@ -395,8 +409,8 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                 node.send_lent(
                     ep,
                     part_header(seq, i as u32),
-                    base.wrapping_add(off as usize),
-                    n as usize,
+                    Vec::new(),
+                    &[(base.wrapping_add(off as usize), n as usize)],
                     n > COPIED_PIECE as u64,
                 )
             };
@@ -408,16 +422,47 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                 }
             }
         }
-        self.pulls.push(p);
+        self.outgoing.push(p);
     }
 
-    /// Ends every pull whose pieces were all fetched (its grace with it). A pull past its
-    /// deadline disconnects its client.
-    fn finish_pulls(&mut self, node: &'n Node) {
+    /// Messages on their way to client `id`.
+    fn in_flight(&self, id: usize) -> usize {
+        self.outgoing.iter().filter(|p| p.peer == id).count()
+    }
+
+    /// Keeps `s`, a message on its way to client `id` sent from blocks `grace` keeps, until
+    /// it is taken; returns false if the client already has [`SENDS_IN_FLIGHT`] messages it
+    /// has not taken (it is to be disconnected).
+    fn keep(
+        &mut self,
+        node: &'n Node,
+        id: usize,
+        mut s: Sending<'n>,
+        grace: Option<Grace<'s>>,
+    ) -> bool {
+        match node.sent(&mut s) {
+            Some(r) => r.is_ok(),
+            None => {
+                let room = self.in_flight(id) < SENDS_IN_FLIGHT;
+                self.outgoing.push(Outgoing {
+                    peer: id,
+                    parts: vec![s],
+                    _grace: grace,
+                    pulled: 0,
+                    since: Instant::now(),
+                });
+                room
+            }
+        }
+    }
+
+    /// Ends every message that was taken (its grace with it). A message past its deadline
+    /// disconnects its client.
+    fn finish_sends(&mut self, node: &'n Node) {
         let mut late = Vec::new();
         let mut i = 0;
-        while i < self.pulls.len() {
-            let p = &mut self.pulls[i];
+        while i < self.outgoing.len() {
+            let p = &mut self.outgoing[i];
             let mut done = true;
             let mut failed = false;
             for s in &mut p.parts {
@@ -427,27 +472,34 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                 }
             }
             if !done {
-                if p.since.elapsed() > PULL_DEADLINE {
+                if p.since.elapsed() > SEND_DEADLINE {
                     late.push(p.peer);
                 }
                 i += 1;
                 continue;
             }
-            let p = self.pulls.swap_remove(i);
+            let p = self.outgoing.swap_remove(i);
             if !failed {
                 self.stats
                     .pulled_bytes
-                    .fetch_add(p.bytes, Ordering::Relaxed);
+                    .fetch_add(p.pulled, Ordering::Relaxed);
             }
         }
         for id in late {
             if let Some(peer) = self.peers.remove(&id) {
-                // Closed at once: a client that does not fetch may not answer a flush either,
-                // and this thread serves everyone.
+                // Closed at once: a client that does not take what it asked for may not
+                // answer a flush either, and this thread serves everyone.
                 let ctl = self.forget_peer(node, peer);
                 node.close_now(ctl);
+                self.drop_sends(id);
             }
         }
+    }
+
+    /// Drops what was on its way to client `id`, whose endpoints are closed (which ended
+    /// their sends).
+    fn drop_sends(&mut self, id: usize) {
+        self.outgoing.retain(|q| q.peer != id);
     }
 
     /// Connects to a client's worker for its pulls, and returns the token they carry.
@@ -482,14 +534,19 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                 }
                 Err(e) => Reply::Error(Errno::from(e).0),
             };
-            return node.send(&peer.ep, &[], &reply.encode(seq)).is_ok();
+            return self.reply(node, peer, reply.encode(seq));
         }
         let Ok((seq, req)) = Request::decode(b) else {
             return false;
         };
         let (msg, keep) = match req {
-            // Data read into the reply in place.
             Request::Read { ino, off, len } if peer.writable.is_some() => {
+                if len >= LENT_FROM {
+                    if let Some(sent) = self.read_lent(node, peer, seq, ino, off, len) {
+                        return sent;
+                    }
+                }
+                // Data read into the reply in place.
                 (self.read_message(seq, ino, off, len), true)
             }
             Request::Attach { address } if peer.writable.is_some() => {
@@ -500,17 +557,68 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                 (reply.encode(seq), keep)
             }
         };
-        let sent = node.send(&peer.ep, &[], &msg).is_ok();
-        if msg.capacity() > self.out.capacity() {
-            self.out = msg;
+        self.reply(node, peer, msg) && keep
+    }
+
+    /// Starts sending `msg` to `peer`; returns false if that failed or the client has too
+    /// many replies it has not taken.
+    fn reply(&mut self, node: &'n Node, peer: &Peer<'s>, msg: Vec<u8>) -> bool {
+        match node.send_owned(&peer.ep, msg) {
+            Ok(s) => self.keep(node, peer.ep.id(), s, None),
+            Err(_) => false,
         }
-        sent && keep
+    }
+
+    /// Answers a read of `len` bytes at `off` of `ino` with the bytes sent from where they lie
+    /// in the data area (after the reply's head), kept from reuse by a grace until the reply
+    /// is taken; returns whether the connection stays, or `None` if the range has a hole or
+    /// too many runs, or the read fails (the caller copies it into a reply, or answers the
+    /// error).
+    fn read_lent(
+        &mut self,
+        node: &'n Node,
+        peer: &Peer<'s>,
+        seq: u64,
+        ino: u64,
+        off: u64,
+        len: u64,
+    ) -> Option<bool> {
+        let len = len.min(MAX_BYTES as u64);
+        // The grace first, then the map: a block the file gives up after this read of its
+        // map is freed into the grace (data is copy-on-write).
+        let grace = self.store.grace();
+        let ext = self.store.extents(ino, off, len).ok()?;
+        let n = ext.attr.size.saturating_sub(off).min(len);
+        let mapped: u64 = ext.runs.iter().map(|r| r.len).sum();
+        if mapped != n || ext.runs.len() > LENT_RUNS {
+            return None;
+        }
+        let (base, start, _) = self.data;
+        let parts: Vec<(*const u8, usize)> = ext
+            .runs
+            .iter()
+            .map(|r| {
+                let at = base.wrapping_add((r.region_offset - start) as usize);
+                (at, r.len as usize)
+            })
+            .collect();
+        let head = Reply::bytes_head(seq, n as usize).to_vec();
+        // SAFETY: every run lies in the data area (the store keeps file data there), which the
+        // store's mapping keeps mapped for longer than `node` lives; the grace, kept with the
+        // send until it is finished, keeps the runs' blocks holding the file's bytes as the
+        // map read them (later writes go to fresh blocks).
+        let sent = unsafe { node.send_lent(&peer.ep, Vec::new(), head, &parts, false) };
+        self.stats.message_bytes.fetch_add(n, Ordering::Relaxed);
+        Some(match sent {
+            Ok(s) => self.keep(node, peer.ep.id(), s, Some(grace)),
+            Err(_) => false,
+        })
     }
 
     /// The encoded reply to a read of `len` bytes at `off` of `ino`: the data read straight
-    /// into the message (the reused buffer `out`), or the error.
+    /// into the message, or the error.
     fn read_message(&mut self, seq: u64, ino: u64, off: u64, len: u64) -> Vec<u8> {
-        let mut out = std::mem::take(&mut self.out);
+        let mut out = Vec::new();
         let max = usize::try_from(len).unwrap_or(usize::MAX);
         let read = Reply::bytes_filled(seq, max, &mut out, |b| {
             self.store.read(ino, off, b).map_err(Errno::from)
@@ -522,17 +630,16 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                     .fetch_add(n as u64, Ordering::Relaxed);
                 out
             }
-            Err(e) => {
-                self.out = out;
-                Reply::Error(e.0).encode(seq)
-            }
+            Err(e) => Reply::Error(e.0).encode(seq),
         }
     }
 
     /// Undoes what a departing client left: its preparations and open handles.
     fn leave(&mut self, node: &'n Node, p: Peer<'s>) {
+        let id = p.ep.id();
         let ep = self.forget_peer(node, p);
         node.close(ep);
+        self.drop_sends(id);
     }
 
     /// Undoes what a departing client left, as [`Server::leave`], and hands back its control
@@ -540,13 +647,12 @@ impl<'s, 'n> Server<'s, '_, 'n> {
     fn forget_peer(&mut self, node: &'n Node, p: Peer<'s>) -> Endpoint {
         self.locks.release_peer(p.ep.id());
         if let Some(d) = p.data {
-            // Closing it ends the sends of its pulls in flight (with an error), so they are
-            // dropped finished.
+            // Closing it ends the sends of its pulls in flight (with an error); the caller
+            // drops them once the control endpoint is closed too.
             node.close_now(d);
         }
         let id = p.ep.id();
         self.tokens.retain(|_, of| *of != id);
-        self.pulls.retain(|q| q.peer != id);
         self.stats
             .abandoned
             .fetch_add(p.prepared.len() as u64, Ordering::Relaxed);

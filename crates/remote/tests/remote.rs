@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use switchyard_remote::proto::{Reply, Request, Welcome};
+use switchyard_remote::proto::{Reply, Request};
 use switchyard_remote::{Client, DataPath, Key};
 use switchyard_store::Files;
 use switchyard_store::{Errno, Fd, Fs, OpenFlags, Whence};
@@ -167,42 +167,12 @@ fn reads_racing_overwrites_return_whole_writes() {
     }
 }
 
-/// The next reply on `node`, decoded.
-fn next_reply(node: &Node) -> Reply {
-    loop {
-        node.wait(Duration::from_millis(20));
-        if let Some(mut m) = node.next_message() {
-            let b = node.body(&mut m).unwrap();
-            return Reply::decode(&b).unwrap().1;
-        }
-    }
-}
-
-/// Connects to `srv` by hand and proves the key (for writing if `write`): the control
-/// endpoint and what the server answered.
-fn prove_by_hand(srv: &common::Running, node: &Node, write: bool) -> (Endpoint, Welcome) {
-    let ctl = node.connect(srv.addr).unwrap();
-    let Reply::Challenge { nonce, .. } = next_reply(node) else {
-        panic!()
-    };
-    let auth = Request::Auth {
-        mac: srv.key.prove(&nonce),
-        write,
-        uid: 0,
-    };
-    node.send(&ctl, &[], &auth.encode(1)).unwrap();
-    let Reply::Welcome(welcome) = next_reply(node) else {
-        panic!()
-    };
-    (ctl, welcome)
-}
-
 /// Speaks the protocol by hand as a reader: proves the key, attaches for pulls, fetches the
 /// map of inode 2 (the first file made in a fresh store) and pulls all of it; hands `then` its
 /// node, control endpoint, and the pieces' messages (bodies not fetched) with their lengths.
 fn pull_held(srv: &common::Running, then: impl FnOnce(&Node, &Endpoint, Vec<(Message<'_>, u64)>)) {
     let node = Node::new().unwrap();
-    let (ctl, welcome) = prove_by_hand(srv, &node, false);
+    let (ctl, welcome) = common::prove_by_hand(srv, &node, false);
     let data = node
         .connect_address(&welcome.address, Failures::Undetected)
         .unwrap();
@@ -210,7 +180,7 @@ fn pull_held(srv: &common::Running, then: impl FnOnce(&Node, &Endpoint, Vec<(Mes
         address: node.address().unwrap(),
     };
     node.send(&ctl, &[], &attach.encode(2)).unwrap();
-    let Reply::Bytes(token) = next_reply(&node) else {
+    let Reply::Bytes(token) = common::next_reply(&node) else {
         panic!()
     };
     let ino = 2;
@@ -220,7 +190,7 @@ fn pull_held(srv: &common::Running, then: impl FnOnce(&Node, &Endpoint, Vec<(Mes
         len: u64::MAX,
     };
     node.send(&ctl, &[], &map.encode(3)).unwrap();
-    let Reply::Map(m) = next_reply(&node) else {
+    let Reply::Map(m) = common::next_reply(&node) else {
         panic!()
     };
     let ranges: Vec<(u64, u64)> = m
@@ -359,7 +329,7 @@ fn a_client_gone_before_its_commit_leaves_nothing() {
     let free = c.statfs().unwrap().free_blocks;
     {
         let node = Node::new().unwrap();
-        let (ep, w) = prove_by_hand(&srv, &node, true);
+        let (ep, w) = common::prove_by_hand(&srv, &node, true);
         let ino = 2; // the first file made in a fresh store
         node.send(
             &ep,
@@ -372,7 +342,7 @@ fn a_client_gone_before_its_commit_leaves_nothing() {
             .encode(2),
         )
         .unwrap();
-        let Reply::Prepared { targets, .. } = next_reply(&node) else {
+        let Reply::Prepared { targets, .. } = common::next_reply(&node) else {
             panic!()
         };
         let data = node

@@ -195,9 +195,16 @@ fn a_lent_body_is_fetched_by_the_receiver_and_only_then_sent() {
             .connect_address(&addr_rx.recv().unwrap(), Failures::Undetected)
             .unwrap();
         // SAFETY: `body` is declared before the node (dropped after it) and never written.
-        let mut s =
-            unsafe { node.send_lent(&ep, b"lent".to_vec(), body.as_ptr(), body.len(), true) }
-                .unwrap();
+        let mut s = unsafe {
+            node.send_lent(
+                &ep,
+                b"lent".to_vec(),
+                Vec::new(),
+                &[(body.as_ptr(), body.len())],
+                true,
+            )
+        }
+        .unwrap();
         let t = std::time::Instant::now();
         while t.elapsed() < Duration::from_millis(100) {
             node.progress();

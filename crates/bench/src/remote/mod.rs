@@ -144,8 +144,8 @@ impl Raw {
                         node.send_lent(
                             to,
                             Vec::new(),
-                            area.as_ptr().add(off),
-                            n,
+                            Vec::new(),
+                            &[(area.as_ptr().add(off), n)],
                             n > server::COPIED_PIECE,
                         )
                     }?;

@@ -6,7 +6,7 @@ use super::wire::{R, W};
 use super::{Malformed, Reply, Welcome, MAX_BYTES};
 
 /// Bytes before the data of an encoded [`Reply::Bytes`]: kind, sequence number, length.
-const BYTES_HEAD: usize = 1 + 8 + 4;
+pub const BYTES_HEAD: usize = 1 + 8 + 4;
 /// [`Reply::Bytes`]'s kind byte.
 const BYTES_KIND: u8 = 8;
 
@@ -27,10 +27,20 @@ impl Reply {
         out.truncate(end);
         let n = fill(&mut out[BYTES_HEAD..])?.min(end - BYTES_HEAD);
         out.truncate(BYTES_HEAD + n);
-        out[0] = BYTES_KIND;
-        out[1..9].copy_from_slice(&seq.to_le_bytes());
-        out[9..13].copy_from_slice(&(n as u32).to_le_bytes());
+        out[..BYTES_HEAD].copy_from_slice(&Reply::bytes_head(seq, n));
         Ok(n)
+    }
+
+    /// What an encoded `Bytes` reply to request `seq` carrying `n` bytes starts with: sent
+    /// before those bytes, it makes the same message as `Reply::Bytes(..).encode(seq)` (for a
+    /// sender that sends the bytes from where they lie). `n` is at most [`MAX_BYTES`].
+    pub fn bytes_head(seq: u64, n: usize) -> [u8; BYTES_HEAD] {
+        debug_assert!(n <= MAX_BYTES);
+        let mut h = [0u8; BYTES_HEAD];
+        h[0] = BYTES_KIND;
+        h[1..9].copy_from_slice(&seq.to_le_bytes());
+        h[9..13].copy_from_slice(&(n as u32).to_le_bytes());
+        h
     }
 
     /// The sequence number and bytes of an encoded `Bytes` reply, borrowed from `b` (no

@@ -6,10 +6,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
+use std::time::Duration;
+
 use switchyard_media::{Persist, Region};
 use switchyard_mover::{Config, Mover};
+use switchyard_remote::proto::{Reply, Request, Welcome};
 use switchyard_remote::{serve, Key, ServeOptions, ServerStats};
 use switchyard_store::{Owner, Store};
+use switchyard_ucx::{Endpoint, Node};
 
 pub struct Running {
     pub addr: SocketAddr,
@@ -67,4 +71,36 @@ pub fn start_with(read_only: bool, config: Config) -> Running {
         stop,
         thread: Some(thread),
     }
+}
+
+/// The next reply on `node`, decoded (a failure if none comes within 30 s).
+pub fn next_reply(node: &Node) -> Reply {
+    let t = std::time::Instant::now();
+    loop {
+        assert!(t.elapsed() < Duration::from_secs(30), "no reply");
+        node.wait(Duration::from_millis(20));
+        if let Some(mut m) = node.next_message() {
+            let b = node.body(&mut m).unwrap();
+            return Reply::decode(&b).unwrap().1;
+        }
+    }
+}
+
+/// Connects to `srv` by hand and proves the key (for writing if `write`): the control
+/// endpoint and what the server answered.
+pub fn prove_by_hand(srv: &Running, node: &Node, write: bool) -> (Endpoint, Welcome) {
+    let ctl = node.connect(srv.addr).unwrap();
+    let Reply::Challenge { nonce, .. } = next_reply(node) else {
+        panic!()
+    };
+    let auth = Request::Auth {
+        mac: srv.key.prove(&nonce),
+        write,
+        uid: 0,
+    };
+    node.send(&ctl, &[], &auth.encode(1)).unwrap();
+    let Reply::Welcome(welcome) = next_reply(node) else {
+        panic!()
+    };
+    (ctl, welcome)
 }

@@ -103,7 +103,7 @@ impl Node {
         }
         // SAFETY: `header` and `body` stay borrowed until `complete` returns, which is after
         // UCX is done with them.
-        let req = unsafe { start_send(ep, header, body.as_ptr(), body.len(), flags) };
+        let req = unsafe { start_send(ep, header, body.as_ptr(), body.len(), flags, None) };
         self.complete("send", req, Some(ep))
     }
 
@@ -182,13 +182,17 @@ impl Node {
     }
 }
 
-/// A message whose body UCX reads from the sender's own memory ([`Node::send_lent`]), until
-/// [`Node::sent`] reports it finished.
+/// A message on its way ([`Node::send_lent`], [`Node::send_owned`]): what UCX may still read
+/// is kept here until [`Node::sent`] reports the send finished.
 pub struct Sending<'n> {
     /// UCX's request (null: it finished at once).
     req: sys::ucs_status_ptr_t,
     /// The header, kept as long as UCX may read it.
     header: Vec<u8>,
+    /// The pieces of a body lent in several (UCX reads the list as it sends).
+    iov: Vec<sys::ucp_dt_iov_t>,
+    /// The part of the body the send owns (its prefix).
+    owned: Vec<u8>,
     _node: PhantomData<&'n Node>,
 }
 
@@ -201,8 +205,10 @@ impl Drop for Sending<'_> {
         // not yet freed; freeing an unfinished one makes UCX release it when it finishes.
         unsafe {
             if sys::ucp_request_check_status(self.req) == sys::UCS_INPROGRESS {
-                // UCX may still read the header: it is never freed.
+                // UCX may still read them: they are never freed.
                 std::mem::forget(std::mem::take(&mut self.header));
+                std::mem::forget(std::mem::take(&mut self.iov));
+                std::mem::forget(std::mem::take(&mut self.owned));
             }
             sys::ucp_request_free(self.req);
         }
@@ -210,41 +216,94 @@ impl Drop for Sending<'_> {
 }
 
 impl Node {
-    /// Starts sending a message whose body UCX reads where it lies, and returns at once.
-    /// With `rendezvous`, the body goes by UCX's rendezvous protocol whatever its size: the
-    /// receiver's transport fetches it (on one host, cross-memory attach: a system call of the
-    /// receiver's), so the sender's CPU never copies it. [`Node::sent`] says when the body is
-    /// free again.
+    /// Starts sending a message whose body is `prefix` followed by `parts`, which UCX reads
+    /// where they lie (the receiver sees one body), and returns at once. With `rendezvous`,
+    /// the body goes by UCX's rendezvous protocol whatever its size: the receiver's transport
+    /// fetches it (on one host, cross-memory attach: a system call of the receiver's), so the
+    /// sender's CPU never copies it. Without, it goes as [`Node::send`] sends (over `tcp`,
+    /// eagerly: the kernel copies the parts from where they lie into the socket).
+    /// [`Node::sent`] says when the parts are free again; the returned [`Sending`] keeps the
+    /// header and the prefix until then.
     ///
     /// # Safety
     ///
-    /// The `len` bytes at `body` must stay readable and unchanged until [`Node::sent`] reports
-    /// the send finished or the node is dropped.
+    /// The bytes of every `(address, length)` part must stay readable and unchanged until
+    /// [`Node::sent`] reports the send finished or the node is dropped.
     pub unsafe fn send_lent(
         &self,
         ep: &Endpoint,
         header: Vec<u8>,
-        body: *const u8,
-        len: usize,
+        prefix: Vec<u8>,
+        parts: &[(*const u8, usize)],
         rendezvous: bool,
     ) -> Result<Sending<'_>, Error> {
         self.usable("send", ep)?;
         let flags = if rendezvous {
             sys::UCP_AM_SEND_FLAG_RNDV
+        } else if self.eager(ep) {
+            sys::UCP_AM_SEND_FLAG_EAGER
         } else {
             0
         };
-        // SAFETY: the header lives in the returned `Sending` (a Vec's buffer does not move
-        // with it) until UCX is done with it; the body's life is the caller's promise.
-        let req = unsafe { start_send(ep, &header, body, len, flags) };
+        // The prefix and the header move into `s` below; their buffers stay where they are.
+        let mut pieces = Vec::with_capacity(parts.len() + 1);
+        if !prefix.is_empty() {
+            pieces.push((prefix.as_ptr(), prefix.len()));
+        }
+        pieces.extend_from_slice(parts);
+        let mut s = Sending {
+            req: ptr::null_mut(),
+            header,
+            iov: Vec::new(),
+            owned: prefix,
+            _node: PhantomData,
+        };
+        let req = match pieces[..] {
+            [] => {
+                // SAFETY: the header lives in `s` until UCX is done with it; no body.
+                unsafe { start_send(ep, &s.header, ptr::null(), 0, flags, None) }
+            }
+            [(body, len)] => {
+                // SAFETY: the header (and the prefix, if it is the body) live in `s` until
+                // UCX is done with them; a lent part's life is the caller's promise.
+                unsafe { start_send(ep, &s.header, body, len, flags, None) }
+            }
+            _ => {
+                s.iov = pieces
+                    .iter()
+                    .map(|&(p, n)| sys::ucp_dt_iov_t {
+                        buffer: p.cast_mut().cast(),
+                        length: n,
+                    })
+                    .collect();
+                // SAFETY: the header, the prefix and the list of pieces live in `s` until
+                // UCX is done with them; the lent parts' bytes are the caller's promise.
+                unsafe {
+                    start_send(
+                        ep,
+                        &s.header,
+                        s.iov.as_ptr().cast(),
+                        s.iov.len(),
+                        flags,
+                        Some(sys::UCP_DATATYPE_IOV as sys::ucp_datatype_t),
+                    )
+                }
+            }
+        };
         if is_err(req) {
             return Err(Error::new("send", status_of(req)));
         }
-        Ok(Sending {
-            req,
-            header,
-            _node: PhantomData,
-        })
+        s.req = req;
+        Ok(s)
+    }
+
+    /// Starts sending `body` (a message without header) as [`Node::send`] does, but returns
+    /// at once: the returned [`Sending`] keeps the body until UCX is done with it. A sender
+    /// that serves many peers uses it, so that a peer slow to take its messages holds up no
+    /// one else.
+    pub fn send_owned(&self, ep: &Endpoint, body: Vec<u8>) -> Result<Sending<'_>, Error> {
+        // SAFETY: nothing is lent: the body is the prefix, which the send keeps.
+        unsafe { self.send_lent(ep, Vec::new(), body, &[], false) }
     }
 
     /// Whether the send `s` finished (as of the last progress): `None` while UCX may still
@@ -299,23 +358,30 @@ impl Node {
 }
 
 /// Starts sending an active message on `ep` (open: the caller checked) with `flags`; returns
-/// UCX's request (null: done at once; an error status).
+/// UCX's request (null: done at once; an error status). The body is `len` contiguous bytes at
+/// `body`, or with `datatype` (UCX's iov type), a list of `len` parts at `body`.
 ///
 /// # Safety
 ///
-/// `header` and the `len` bytes at `body` must stay readable until the request completes.
+/// `header` and the body (and, for a list, every part it names) must stay readable until the
+/// request completes.
 unsafe fn start_send(
     ep: &Endpoint,
     header: &[u8],
     body: *const u8,
     len: usize,
     flags: u32,
+    datatype: Option<sys::ucp_datatype_t>,
 ) -> sys::ucs_status_ptr_t {
-    let param = sys::ucp_request_param_t {
+    let mut param = sys::ucp_request_param_t {
         op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
         flags,
         ..Default::default()
     };
+    if let Some(dt) = datatype {
+        param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_DATATYPE;
+        param.datatype = dt;
+    }
     // SAFETY: `ep` is open; the buffers' life is the caller's promise.
     unsafe {
         sys::ucp_am_send_nbx(
