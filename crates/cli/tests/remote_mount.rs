@@ -27,6 +27,18 @@ fn fio_jobs_verify_on_a_remote_mount() {
     programs::fio_jobs_verify(Mount::remote);
 }
 
+/// Over `tcp` only, as between two machines, data moves inside messages: reads are sent from
+/// where the file's bytes lie and handed to the kernel from the reply.
+#[test]
+fn fio_jobs_verify_on_a_remote_mount_over_tcp() {
+    programs::fio_jobs_verify(Mount::remote_over_tcp);
+}
+
+#[test]
+fn tar_cp_and_git_on_a_remote_mount_over_tcp() {
+    programs::tar_cp_and_git(Mount::remote_over_tcp);
+}
+
 /// Two mounts of one served store (two clients, as on two machines): what one writes, the
 /// other reads once the writer closed it and the reader opens it (close-to-open), names and
 /// attributes within the attribute lifetime, and concurrent appends from both interleave

@@ -54,6 +54,40 @@ fn without_one_sided_access_data_moves_in_messages() {
     assert!(s.message_bytes >= 2 * data.len() as u64, "{s:?}");
 }
 
+/// A sparse file read in messages: ranges inside its data (sent from where they lie), across
+/// its hole (copied, zeros for the hole) and past its end, each as the file holds it.
+#[test]
+fn sparse_reads_in_messages_return_zeros_for_holes() {
+    std::env::set_var("UCX_TLS", "tcp");
+    let srv = common::start(false);
+    let c = Client::connect(srv.addr, &srv.key, true).unwrap();
+    let fd = c.open("/sparse", OpenFlags::CREATE, 0o644).unwrap();
+    let a: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let b: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8 ^ 0x5a).collect();
+    let far = 3u64 << 20;
+    c.pwrite(fd, &a, 0).unwrap();
+    c.pwrite(fd, &b, far).unwrap();
+    let size = far as usize + b.len();
+    let mut want = vec![0u8; size];
+    want[..a.len()].copy_from_slice(&a);
+    want[far as usize..].copy_from_slice(&b);
+    for (off, len) in [
+        (0, a.len()),
+        (4096, 200_000),
+        (0, size),
+        (100_000, 1 << 20),
+        (far as usize - 70_000, 140_000),
+        (far as usize + 1, 150_000),
+        (size - 65_536, 1 << 20),
+    ] {
+        let mut got = vec![0xEEu8; len];
+        let n = c.pread(fd, &mut got, off as u64).unwrap();
+        let end = (off + len).min(size);
+        assert_eq!(n, end - off, "read of {len} at {off}");
+        assert!(got[..n] == want[off..end], "read of {len} at {off}");
+    }
+}
+
 /// The server classes a connection by the uid its client acts for (`uids` in
 /// `[[qos.tenants]]`): the copies of its in-message reads and writes are that tenant's. (The
 /// reads are small ones: a large read is sent from where it lies, with no copy to class.)

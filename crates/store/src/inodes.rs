@@ -89,6 +89,20 @@ pub trait Inodes: Send + Sync + 'static {
     fn release(&self, ino: u64) -> Result<(), Errno>;
     /// Reads up to `buf.len()` bytes at `off`; how many (0 at or past the end).
     fn read(&self, ino: u64, off: u64, buf: &mut [u8]) -> Result<usize, Errno>;
+    /// Reads up to `len` bytes at `off` as [`Inodes::read`] does, and lends them to `give`
+    /// from where they already lie in this process (a server's reply), sparing the copy into
+    /// a buffer; returns `Ok(false)` without calling `give` where they lie nowhere it can
+    /// lend them from (the caller then reads them with [`Inodes::read`]). `give` is called at
+    /// most once, and only on success.
+    fn read_lent(
+        &self,
+        _ino: u64,
+        _off: u64,
+        _len: usize,
+        _give: &mut dyn FnMut(&[u8]),
+    ) -> Result<bool, Errno> {
+        Ok(false)
+    }
     /// Writes `data` at `off`, durably and atomically; bytes written.
     fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno>;
     /// Writes `data` at the end, atomically against every other writer; where it went.

@@ -29,7 +29,12 @@ pub struct Mount {
     /// For a remote mount (`mount --remote`): the `serve` process that owns the store.
     pub server: Option<Serve>,
     remote: bool,
+    /// Environment of a remote mount's processes (its server's and its own).
+    env: Env,
 }
+
+/// Variables set for a process.
+type Env = &'static [(&'static str, &'static str)];
 
 /// A `switchyard serve` process on loopback.
 pub struct Serve {
@@ -41,9 +46,15 @@ pub struct Serve {
 impl Serve {
     /// Serves `store` on a free loopback port.
     pub fn start(store: &Path) -> Serve {
+        Serve::start_in(store, &[])
+    }
+
+    /// [`Serve::start`] with `env` set for the server.
+    pub fn start_in(store: &Path, env: Env) -> Serve {
         let mut child = Command::new(bin())
             .args(["serve", "--listen", "127.0.0.1:0", "--store"])
             .arg(store)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -90,11 +101,22 @@ impl Mount {
 
     /// [`Mount::remote`] with more `switchyard mount` options (kept across remounts).
     pub fn remote_with(work: &Path, args: &[&str]) -> Mount {
+        Mount::remote_in(work, args, &[])
+    }
+
+    /// [`Mount::remote`] with UCX on `tcp` only, as between two machines: data moves inside
+    /// requests and replies.
+    pub fn remote_over_tcp(work: &Path) -> Mount {
+        Mount::remote_in(work, &[], &[("UCX_TLS", "tcp")])
+    }
+
+    /// [`Mount::remote_with`], the server and the mount run with `env`.
+    fn remote_in(work: &Path, args: &[&str], env: Env) -> Mount {
         let store = Mount::mkfs(work, "512M");
         let dir = work.join("mnt");
         std::fs::create_dir_all(&dir).unwrap();
         let args = args.iter().map(|a| a.to_string()).collect();
-        Mount::start_with(store, dir, args, true)
+        Mount::start_with(store, dir, args, true, env)
     }
 
     /// A fresh store of `size` in `work`, mounted on `work/mnt` with `args`.
@@ -103,7 +125,7 @@ impl Mount {
         let dir = work.join("mnt");
         std::fs::create_dir_all(&dir).unwrap();
         let args = args.iter().map(|a| a.to_string()).collect();
-        Mount::start_with(store, dir, args, false)
+        Mount::start_with(store, dir, args, false, &[])
     }
 
     /// A fresh store of `size` in `work`.
@@ -128,6 +150,7 @@ impl Mount {
         let child = Command::new(bin())
             .args(["mount", "--remote", &s.addr, "--key", &key])
             .arg(dir)
+            .envs(self.env.iter().copied())
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
@@ -139,16 +162,23 @@ impl Mount {
             args: Vec::new(),
             server: None,
             remote: true,
+            env: self.env,
         }
     }
 
     /// Mounts an existing store.
     pub fn start(store: PathBuf, dir: PathBuf) -> Mount {
-        Mount::start_with(store, dir, Vec::new(), false)
+        Mount::start_with(store, dir, Vec::new(), false, &[])
     }
 
-    fn start_with(store: PathBuf, dir: PathBuf, args: Vec<String>, remote: bool) -> Mount {
-        let server = remote.then(|| Serve::start(&store));
+    fn start_with(
+        store: PathBuf,
+        dir: PathBuf,
+        args: Vec<String>,
+        remote: bool,
+        env: Env,
+    ) -> Mount {
+        let server = remote.then(|| Serve::start_in(&store, env));
         let mut how = args.clone();
         if let Some(s) = &server {
             let key = format!("{}.key", store.display());
@@ -160,6 +190,7 @@ impl Mount {
             .arg("--store")
             .arg(&store)
             .arg(&dir)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
@@ -171,6 +202,7 @@ impl Mount {
             args,
             server,
             remote,
+            env,
         }
     }
 
@@ -186,6 +218,7 @@ impl Mount {
             self.dir.clone(),
             self.args.clone(),
             self.remote,
+            self.env,
         )
     }
 

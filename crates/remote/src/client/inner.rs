@@ -410,33 +410,65 @@ impl Inner {
         let mut done = 0;
         while done < buf.len() {
             let want = (buf.len() - done).min(MAX_BYTES);
-            self.seq += 1;
-            let req = Request::Read {
-                ino,
-                off: off + done as u64,
-                len: want as u64,
-            };
             let to = &mut buf[done..done + want];
             // The data is copied once, from the message (where UCX received it) into `buf`.
-            let n =
-                self.send_with(&req.encode(self.seq), |body| match Reply::bytes_of(body) {
-                    Some((_, b)) if b.len() <= want => {
-                        to[..b.len()].copy_from_slice(b);
-                        Ok(b.len())
-                    }
-                    Some(_) => Err(Errno::EIO),
-                    None => match Reply::decode(body) {
-                        Ok((_, Reply::Error(e))) => Err(Errno(e)),
-                        _ => Err(Errno::EIO),
-                    },
-                })??;
+            let n = self.read_message(ino, off + done as u64, want, |b| {
+                to[..b.len()].copy_from_slice(b);
+                b.len()
+            })?;
             done += n;
-            self.stats.message_bytes += n as u64;
             if n < want {
                 break;
             }
         }
         Ok(done)
+    }
+
+    /// [`Inodes::read_lent`](switchyard_store::Inodes::read_lent): on the in-message path, a
+    /// read of at most [`MAX_BYTES`] is one reply, lent to `give` where UCX received it.
+    pub(super) fn read_lent(
+        &mut self,
+        ino: u64,
+        off: u64,
+        len: usize,
+        give: &mut dyn FnMut(&[u8]),
+    ) -> Result<bool, Errno> {
+        if self.one_sided() || len > MAX_BYTES {
+            return Ok(false);
+        }
+        if off > MAX_FILE_SIZE {
+            return Err(Errno::EINVAL);
+        }
+        self.read_message(ino, off, len, give)?;
+        Ok(true)
+    }
+
+    /// One in-message read of `len` (at most [`MAX_BYTES`]) bytes at `off` of `ino`: its
+    /// bytes, lent to `take` where UCX received them; what `take` returns.
+    fn read_message<R>(
+        &mut self,
+        ino: u64,
+        off: u64,
+        len: usize,
+        mut take: impl FnMut(&[u8]) -> R,
+    ) -> Result<R, Errno> {
+        self.seq += 1;
+        let req = Request::Read {
+            ino,
+            off,
+            len: len as u64,
+        };
+        let (n, r) =
+            self.send_with(&req.encode(self.seq), |body| match Reply::bytes_of(body) {
+                Some((_, b)) if b.len() <= len => Ok((b.len(), take(b))),
+                Some(_) => Err(Errno::EIO),
+                None => match Reply::decode(body) {
+                    Ok((_, Reply::Error(e))) => Err(Errno(e)),
+                    _ => Err(Errno::EIO),
+                },
+            })??;
+        self.stats.message_bytes += n as u64;
+        Ok(r)
     }
 
     /// Writes `data` at `off`: one-sided (reserve, put, flush, commit: two requests) when it

@@ -130,6 +130,16 @@ impl Inodes for Client {
         self.with(|i| i.read(ino, off, buf))
     }
 
+    fn read_lent(
+        &self,
+        ino: u64,
+        off: u64,
+        len: usize,
+        give: &mut dyn FnMut(&[u8]),
+    ) -> Result<bool, Errno> {
+        self.with(|i| i.read_lent(ino, off, len, give))
+    }
+
     fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
         self.with(|i| i.write(ino, off, data))
     }
