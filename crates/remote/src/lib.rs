@@ -27,7 +27,9 @@
 //!   thread while the caller computes, and resolve to the result and the buffer.
 //! - Where the transport has no one-sided access (`tcp`: UCX would emulate it with the
 //!   server's CPU), the client moves data inside the requests instead, and says so
-//!   ([`Client::data_path`]).
+//!   ([`Client::data_path`]). The server sends a large read's reply from where the file's
+//!   bytes lie (under a grace), and a front end can take it from where UCX received it
+//!   (`Inodes::read_lent`): no copy by either side's threads.
 //!
 //! Each client holds two endpoints: a control endpoint made from the server's socket address
 //! with UCX's peer failure detection, which carries the requests and notices a dead server;

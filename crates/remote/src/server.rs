@@ -6,9 +6,12 @@
 //! on transports with one-sided access: clients read the data area and put into reserved
 //! blocks themselves. Where clients pull ([`crate::DataPath::Pulled`]), this thread names the
 //! blocks of a pull and UCX sends them from where they lie, fetched by the client's transport;
-//! a grace keeps them from reuse until then. What a client leaves behind when it goes —
-//! preparations it never committed, files it held open, pulls in flight — is undone when its
-//! endpoint fails or closes.
+//! a grace keeps them from reuse until then. Where data moves inside messages, a large read's
+//! reply is sent from where the file's bytes lie, under a grace too. Replies leave without
+//! this thread waiting for them: a client slow to take its messages holds up no one, and one
+//! that does not take them within 10 s is disconnected. What a client leaves
+//! behind when it goes — preparations it never committed, files it held open, messages in
+//! flight — is undone when its endpoint fails or closes.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -349,7 +352,7 @@ impl<'s, 'n> Server<'s, '_, 'n> {
     /// current, then sends each range of the data area as a message of its own, read where
     /// it lies (by rendezvous when large: the client's transport fetches it, and this thread
     /// never copies it). Anything malformed, from an unknown token, or beyond the client's
-    /// pulls in flight is dropped or refused.
+    /// messages in flight is dropped or refused.
     fn pull(&mut self, node: &'n Node, b: &[u8]) {
         let Ok((seq, req)) = Request::decode(b) else {
             return;

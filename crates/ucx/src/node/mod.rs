@@ -259,26 +259,9 @@ impl Node {
         // --sshfs`: 4 KiB reads over TCP 1.6-2x faster with it). Where answers take longer
         // (1 MiB transfers) the polling only takes a core from the peer and the network
         // stack, so it stops until a trial shows it pays again.
-        let spin = self.spin.budget();
-        let t0 = Instant::now();
-        let mut first = true;
-        loop {
-            if self.progress() || !self.idle() {
-                // What the first poll finds says nothing of whether polling pays: sleeping
-                // would have found it as soon.
-                if !first {
-                    self.spin.learn(spin, true);
-                }
-                return;
-            }
-            first = false;
-            if t0.elapsed() >= spin {
-                break;
-            }
-            std::hint::spin_loop();
+        if !self.spin.poll(|| self.progress() || !self.idle()) {
+            self.rest(timeout);
         }
-        self.spin.learn(spin, false);
-        self.rest(timeout);
     }
 
     /// Progresses, and if nothing happened sleeps until the worker has an event or `timeout`

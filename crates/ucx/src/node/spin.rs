@@ -2,7 +2,7 @@
 //! been finding events.
 
 use std::cell::Cell;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long [`Node::wait`](super::Node::wait) polls, at most, before it sleeps on the
 /// worker's event descriptor.
@@ -20,6 +20,30 @@ pub(super) struct Spin {
 
 impl Spin {
     const TRIAL: u32 = 16;
+
+    /// One wait's polling: calls `poll` (true: an event was found) once, then again for as
+    /// long as this wait may poll; returns whether it found an event (else the caller sleeps).
+    /// Only a wait whose first poll finds nothing counts, for the trials and for what polling
+    /// found: sleeping would have found an event that was already there as soon, and a
+    /// caller's waits often come in pairs of which the first finds something at once (what
+    /// the previous step set off), so counting those would leave every trial to them — and
+    /// polling off for good.
+    pub(super) fn poll(&self, mut poll: impl FnMut() -> bool) -> bool {
+        if poll() {
+            return true;
+        }
+        let spin = self.budget();
+        let t0 = Instant::now();
+        while t0.elapsed() < spin {
+            std::hint::spin_loop();
+            if poll() {
+                self.learn(spin, true);
+                return true;
+            }
+        }
+        self.learn(spin, false);
+        false
+    }
 
     /// How long this wait polls.
     pub(super) fn budget(&self) -> Duration {
@@ -90,5 +114,38 @@ mod tests {
         // Answers quick again: the next trial sees it, and polling resumes.
         polled(&spin, 16, true);
         assert_eq!(polled(&spin, 50, true), 50);
+    }
+
+    /// Waits that alternate between one whose first poll finds its event (what the previous
+    /// step set off) and one whose event comes a few polls later: polling, once off, comes
+    /// back within a trial's worth of the second kind, whatever the phase.
+    #[test]
+    fn waits_that_find_their_event_at_once_do_not_use_up_the_trials() {
+        for phase in 0..2 {
+            let spin = Spin::default();
+            // Slow answers switch polling off.
+            for _ in 0..200 {
+                spin.poll(|| false);
+            }
+            assert!(spin.hits.get() < 512);
+            let mut resumed = None;
+            for w in 0..(4 * Spin::TRIAL as usize) {
+                if w % 2 == phase {
+                    assert!(spin.poll(|| true));
+                } else {
+                    let mut polls = 0;
+                    // Found at the third poll, if this wait polls at all.
+                    spin.poll(|| {
+                        polls += 1;
+                        polls >= 3
+                    });
+                }
+                if spin.hits.get() >= 512 {
+                    resumed = Some(w);
+                    break;
+                }
+            }
+            assert!(resumed.is_some(), "polling never resumed (phase {phase})");
+        }
     }
 }
