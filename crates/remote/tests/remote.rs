@@ -269,24 +269,9 @@ fn a_pull_never_fetched_disconnects_its_client_and_frees_what_it_held() {
     };
     let free = w.statfs().unwrap().free_blocks;
     pull_held(&srv, |node, ctl, _pieces| {
-        // The overwrite frees the pulled blocks into the pull's grace: not free yet.
-        w.pwrite(fd, &vec![2u8; LEN], 0).unwrap();
-        assert!(w.statfs().unwrap().free_blocks < free);
         // This client neither fetches nor progresses; the server lets it go at the pull's
         // deadline, and serves the other client all along.
-        let t = Instant::now();
-        while w.statfs().unwrap().free_blocks < free {
-            assert!(
-                t.elapsed() < Duration::from_secs(30),
-                "the blocks stayed held"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let t = Instant::now();
-        while node.is_open(ctl) {
-            assert!(t.elapsed() < Duration::from_secs(10), "still connected");
-            node.wait(Duration::from_millis(20));
-        }
+        common::overwritten_then_let_go(&w, fd, LEN, free, node, ctl);
     });
     assert_eq!(w.statfs().unwrap().free_blocks, free);
     assert_eq!(w.read_all("/f").unwrap(), vec![2u8; LEN]);

@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use switchyard_remote::proto::{Reply, Request};
 use switchyard_remote::{Client, DataPath};
 use switchyard_store::{Fd, Files, OpenFlags};
@@ -78,24 +76,9 @@ fn a_reply_never_taken_disconnects_its_client_and_frees_what_it_held() {
     let (w, fd) = written(&srv);
     let free = w.statfs().unwrap().free_blocks;
     read_not_taken(&srv, |node, ctl| {
-        // The overwrite frees the blocks the reply is sent from into its grace: not free yet.
-        w.pwrite(fd, &vec![2u8; LEN], 0).unwrap();
-        assert!(w.statfs().unwrap().free_blocks < free);
         // This client never takes its reply; the server lets it go at the deadline, and
         // serves the writer all along.
-        let t = Instant::now();
-        while w.statfs().unwrap().free_blocks < free {
-            assert!(
-                t.elapsed() < Duration::from_secs(30),
-                "the blocks stayed held"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let t = Instant::now();
-        while node.is_open(ctl) {
-            assert!(t.elapsed() < Duration::from_secs(10), "still connected");
-            node.wait(Duration::from_millis(20));
-        }
+        common::overwritten_then_let_go(&w, fd, LEN, free, node, ctl);
     });
     assert_eq!(w.statfs().unwrap().free_blocks, free);
     assert_eq!(w.read_all("/f").unwrap(), vec![2u8; LEN]);

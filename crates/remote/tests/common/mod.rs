@@ -104,3 +104,35 @@ pub fn prove_by_hand(srv: &Running, node: &Node, write: bool) -> (Endpoint, Welc
     };
     (ctl, welcome)
 }
+
+/// With a message held untaken by the client of `node` (control endpoint `ctl`) on blocks of
+/// `fd`, a `len`-byte file of writer `w`: `w` overwrites the file, which frees those blocks
+/// into the message's grace (so `free`, the free blocks before, is not reached); then the
+/// server lets the untaking client go at its deadline, serving `w` all along, and the
+/// blocks are free again.
+pub fn overwritten_then_let_go(
+    w: &switchyard_remote::Client,
+    fd: switchyard_store::Fd,
+    len: usize,
+    free: u64,
+    node: &Node,
+    ctl: &Endpoint,
+) {
+    use std::time::Instant;
+    use switchyard_store::Files;
+    w.pwrite(fd, &vec![2u8; len], 0).unwrap();
+    assert!(w.statfs().unwrap().free_blocks < free);
+    let t = Instant::now();
+    while w.statfs().unwrap().free_blocks < free {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the blocks stayed held"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let t = Instant::now();
+    while node.is_open(ctl) {
+        assert!(t.elapsed() < Duration::from_secs(10), "still connected");
+        node.wait(Duration::from_millis(20));
+    }
+}
