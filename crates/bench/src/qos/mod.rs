@@ -469,6 +469,7 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
         quota,
         warmup: Duration::from_millis(a.warmup_ms),
     };
+    let mut calibration = String::new();
     let objective_us = match a.objective_us {
         Some(o) => o,
         // The median of three idle slices after two thrown away: right after start-up a
@@ -479,6 +480,13 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
                 .map(|_| b.slice(Mode::Idle, 1e12, dur / 2).p99_us)
                 .skip(2)
                 .collect();
+            calibration = format!(
+                " (1.2 × the median of idle p99s {})",
+                p99.iter()
+                    .map(|p| format!("{p:.1}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
             1.2 * median(&mut p99)
         }
     };
@@ -496,7 +504,7 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
     let bar = indicatif::ProgressBar::new((modes.len() * rounds) as u64);
     eprintln!(
         "scratch region in {}; {rounds} rounds × {} ms per mode; latency objective p99 ≤ \
-         {objective_us:.1} µs",
+         {objective_us:.1} µs{calibration}",
         dir.display(),
         dur.as_millis()
     );
