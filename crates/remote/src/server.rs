@@ -342,7 +342,7 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                 self.peers.insert(from, peer);
             } else {
                 self.stats.refused.fetch_add(1, Ordering::Relaxed);
-                self.leave(node, peer);
+                self.refuse(node, peer);
             }
         }
         self.finish_sends(node);
@@ -490,11 +490,7 @@ impl<'s, 'n> Server<'s, '_, 'n> {
         }
         for id in late {
             if let Some(peer) = self.peers.remove(&id) {
-                // Closed at once: a client that does not take what it asked for may not
-                // answer a flush either, and this thread serves everyone.
-                let ctl = self.forget_peer(node, peer);
-                node.close_now(ctl);
-                self.drop_sends(id);
+                self.cut_off(node, peer);
             }
         }
     }
@@ -635,6 +631,27 @@ impl<'s, 'n> Server<'s, '_, 'n> {
             }
             Err(e) => Reply::Error(e.0).encode(seq),
         }
+    }
+
+    /// Cuts off a client that broke the protocol (or the rules), after its last reply (the
+    /// refusal) is delivered — unless it has messages it has not taken, which could hold
+    /// that delivery, and this thread, until their deadline: then at once.
+    fn refuse(&mut self, node: &'n Node, p: Peer<'s>) {
+        if self.in_flight(p.ep.id()) == 0 {
+            self.leave(node, p);
+        } else {
+            self.cut_off(node, p);
+        }
+    }
+
+    /// Undoes what a client left and closes its endpoints without waiting for it (a client
+    /// that does not take what it asked for may not answer a flush either, and this thread
+    /// serves everyone); drops what was on its way to it.
+    fn cut_off(&mut self, node: &'n Node, p: Peer<'s>) {
+        let id = p.ep.id();
+        let ep = self.forget_peer(node, p);
+        node.close_now(ep);
+        self.drop_sends(id);
     }
 
     /// Undoes what a departing client left: its preparations and open handles.

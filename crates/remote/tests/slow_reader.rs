@@ -83,3 +83,28 @@ fn a_reply_never_taken_disconnects_its_client_and_frees_what_it_held() {
     assert_eq!(w.statfs().unwrap().free_blocks, free);
     assert_eq!(w.read_all("/f").unwrap(), vec![2u8; LEN]);
 }
+
+/// A client that stops taking its reply and then breaks the protocol is cut off at once: the
+/// server does not first wait for the untaken reply to leave (which would hold up every
+/// client until the deadline).
+#[test]
+fn a_client_refused_with_a_reply_untaken_holds_up_no_one() {
+    small_sockets();
+    let srv = common::start(false);
+    let (w, fd) = written(&srv);
+    read_not_taken(&srv, |node, ctl| {
+        node.send(ctl, &[], b"\xffnot a request").unwrap();
+        // Served long before the 10 s deadline of the untaken reply.
+        let t = std::time::Instant::now();
+        while srv.stats.refused.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        w.pwrite(fd, &vec![2u8; LEN], 0).unwrap();
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(5),
+            "the writer waited {:?}",
+            t.elapsed()
+        );
+    });
+    assert_eq!(w.read_all("/f").unwrap(), vec![2u8; LEN]);
+}
