@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use switchyard_mover::qos;
 use switchyard_store::alloc::Grace;
 use switchyard_store::{Errno, Inodes, Owner, PreparedWrite, RecordLock, Store};
-use switchyard_ucx::{Endpoint, Failures, Node, Sending};
+use switchyard_ucx::{Endpoint, Error as UcxError, Failures, Node, Sending};
 
 use crate::auth::Key;
 use crate::locks::{LockKind, Locks};
@@ -394,8 +394,8 @@ impl<'s, 'n> Server<'s, '_, 'n> {
             None
         };
         if let Some(r) = refusal {
-            let _ = node.send(ep, &[], &r.encode(seq));
-            return;
+            let sent = node.send_owned(ep, r.encode(seq));
+            return self.answer_pull(node, id, sent);
         }
         let mut p = Outgoing {
             peer: id,
@@ -420,12 +420,24 @@ impl<'s, 'n> Server<'s, '_, 'n> {
             match sent {
                 Ok(s) => p.parts.push(s),
                 Err(_) => {
-                    let _ = node.send(ep, &[], &Reply::Error(libc::EIO).encode(seq));
-                    break;
+                    let sent = node.send_owned(ep, Reply::Error(libc::EIO).encode(seq));
+                    self.outgoing.push(p);
+                    return self.answer_pull(node, id, sent);
                 }
             }
         }
         self.outgoing.push(p);
+    }
+
+    /// Keeps the answer to a pull of client `id` until it is taken, as replies are kept; a
+    /// client with too many messages it has not taken is cut off.
+    fn answer_pull(&mut self, node: &'n Node, id: usize, sent: Result<Sending<'n>, UcxError>) {
+        let kept = sent.is_ok_and(|s| self.keep(node, id, s, None));
+        if !kept {
+            if let Some(peer) = self.peers.remove(&id) {
+                self.cut_off(node, peer);
+            }
+        }
     }
 
     /// Messages on their way to client `id`.
