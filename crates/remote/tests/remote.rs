@@ -167,12 +167,11 @@ fn reads_racing_overwrites_return_whole_writes() {
     }
 }
 
-/// Speaks the protocol by hand as a reader: proves the key, attaches for pulls, fetches the
-/// map of inode 2 (the first file made in a fresh store) and pulls all of it; hands `then` its
-/// node, control endpoint, and the pieces' messages (bodies not fetched) with their lengths.
-fn pull_held(srv: &common::Running, then: impl FnOnce(&Node, &Endpoint, Vec<(Message<'_>, u64)>)) {
-    let node = Node::new().unwrap();
-    let (ctl, welcome) = common::prove_by_hand(srv, &node, false);
+/// Speaks the protocol by hand as a reader on `node`: proves the key, attaches for pulls and
+/// fetches the map of inode 2 (the first file made in a fresh store); returns the control
+/// endpoint, the data endpoint, and the pull of all of inode 2 with the lengths of its ranges.
+fn ready_to_pull(srv: &common::Running, node: &Node) -> (Endpoint, Endpoint, Request, Vec<u64>) {
+    let (ctl, welcome) = common::prove_by_hand(srv, node, false);
     let data = node
         .connect_address(&welcome.address, Failures::Undetected)
         .unwrap();
@@ -180,7 +179,7 @@ fn pull_held(srv: &common::Running, then: impl FnOnce(&Node, &Endpoint, Vec<(Mes
         address: node.address().unwrap(),
     };
     node.send(&ctl, &[], &attach.encode(2)).unwrap();
-    let Reply::Bytes(token) = common::next_reply(&node) else {
+    let Reply::Bytes(token) = common::next_reply(node) else {
         panic!()
     };
     let ino = 2;
@@ -190,7 +189,7 @@ fn pull_held(srv: &common::Running, then: impl FnOnce(&Node, &Endpoint, Vec<(Mes
         len: u64::MAX,
     };
     node.send(&ctl, &[], &map.encode(3)).unwrap();
-    let Reply::Map(m) = common::next_reply(&node) else {
+    let Reply::Map(m) = common::next_reply(node) else {
         panic!()
     };
     let ranges: Vec<(u64, u64)> = m
@@ -198,24 +197,73 @@ fn pull_held(srv: &common::Running, then: impl FnOnce(&Node, &Endpoint, Vec<(Mes
         .iter()
         .map(|r| (r.region_offset - welcome.data_start, r.len))
         .collect();
+    let lens = ranges.iter().map(|r| r.1).collect();
     let pull = Request::Pull {
         token: token.try_into().unwrap(),
         ino,
         change: m.change,
-        ranges: ranges.clone(),
+        ranges,
     };
+    (ctl, data, pull, lens)
+}
+
+/// Speaks the protocol by hand as a reader ([`ready_to_pull`]) and pulls all of inode 2;
+/// hands `then` its node, control endpoint, and the pieces' messages (bodies not fetched)
+/// with their lengths.
+fn pull_held(srv: &common::Running, then: impl FnOnce(&Node, &Endpoint, Vec<(Message<'_>, u64)>)) {
+    let node = Node::new().unwrap();
+    let (ctl, data, pull, lens) = ready_to_pull(srv, &node);
     node.send(&data, &[], &pull.encode(4)).unwrap();
     // The pieces' announcements, bodies not fetched yet.
     let mut pieces = Vec::new();
-    while pieces.len() < ranges.len() {
+    while pieces.len() < lens.len() {
         node.wait(Duration::from_millis(20));
         while let Some(msg) = node.next_message() {
             assert!(switchyard_remote::proto::part_of(&msg.header).is_some());
             pieces.push(msg);
         }
     }
-    let lens = ranges.iter().map(|r| r.1);
     then(&node, &ctl, pieces.into_iter().zip(lens).collect());
+}
+
+/// A client that pulls and pulls without fetching: past its 16 messages in flight, a pull is
+/// refused (`EBUSY`) without a piece, and the server keeps serving others meanwhile.
+#[test]
+fn pulls_past_those_in_flight_are_refused() {
+    let srv = common::start(false);
+    let Some((w, _fd)) = pulled_file(&srv) else {
+        return; // a transport with one-sided gets: nothing is pulled
+    };
+    let node = Node::new().unwrap();
+    let (_ctl, data, pull, lens) = ready_to_pull(&srv, &node);
+    let (pulls, in_flight) = (20u64, 16);
+    for seq in 0..pulls {
+        node.send(&data, &[], &pull.encode(100 + seq)).unwrap();
+    }
+    assert_eq!(w.read_all("/f").unwrap().len(), PULLED_LEN);
+    let (mut pieces, mut refused) = (Vec::new(), Vec::new());
+    let t = Instant::now();
+    while pieces.len() < in_flight * lens.len() || refused.len() < pulls as usize - in_flight {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{} pieces, {refused:?}",
+            pieces.len()
+        );
+        node.wait(Duration::from_millis(20));
+        while let Some(mut msg) = node.next_message() {
+            if switchyard_remote::proto::part_of(&msg.header).is_some() {
+                pieces.push(msg);
+            } else {
+                let b = node.body(&mut msg).unwrap();
+                refused.push(Reply::decode(&b).unwrap());
+            }
+        }
+    }
+    assert_eq!(pieces.len(), in_flight * lens.len());
+    assert!(
+        refused.iter().all(|(_, r)| *r == Reply::Error(libc::EBUSY)),
+        "{refused:?}"
+    );
 }
 
 /// Bytes of the file [`pulled_file`] makes.
