@@ -245,12 +245,14 @@ impl Node {
         } else {
             0
         };
-        // The prefix and the header move into `s` below; their buffers stay where they are.
-        let mut pieces = Vec::with_capacity(parts.len() + 1);
-        if !prefix.is_empty() {
-            pieces.push((prefix.as_ptr(), prefix.len()));
-        }
-        pieces.extend_from_slice(parts);
+        // The body in one piece, where it is one (no list to build).
+        let single = match (prefix.is_empty(), parts) {
+            (true, []) => Some((ptr::null(), 0)),
+            (true, &[part]) => Some(part),
+            (false, []) => Some((prefix.as_ptr(), prefix.len())),
+            _ => None,
+        };
+        // The prefix and the header move into `s`; their buffers stay where they are.
         let mut s = Sending {
             req: ptr::null_mut(),
             header,
@@ -258,19 +260,17 @@ impl Node {
             owned: prefix,
             _node: PhantomData,
         };
-        let req = match pieces[..] {
-            [] => {
-                // SAFETY: the header lives in `s` until UCX is done with it; no body.
-                unsafe { start_send(ep, &s.header, ptr::null(), 0, flags, None) }
-            }
-            [(body, len)] => {
+        let req = match single {
+            Some((body, len)) => {
                 // SAFETY: the header (and the prefix, if it is the body) live in `s` until
                 // UCX is done with them; a lent part's life is the caller's promise.
                 unsafe { start_send(ep, &s.header, body, len, flags, None) }
             }
-            _ => {
-                s.iov = pieces
+            None => {
+                let prefix = (!s.owned.is_empty()).then(|| (s.owned.as_ptr(), s.owned.len()));
+                s.iov = prefix
                     .iter()
+                    .chain(parts)
                     .map(|&(p, n)| sys::ucp_dt_iov_t {
                         buffer: p.cast_mut().cast(),
                         length: n,
