@@ -267,7 +267,7 @@ impl Node {
                 unsafe { start_send(ep, &s.header, body, len, flags, None) }
             }
             None => {
-                let prefix = (!s.owned.is_empty()).then(|| (s.owned.as_ptr(), s.owned.len()));
+                let prefix = (!s.owned.is_empty()).then_some((s.owned.as_ptr(), s.owned.len()));
                 s.iov = prefix
                     .iter()
                     .chain(parts)
