@@ -100,14 +100,15 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
     println!(
         "stopped; the store is clean ({} connections, {} refused, {} requests, {} bytes \
          committed one-sided, {} bytes pulled, {} bytes in messages, {} reservations \
-         abandoned)",
+         abandoned, {} clients cut off for messages they did not take)",
         n(&stats.connections),
         n(&stats.refused),
         n(&stats.requests),
         n(&stats.committed_bytes),
         n(&stats.pulled_bytes),
         n(&stats.message_bytes),
-        n(&stats.abandoned)
+        n(&stats.abandoned),
+        n(&stats.cut_off)
     );
     Ok(())
 }

@@ -82,6 +82,9 @@ pub struct ServerStats {
     pub pulled_bytes: AtomicU64,
     /// Preparations given back because their client went away or aborted.
     pub abandoned: AtomicU64,
+    /// Clients closed at once, without a flush, because they had not taken messages the
+    /// server sent them (past the 10 s deadline, 16 of them, or refused with some untaken).
+    pub cut_off: AtomicU64,
     /// CPU time the serving thread has used, in nanoseconds (updated as it runs).
     pub cpu_ns: AtomicU64,
 }
@@ -99,6 +102,7 @@ impl ServerStats {
             ("committed_bytes", n(&self.committed_bytes)),
             ("pulled_bytes", n(&self.pulled_bytes)),
             ("abandoned", n(&self.abandoned)),
+            ("cut_off", n(&self.cut_off)),
             ("cpu_ms", n(&self.cpu_ns) / 1_000_000),
         ]
     }
@@ -660,6 +664,7 @@ impl<'s, 'n> Server<'s, '_, 'n> {
     /// that does not take what it asked for may not answer a flush either, and this thread
     /// serves everyone); drops what was on its way to it.
     fn cut_off(&mut self, node: &'n Node, p: Peer<'s>) {
+        self.stats.cut_off.fetch_add(1, Ordering::Relaxed);
         let id = p.ep.id();
         let ep = self.forget_peer(node, p);
         node.close_now(ep);

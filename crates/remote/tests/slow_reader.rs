@@ -82,6 +82,10 @@ fn a_reply_never_taken_disconnects_its_client_and_frees_what_it_held() {
     });
     assert_eq!(w.statfs().unwrap().free_blocks, free);
     assert_eq!(w.read_all("/f").unwrap(), vec![2u8; LEN]);
+    assert_eq!(
+        srv.stats.cut_off.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
 }
 
 /// A client that stops taking its reply and then breaks the protocol is cut off at once: the
@@ -107,4 +111,8 @@ fn a_client_refused_with_a_reply_untaken_holds_up_no_one() {
         );
     });
     assert_eq!(w.read_all("/f").unwrap(), vec![2u8; LEN]);
+    assert_eq!(
+        srv.stats.cut_off.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
 }
