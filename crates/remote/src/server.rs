@@ -247,6 +247,7 @@ pub fn serve(
         writer_key,
         peers: HashMap::new(),
         next_id: 1,
+        out: Vec::new(),
         locks: Locks::default(),
         data: (data_ptr.cast_const(), data_start, data_len),
         tokens: HashMap::new(),
@@ -288,6 +289,8 @@ struct Server<'s, 'o, 'n> {
     writer_key: Option<Vec<u8>>,
     peers: HashMap<usize, Peer<'s>>,
     next_id: u64,
+    /// The buffer the next read's reply is built in: the largest reply that left at once.
+    out: Vec<u8>,
     /// Record locks of every client.
     locks: Locks,
     /// The data area: where it is mapped, its offset in the region, and its length.
@@ -460,7 +463,13 @@ impl<'s, 'n> Server<'s, '_, 'n> {
         grace: Option<Grace<'s>>,
     ) -> bool {
         match node.sent(&mut s) {
-            Some(r) => r.is_ok(),
+            Some(r) => {
+                // The largest reply buffer is kept for the next read's reply.
+                if let Some(b) = s.reclaim().filter(|b| b.capacity() > self.out.capacity()) {
+                    self.out = b;
+                }
+                r.is_ok()
+            }
             None => {
                 let room = self.in_flight(id) < SENDS_IN_FLIGHT;
                 self.outgoing.push(Outgoing {
@@ -631,9 +640,9 @@ impl<'s, 'n> Server<'s, '_, 'n> {
     }
 
     /// The encoded reply to a read of `len` bytes at `off` of `ino`: the data read straight
-    /// into the message, or the error.
+    /// into the message (the buffer `out`, kept from a reply that left), or the error.
     fn read_message(&mut self, seq: u64, ino: u64, off: u64, len: u64) -> Vec<u8> {
-        let mut out = Vec::new();
+        let mut out = std::mem::take(&mut self.out);
         let max = usize::try_from(len).unwrap_or(usize::MAX);
         let read = Reply::bytes_filled(seq, max, &mut out, |b| {
             self.store.read(ino, off, b).map_err(Errno::from)
@@ -645,7 +654,10 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                     .fetch_add(n as u64, Ordering::Relaxed);
                 out
             }
-            Err(e) => Reply::Error(e.0).encode(seq),
+            Err(e) => {
+                self.out = out;
+                Reply::Error(e.0).encode(seq)
+            }
         }
     }
 

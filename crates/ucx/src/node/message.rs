@@ -196,6 +196,14 @@ pub struct Sending<'n> {
     _node: PhantomData<&'n Node>,
 }
 
+impl Sending<'_> {
+    /// The body's owned prefix back, for reuse, once the send finished ([`Node::sent`] said
+    /// so without an error); `None` while UCX may still read it.
+    pub fn reclaim(mut self) -> Option<Vec<u8>> {
+        self.req.is_null().then(|| std::mem::take(&mut self.owned))
+    }
+}
+
 impl Drop for Sending<'_> {
     fn drop(&mut self) {
         if self.req.is_null() || is_err(self.req) {
