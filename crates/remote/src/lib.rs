@@ -17,9 +17,11 @@
 //!   completion) and asks for the commit, which makes the blocks durable before its commit
 //!   point. A client that dies before the commit leaves nothing visible; its reservation
 //!   is given back when its connection fails.
-//! - Where UCX offers no one-sided get but moves large messages without copies (between
-//!   processes of one host, UCX 1.13 emulates gets with the server's CPU but carries
-//!   rendezvous over `cma`), large reads are *pulled*: one request names the blocks of the
+//! - Between processes of one host, gets and puts go over cross-memory attach (`cma`): the
+//!   client's own system calls, with UCX 1.22 ([`switchyard_ucx::Node::one_sided_over_bulk_lanes`]).
+//!   Where UCX offers no one-sided get but moves large messages without copies (UCX 1.13
+//!   there emulates gets with the server's CPU but carries rendezvous over `cma`; or a
+//!   client made by [`Client::connect_pulling`]), large reads are *pulled*: one request names the blocks of the
 //!   cached map and the map's change word; the server takes a grace
 //!   ([`switchyard_store::Store::grace`]), checks the word and sends the blocks from where
 //!   they lie, and the client's transport fetches them ([`DataPath::Pulled`]).
@@ -34,8 +36,8 @@
 //! Each client holds two endpoints: a control endpoint made from the server's socket address
 //! with UCX's peer failure detection, which carries the requests and notices a dead server;
 //! and a data endpoint made from the server's worker address without it, which is the only
-//! kind UCX 1.13 lets use shared memory and cross-memory attach (`cma`) between processes of
-//! one host (on a cluster, both use RDMA verbs).
+//! kind UCX (1.13 verified) lets use shared memory and cross-memory attach (`cma`) between
+//! processes of one host (on a cluster, both use RDMA verbs).
 //!
 //! ## Trust model
 //!

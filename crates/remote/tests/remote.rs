@@ -12,7 +12,7 @@ use switchyard_remote::proto::{Reply, Request};
 use switchyard_remote::{Client, DataPath, Key};
 use switchyard_store::Files;
 use switchyard_store::{Errno, Fd, Fs, OpenFlags, Whence};
-use switchyard_ucx::{Endpoint, Failures, Message, Node};
+use switchyard_ucx::{Failures, Node};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)
@@ -25,13 +25,9 @@ fn files_round_trip_one_sided() {
     let srv = common::start(false);
     let c = Client::connect(srv.addr, &srv.key, true).unwrap();
     // UCX 1.13 offers no one-sided get between processes of one host (it emulates it with
-    // the server's CPU), so reads are pulled there; a UCX that has one uses it.
+    // the server's CPU), so reads are pulled there; UCX 1.22 gets over `cma`.
+    assert_eq!(c.data_path(), expected_path(), "one host");
     let pulled = matches!(c.data_path(), DataPath::Pulled(_));
-    assert!(
-        pulled || matches!(c.data_path(), DataPath::OneSided(_)),
-        "on one host the server never copies the data: {}",
-        c.data_path()
-    );
     c.mkdir("/d", 0o755).unwrap();
     let fd = c.open("/d/f", OpenFlags::CREATE, 0o644).unwrap();
     let mut model = Vec::new();
@@ -129,200 +125,59 @@ proptest! {
     }
 }
 
-/// A reader whose reads race a writer's overwrites returns whole writes only: never a torn
-/// one, never bytes of blocks the writer's commits freed and took again (large reads are
-/// pulled from the server's memory while the writer commits).
+/// A reader whose reads race a writer's overwrites returns whole writes only
+/// ([`common::racing_overwrites_read_whole`]), here with 1 MiB reads as gets of the server's
+/// memory (pulled reads: `pulled.rs`).
 #[test]
 fn reads_racing_overwrites_return_whole_writes() {
-    const LEN: usize = 1 << 20;
     let srv = common::start(false);
-    let w = Client::connect(srv.addr, &srv.key, true).unwrap();
-    let r = Client::connect(srv.addr, &srv.key, false).unwrap();
-    let fw = w.open("/f", OpenFlags::CREATE, 0o644).unwrap();
-    w.pwrite(fw, &vec![0u8; LEN], 0).unwrap();
-    let fr = r.open("/f", OpenFlags::READ, 0).unwrap();
-    let stop = std::sync::atomic::AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            for seed in 1u8..=60 {
-                w.pwrite(fw, &vec![seed; LEN], 0).unwrap();
-            }
-            stop.store(true, Ordering::Relaxed);
-        });
-        let mut buf = vec![0u8; LEN];
-        let mut reads = 0;
-        while !stop.load(Ordering::Relaxed) || reads == 0 {
-            assert_eq!(r.pread(fr, &mut buf, 0).unwrap(), LEN);
-            let first = buf[0];
-            assert!(
-                buf.iter().all(|&b| b == first),
-                "read {reads}: a torn or foreign read (bytes {first} and {:?})",
-                buf.iter().find(|&&b| b != first)
-            );
-            reads += 1;
-        }
-    });
-    if matches!(r.data_path(), DataPath::Pulled(_)) {
-        assert!(srv.stats.pulled_bytes.load(Ordering::Relaxed) > 0);
+    let r = common::racing_overwrites_read_whole(&srv, false);
+    assert_eq!(r.data_path(), expected_path(), "one host");
+    if matches!(r.data_path(), DataPath::OneSided(_)) {
+        assert_eq!(srv.stats.pulled_bytes.load(Ordering::Relaxed), 0);
     }
 }
 
-/// Speaks the protocol by hand as a reader on `node`: proves the key, attaches for pulls and
-/// fetches the map of inode 2 (the first file made in a fresh store); returns the control
-/// endpoint, the data endpoint, and the pull of all of inode 2 with the lengths of its ranges.
-fn ready_to_pull(srv: &common::Running, node: &Node) -> (Endpoint, Endpoint, Request, Vec<u64>) {
-    let (ctl, welcome) = common::prove_by_hand(srv, node, false);
-    let data = node
-        .connect_address(&welcome.address, Failures::Undetected)
-        .unwrap();
-    let attach = Request::Attach {
-        address: node.address().unwrap(),
-    };
-    node.send(&ctl, &[], &attach.encode(2)).unwrap();
-    let Reply::Bytes(token) = common::next_reply(node) else {
-        panic!()
-    };
-    let ino = 2;
-    let map = Request::Map {
-        ino,
-        off: 0,
-        len: u64::MAX,
-    };
-    node.send(&ctl, &[], &map.encode(3)).unwrap();
-    let Reply::Map(m) = common::next_reply(node) else {
-        panic!()
-    };
-    let ranges: Vec<(u64, u64)> = m
-        .runs
-        .iter()
-        .map(|r| (r.region_offset - welcome.data_start, r.len))
-        .collect();
-    let lens = ranges.iter().map(|r| r.1).collect();
-    let pull = Request::Pull {
-        token: token.try_into().unwrap(),
-        ino,
-        change: m.change,
-        ranges,
-    };
-    (ctl, data, pull, lens)
-}
-
-/// Speaks the protocol by hand as a reader ([`ready_to_pull`]) and pulls all of inode 2;
-/// hands `then` its node, control endpoint, and the pieces' messages (bodies not fetched)
-/// with their lengths.
-fn pull_held(srv: &common::Running, then: impl FnOnce(&Node, &Endpoint, Vec<(Message<'_>, u64)>)) {
-    let node = Node::new().unwrap();
-    let (ctl, data, pull, lens) = ready_to_pull(srv, &node);
-    node.send(&data, &[], &pull.encode(4)).unwrap();
-    // The pieces' announcements, bodies not fetched yet.
-    let mut pieces = Vec::new();
-    while pieces.len() < lens.len() {
-        node.wait(Duration::from_millis(20));
-        while let Some(msg) = node.next_message() {
-            assert!(switchyard_remote::proto::part_of(&msg.header).is_some());
-            pieces.push(msg);
-        }
+/// The data path between processes of one host: one-sided gets and puts over `cma` where
+/// this UCX runs them over its bulk lanes (1.22), else pulled reads.
+fn expected_path() -> DataPath {
+    if Node::new().unwrap().one_sided_over_bulk_lanes() {
+        DataPath::OneSided("cma".into())
+    } else {
+        DataPath::Pulled("cma".into())
     }
-    then(&node, &ctl, pieces.into_iter().zip(lens).collect());
 }
 
-/// A client that pulls and pulls without fetching: past its 16 messages in flight, a pull is
-/// refused (`EBUSY`) without a piece, and the server keeps serving others meanwhile.
+/// Once a file's map is cached, a one-sided read of any size needs nothing of the server:
+/// no request, no byte through it (and so no server CPU: measured by `bench remote`).
 #[test]
-fn pulls_past_those_in_flight_are_refused() {
+fn one_sided_reads_of_a_cached_map_send_no_request() {
+    const LEN: usize = 4 << 20;
     let srv = common::start(false);
-    let Some((w, _fd)) = pulled_file(&srv) else {
-        return; // a transport with one-sided gets: nothing is pulled
-    };
-    let node = Node::new().unwrap();
-    let (_ctl, data, pull, lens) = ready_to_pull(&srv, &node);
-    let (pulls, in_flight) = (20u64, 16);
-    for seq in 0..pulls {
-        node.send(&data, &[], &pull.encode(100 + seq)).unwrap();
+    let c = Client::connect(srv.addr, &srv.key, true).unwrap();
+    if !matches!(c.data_path(), DataPath::OneSided(_)) {
+        assert!(!Node::new().unwrap().one_sided_over_bulk_lanes());
+        return; // a UCX without one-sided gets over cma: reads are pulled (pulled.rs)
     }
-    assert_eq!(w.read_all("/f").unwrap().len(), PULLED_LEN);
-    let (mut pieces, mut refused) = (Vec::new(), Vec::new());
-    let t = Instant::now();
-    while pieces.len() < in_flight * lens.len() || refused.len() < pulls as usize - in_flight {
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "{} pieces, {refused:?}",
-            pieces.len()
-        );
-        node.wait(Duration::from_millis(20));
-        while let Some(mut msg) = node.next_message() {
-            if switchyard_remote::proto::part_of(&msg.header).is_some() {
-                pieces.push(msg);
-            } else {
-                let b = node.body(&mut msg).unwrap();
-                refused.push(Reply::decode(&b).unwrap());
-            }
-        }
+    let fd = c.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    let data = pattern(LEN, 7);
+    c.pwrite(fd, &data, 0).unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    c.pread(fd, &mut buf, 0).unwrap();
+    let (before, served) = (c.stats(), srv.stats.message_bytes.load(Ordering::Relaxed));
+    for (k, off) in [0usize, 1 << 20, 12_345, 3 << 20, 4000]
+        .into_iter()
+        .enumerate()
+    {
+        let n = c.pread(fd, &mut buf, off as u64).unwrap();
+        let want = &data[off..(off + buf.len()).min(LEN)];
+        assert_eq!(&buf[..n], want, "read {k}");
     }
-    assert_eq!(pieces.len(), in_flight * lens.len());
-    assert!(
-        refused.iter().all(|(_, r)| *r == Reply::Error(libc::EBUSY)),
-        "{refused:?}"
-    );
-}
-
-/// Bytes of the file [`pulled_file`] makes.
-const PULLED_LEN: usize = 1 << 20;
-
-/// A writer of `srv` and the file it made, `PULLED_LEN` bytes of 1s (inode 2, what
-/// [`pull_held`] pulls), where the data path pulls; `None` on a transport with one-sided gets.
-fn pulled_file(srv: &common::Running) -> Option<(Client, Fd)> {
-    let w = Client::connect(srv.addr, &srv.key, true).unwrap();
-    if !matches!(w.data_path(), DataPath::Pulled(_)) {
-        return None;
-    }
-    let fd = w.open("/f", OpenFlags::CREATE, 0o644).unwrap();
-    w.pwrite(fd, &vec![1u8; PULLED_LEN], 0).unwrap();
-    Some((w, fd))
-}
-
-/// A reader holds a pulled piece unfetched while another client overwrites the file twice
-/// (the second write would take the blocks the first one freed); fetched afterwards, the
-/// piece still holds the bytes the file had at the pull.
-#[test]
-fn a_pulled_block_is_not_taken_again_before_it_is_fetched() {
-    const LEN: usize = PULLED_LEN;
-    let srv = common::start(false);
-    let Some((w, fd)) = pulled_file(&srv) else {
-        return; // a transport with one-sided gets: nothing is pulled
-    };
-    pull_held(&srv, |node, _, pieces| {
-        w.pwrite(fd, &vec![2u8; LEN], 0).unwrap();
-        w.pwrite(fd, &vec![3u8; LEN], 0).unwrap();
-        for (mut msg, len) in pieces {
-            let mut got = vec![0u8; len as usize];
-            node.body_into(&mut msg, &mut got).unwrap();
-            assert!(
-                got.iter().all(|&b| b == 1),
-                "a pulled block was taken again"
-            );
-        }
-    });
-    assert_eq!(w.read_all("/f").unwrap(), vec![3u8; LEN]);
-}
-
-/// A reader that never fetches what it pulled is disconnected after the pull's deadline, and
-/// the blocks its pull kept from reuse are free again.
-#[test]
-fn a_pull_never_fetched_disconnects_its_client_and_frees_what_it_held() {
-    const LEN: usize = PULLED_LEN;
-    let srv = common::start(false);
-    let Some((w, fd)) = pulled_file(&srv) else {
-        return; // a transport with one-sided gets: nothing is pulled
-    };
-    let free = w.statfs().unwrap().free_blocks;
-    pull_held(&srv, |node, ctl, _pieces| {
-        // This client neither fetches nor progresses; the server lets it go at the pull's
-        // deadline, and serves the other client all along.
-        common::overwritten_then_let_go(&w, fd, LEN, free, node, ctl);
-    });
-    assert_eq!(w.statfs().unwrap().free_blocks, free);
-    assert_eq!(w.read_all("/f").unwrap(), vec![2u8; LEN]);
+    let after = c.stats();
+    assert_eq!(after.requests, before.requests, "{after:?}");
+    assert!(after.one_sided_bytes - before.one_sided_bytes >= 4 << 20);
+    assert_eq!(srv.stats.message_bytes.load(Ordering::Relaxed), served);
+    assert_eq!(srv.stats.pulled_bytes.load(Ordering::Relaxed), 0);
 }
 
 #[test]

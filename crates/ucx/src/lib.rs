@@ -34,11 +34,15 @@
 //! The Rust crates for UCX either wrap an older UCX API behind an async runtime of their own
 //! (`async-ucx`, built for tokio and UCX's tag/stream API) or are raw bindings generated from a
 //! vendored copy of UCX headers that need not match the installed library. This crate
-//! generates its bindings at build time from the system's own headers (`libucx-dev`, found with
-//! pkg-config; `build.rs`), so the structures' layout is the one the linked `libucp` was built
-//! with, and wraps the dozen calls Switchyard needs. Verified here on `cma`, `posix`, `sysv`
-//! and `tcp`; the same calls run over RDMA verbs on a cluster, which these machines do not
-//! have (not verified here).
+//! generates its bindings at build time from the headers of the UCX it links (`build.rs`:
+//! the prefix in `SWITCHYARD_UCX`, else `/opt/switchyard/ucx`, else the system's through
+//! pkg-config), so the structures' layout is the one the linked `libucp` was built with, and
+//! wraps the dozen calls Switchyard needs; [`Node::new`] refuses a linked library older than
+//! those headers. `scripts/install-deps.sh` installs UCX 1.22 (Debian 12 has 1.13, which
+//! emulates one-sided access between processes of one host with the target's CPU:
+//! [`Node::one_sided_over_bulk_lanes`]). Verified here with 1.22 and 1.13 on `cma`, `posix`,
+//! `sysv` and `tcp`; the same calls run over RDMA verbs on a cluster, which these machines
+//! do not have (not verified here).
 
 mod error;
 mod node;

@@ -8,11 +8,14 @@
 //! - `raw` — UCX one-sided gets of the same sizes from a registered buffer on the same
 //!   transport: the ceiling (RIMFS Table 1's "RDMA read");
 //! - `raw-pull` — UCX messages of the same sizes sent from a registered buffer by rendezvous,
-//!   fetched by the receiver's transport: the ceiling of pulled reads (on one host UCX 1.13
-//!   serves gets by emulation, with the server's CPU, and the client pulls instead);
+//!   fetched by the receiver's transport: the ceiling of pulled reads;
 //! - `one-sided` — the client's reads on its cached map: gets of the data blocks, then the
-//!   change word that validates them; or, where it pulls, one request that the server
-//!   answers with the blocks (`DataPath`);
+//!   change word that validates them; or, where this UCX has no one-sided get over the
+//!   transport (UCX 1.13 between processes of one host emulates it with the server's CPU),
+//!   pulled (`DataPath`);
+//! - `pulled` — the same reads by a client that pulls reads of 256 KiB or more whatever the
+//!   UCX (`Client::connect_pulling`): one request that the server answers with the blocks,
+//!   sent from where they lie;
 //! - `in-messages` — the same reads with the data moved inside requests and replies (the
 //!   RPC path RIMFS compares against);
 //! - `local` — the store read in this process (no transport at all).
@@ -63,7 +66,14 @@ pub struct RemoteArgs {
 }
 
 const SIZES: [usize; 5] = [512, 4 << 10, 128 << 10, 1 << 20, 2 << 20];
-const PATHS: [&str; 5] = ["raw", "raw-pull", "one-sided", "in-messages", "local"];
+const PATHS: [&str; 6] = [
+    "raw",
+    "raw-pull",
+    "one-sided",
+    "pulled",
+    "in-messages",
+    "local",
+];
 
 /// One measured point.
 #[derive(Serialize, Clone)]
@@ -251,12 +261,14 @@ fn measure(
     let one = Client::connect(addr, key, true)?;
     let rpc = Client::connect(addr, key, false)?;
     rpc.force_in_messages();
+    let pull = Client::connect_pulling(addr, key, false)?;
     let fd = one.open("/data", OpenFlags::CREATE, 0o644)?;
     let chunk = vec![0x5Au8; 4 << 20];
     for off in (0..file).step_by(chunk.len()) {
         one.pwrite(fd, &chunk[..chunk.len().min(file - off)], off as u64)?;
     }
     let rfd = rpc.open("/data", OpenFlags::READ, 0)?;
+    let pfd = pull.open("/data", OpenFlags::READ, 0)?;
     let ino = store.lookup(switchyard_store::format::ROOT, b"data")?.0;
     let raw = Raw::start(file, stop.clone())?;
     // The serving thread of each path: the raw buffer's, or the store's server.
@@ -270,8 +282,11 @@ fn measure(
     };
     if !a.json {
         println!(
-            "bench remote: server and clients in one process over loopback; data path {}",
-            one.data_path()
+            "bench remote: server and clients in one process over loopback (UCX {}); data \
+             path {}; pulled: {}",
+            switchyard_ucx::version(),
+            one.data_path(),
+            pull.data_path()
         );
     }
     let mut samples: Vec<Vec<(f64, f64, f64)>> = vec![Vec::new(); SIZES.len() * PATHS.len()];
@@ -294,6 +309,9 @@ fn measure(
                         "raw-pull" => raw.pull(b, off)?,
                         "one-sided" => {
                             one.pread(fd, b, off as u64)?;
+                        }
+                        "pulled" => {
+                            pull.pread(pfd, b, off as u64)?;
                         }
                         "in-messages" => {
                             rpc.pread(rfd, b, off as u64)?;

@@ -22,8 +22,8 @@ pub(super) const SMALL_WRITE: usize = 16 << 10;
 /// Reads of at least this many bytes are pulled where the data path pulls; smaller ones are
 /// gets (which UCX 1.13 serves by emulation on one host: the server's UCX copies them as it
 /// progresses), because for them the pull's request costs the server more than the copy
-/// (measured by `bench remote`: at 4 KiB and 128 KiB the server's CPU per GiB is lower with
-/// gets, at 1 MiB and 2 MiB 2–6× lower with pulls).
+/// (measured by `bench remote` on UCX 1.13: at 4 KiB and 128 KiB the server's CPU per GiB
+/// is lower with gets, at 1 MiB and 2 MiB 2–6× lower with pulls).
 pub(super) const PULL_FROM: usize = 256 << 10;
 
 impl Inner {

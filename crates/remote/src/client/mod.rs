@@ -48,7 +48,8 @@ pub enum DataPath {
     /// one small request per read and never copies the data. Smaller reads are gets, writes
     /// puts. Chosen where the transport moves large messages without copies but UCX offers
     /// no one-sided get on it (UCX 1.13 serves gets between processes of one host by
-    /// emulation: the server's UCX copies them).
+    /// emulation: the server's UCX copies them; 1.22 gets over `cma`), or by
+    /// [`Client::connect_pulling`].
     Pulled(String),
     /// Inside requests and replies, because the transport (named) has no one-sided access.
     InMessages(String),
@@ -164,6 +165,27 @@ impl Client {
     /// Connects to the server at `addr`, proves `key`, and opens the data endpoint. `write`
     /// asks for write access (refused by a read-only server).
     pub fn connect(addr: SocketAddr, key: &Key, write: bool) -> Result<Client, ConnectError> {
+        Client::connect_reading(addr, key, write, false)
+    }
+
+    /// [`Client::connect`], with large reads pulled ([`DataPath::Pulled`]) wherever the data
+    /// endpoint has a bulk lane other than `tcp`, even where this UCX would get over it
+    /// ([`Node::one_sided_over_bulk_lanes`]): the path a UCX without one-sided gets there
+    /// takes, kept to compare with (`bench remote`) and to test on any UCX.
+    pub fn connect_pulling(
+        addr: SocketAddr,
+        key: &Key,
+        write: bool,
+    ) -> Result<Client, ConnectError> {
+        Client::connect_reading(addr, key, write, true)
+    }
+
+    fn connect_reading(
+        addr: SocketAddr,
+        key: &Key,
+        write: bool,
+        pulling: bool,
+    ) -> Result<Client, ConnectError> {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             ConnectError(format!("switchyard server at {addr}: {what}: {e}"))
         };
@@ -210,7 +232,8 @@ impl Client {
         let changes_key = node
             .unpack_rkey(&data, &welcome.changes_key)
             .map_err(|e| fail("change key", &e))?;
-        let mut path = data_path(&node.describe(&data));
+        let bulk_one_sided = node.one_sided_over_bulk_lanes() && !pulling;
+        let mut path = data_path(&node.describe(&data), bulk_one_sided);
         let mut token = [0u8; 16];
         if let DataPath::Pulled(t) = &path {
             // The server sends pulled pieces on an endpoint of its own to this worker.
@@ -509,9 +532,10 @@ fn size_only(size: u64) -> SetAttr {
 
 /// The data path UCX's description of the data endpoint (`ucp_ep_print_info`) implies:
 /// one-sided where a lane for gets and puts (role `rma#`) uses a transport other than `tcp`
-/// (which UCX emulates with the server's CPU); pulled where only a bulk lane (role
-/// `rma_bw#`, which rendezvous uses) does; in messages otherwise.
-fn data_path(description: &str) -> DataPath {
+/// (which UCX emulates with the server's CPU), or a bulk lane (role `rma_bw#`) does and
+/// `bulk_one_sided` ([`Node::one_sided_over_bulk_lanes`]: this UCX runs gets and puts over
+/// it); pulled where only a bulk lane, which rendezvous uses, does; in messages otherwise.
+fn data_path(description: &str, bulk_one_sided: bool) -> DataPath {
     // "lane[2]:  5:cma/memory.0 md[4] -> md[4]/cma/sysdev[255] rma_bw#0"
     let lanes: Vec<(&str, Vec<&str>)> = description
         .lines()
@@ -532,7 +556,11 @@ fn data_path(description: &str) -> DataPath {
     if let Some(t) = rma.iter().find(|t| **t != "tcp") {
         DataPath::OneSided(t.to_string())
     } else if let Some(t) = bulk.iter().find(|t| **t != "tcp") {
-        DataPath::Pulled(t.to_string())
+        if bulk_one_sided {
+            DataPath::OneSided(t.to_string())
+        } else {
+            DataPath::Pulled(t.to_string())
+        }
     } else {
         let t = rma.first().or(bulk.first()).unwrap_or(&"tcp");
         DataPath::InMessages(t.to_string())
@@ -629,14 +657,32 @@ mod tests {
 
     #[test]
     fn the_data_path_is_read_from_the_one_sided_lanes() {
+        // UCX 1.13's lanes between processes of one host, and 1.22's (with segment ids).
         let cma = "#  lane[0]:  3:sysv/memory.0 md[2] -> md[2]/sysv/sysdev[255] am am_bw#0\n\
                    #  lane[2]:  5:cma/memory.0 md[4] -> md[4]/cma/sysdev[255] rma_bw#0\n";
-        assert_eq!(data_path(cma), DataPath::Pulled("cma".into()));
+        let cma_1_22 = "#  lane[0]:  4:sysv/memory.0 md[2] -> md[2]/sysv/sysdev[255] seg 4294967295 am\n\
+                        #  lane[2]:  6:cma/memory.0 md[4] -> md[4]/cma/sysdev[255] seg 4294967295 rma_bw#0\n";
+        for shm in [cma, cma_1_22] {
+            assert_eq!(data_path(shm, false), DataPath::Pulled("cma".into()));
+            assert_eq!(data_path(shm, true), DataPath::OneSided("cma".into()));
+        }
         let rc = "#  lane[0]:  1:rc_mlx5/mlx5_0:1.0 md[1] -> md[1]/ib/sysdev[255] rma#0 rma_bw#0 am am_bw#0\n\
                   #  lane[1]:  2:tcp/eth0.0 md[0] -> md[0]/tcp/sysdev[255] rma#1\n";
-        assert_eq!(data_path(rc), DataPath::OneSided("rc_mlx5".into()));
         let tcp = "#  lane[0]:  0:tcp/lo.0 md[0] -> md[0]/tcp/sysdev[255] rma_bw#0 am am_bw#0\n";
-        assert_eq!(data_path(tcp), DataPath::InMessages("tcp".into()));
-        assert_eq!(data_path(""), DataPath::InMessages("tcp".into()));
+        for bulk_one_sided in [false, true] {
+            assert_eq!(
+                data_path(rc, bulk_one_sided),
+                DataPath::OneSided("rc_mlx5".into())
+            );
+            assert_eq!(
+                data_path(tcp, bulk_one_sided),
+                DataPath::InMessages("tcp".into()),
+                "tcp's one-sided access is emulated whatever the version"
+            );
+            assert_eq!(
+                data_path("", bulk_one_sided),
+                DataPath::InMessages("tcp".into())
+            );
+        }
     }
 }

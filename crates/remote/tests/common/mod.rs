@@ -136,3 +136,44 @@ pub fn overwritten_then_let_go(
         node.wait(Duration::from_millis(20));
     }
 }
+
+/// A writer overwrites a 1 MiB file of `srv` 60 times with one byte value each time while a
+/// reader reads all of it again and again: every read holds one write whole, never a torn
+/// one, never bytes of blocks the writer's commits freed and took again. Returns the reader,
+/// which pulls its reads if `pulling` ([`switchyard_remote::Client::connect_pulling`]).
+pub fn racing_overwrites_read_whole(srv: &Running, pulling: bool) -> switchyard_remote::Client {
+    use switchyard_remote::Client;
+    use switchyard_store::{Files, OpenFlags};
+    const LEN: usize = 1 << 20;
+    let w = Client::connect(srv.addr, &srv.key, true).unwrap();
+    let r = if pulling {
+        Client::connect_pulling(srv.addr, &srv.key, false).unwrap()
+    } else {
+        Client::connect(srv.addr, &srv.key, false).unwrap()
+    };
+    let fw = w.open("/f", OpenFlags::CREATE, 0o644).unwrap();
+    w.pwrite(fw, &vec![0u8; LEN], 0).unwrap();
+    let fr = r.open("/f", OpenFlags::READ, 0).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for seed in 1u8..=60 {
+                w.pwrite(fw, &vec![seed; LEN], 0).unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+        let mut buf = vec![0u8; LEN];
+        let mut reads = 0;
+        while !stop.load(Ordering::Relaxed) || reads == 0 {
+            assert_eq!(r.pread(fr, &mut buf, 0).unwrap(), LEN);
+            let first = buf[0];
+            assert!(
+                buf.iter().all(|&b| b == first),
+                "read {reads}: a torn or foreign read (bytes {first} and {:?})",
+                buf.iter().find(|&&b| b != first)
+            );
+            reads += 1;
+        }
+    });
+    r
+}

@@ -94,6 +94,8 @@ pub struct Node {
     unreported: RefCell<Vec<usize>>,
     /// The keys this node unpacked.
     keys: Arc<Mutex<KeyShelf>>,
+    /// [`Node::one_sided_over_bulk_lanes`].
+    bulk_one_sided: bool,
 }
 
 // SAFETY: every UCX handle in a `Node` is used only through `&Node` methods, and `Node` is not
@@ -133,6 +135,48 @@ unsafe extern "C" fn on_failure(arg: *mut c_void, ep: sys::ucp_ep_h, _: sys::ucs
     events.failed.borrow_mut().push(ep as usize);
 }
 
+/// The first UCX release measured to move gets and puts over bulk lanes zero-copy
+/// ([`Node::one_sided_over_bulk_lanes`]); 1.13 does not.
+const BULK_ONE_SIDED_FROM: (u32, u32) = (1, 22);
+
+/// The linked library's (major, minor) version.
+fn linked_version() -> (u32, u32) {
+    let (mut major, mut minor, mut release) = (0, 0, 0);
+    // SAFETY: the three pointers are valid for writes of one `c_uint` each.
+    unsafe { sys::ucp_get_version(&mut major, &mut minor, &mut release) };
+    (major, minor)
+}
+
+/// Whether UCX `version`, with the settings `ucp_config_print` printed, runs gets and puts
+/// over bulk lanes zero-copy: from [`BULK_ONE_SIDED_FROM`], unless `UCX_PROTO_ENABLE` is
+/// `n` (the only other value UCX takes is `y`).
+fn bulk_one_sided(version: (u32, u32), settings: &str) -> bool {
+    let v2 = settings
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("UCX_PROTO_ENABLE="))
+        .is_none_or(|v| v.trim() != "n");
+    version >= BULK_ONE_SIDED_FROM && v2
+}
+
+/// What `print` writes to a FILE, as text (UCX's printers write nowhere else).
+fn printed(print: impl FnOnce(*mut libc::FILE)) -> String {
+    let (mut buf, mut len) = (ptr::null_mut(), 0usize);
+    // SAFETY: `open_memstream` gives a FILE writing into a buffer it allocates.
+    let f = unsafe { libc::open_memstream(&mut buf, &mut len) };
+    if f.is_null() {
+        return String::new();
+    }
+    print(f);
+    // SAFETY: `f` is a live FILE, closed once; closing it finalises `buf` and `len`.
+    unsafe { libc::fclose(f) };
+    // SAFETY: after `fclose`, `buf` holds `len` bytes, freed right after the copy.
+    let text = unsafe { std::slice::from_raw_parts(buf as *const u8, len) };
+    let out = String::from_utf8_lossy(text).into_owned();
+    // SAFETY: `buf` was allocated by `open_memstream` with malloc.
+    unsafe { libc::free(buf.cast()) };
+    out
+}
+
 fn is_err(p: sys::ucs_status_ptr_t) -> bool {
     (p as usize) >= (sys::UCS_ERR_LAST as isize as usize)
 }
@@ -161,6 +205,16 @@ impl Node {
                 unsafe { sys::ucp_config_modify(config, name.as_ptr(), value.as_ptr()) };
             }
         }
+        // SAFETY: `config` is live; the FILE is the one `printed` passes.
+        let settings = printed(|f| unsafe {
+            sys::ucp_config_print(
+                config,
+                f.cast(),
+                ptr::null(),
+                sys::UCS_CONFIG_PRINT_CONFIG | sys::UCS_CONFIG_PRINT_HIDDEN,
+            )
+        });
+        let bulk_one_sided = bulk_one_sided(linked_version(), &settings);
         let mut context = ptr::null_mut();
         // SAFETY: `params` is initialised for the fields its mask names; `config` is live;
         // `context` receives the handle.
@@ -177,6 +231,15 @@ impl Node {
         // keeps its own copy of what it read.
         unsafe { sys::ucp_config_release(config) };
         made?;
+        let linked = linked_version();
+        if linked < (sys::UCP_API_MAJOR, sys::UCP_API_MINOR) {
+            // SAFETY: the context was created above and nothing else uses it.
+            unsafe { sys::ucp_cleanup(context) };
+            return Err(Error::new(
+                "init: the linked UCX is older than the headers the bindings came from",
+                sys::UCS_ERR_UNSUPPORTED,
+            ));
+        }
         let wp = sys::ucp_worker_params_t {
             field_mask: sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
             // Serialized, not single: the node may move between threads (one at a time).
@@ -207,6 +270,7 @@ impl Node {
             poisoned: Cell::new(false),
             unreported: RefCell::new(Vec::new()),
             keys: Arc::default(),
+            bulk_one_sided,
         };
         // SAFETY: `worker` is live; `efd` receives a descriptor the worker owns.
         check("event fd", unsafe {
@@ -438,23 +502,19 @@ impl Node {
         if self.usable("describe", ep).is_err() {
             return String::new();
         }
-        let (mut buf, mut len) = (ptr::null_mut(), 0usize);
-        // SAFETY: `open_memstream` gives a FILE writing into a buffer it allocates.
-        let f = unsafe { libc::open_memstream(&mut buf, &mut len) };
-        if f.is_null() {
-            return String::new();
-        }
-        // SAFETY: `ep` is open; `f` is a live FILE; closing it finalises `buf` and `len`.
-        unsafe {
-            sys::ucp_ep_print_info(ep.h, f.cast());
-            libc::fclose(f);
-        }
-        // SAFETY: after `fclose`, `buf` holds `len` bytes, freed right after the copy.
-        let text = unsafe { std::slice::from_raw_parts(buf as *const u8, len) };
-        let out = String::from_utf8_lossy(text).into_owned();
-        // SAFETY: `buf` was allocated by `open_memstream` with malloc.
-        unsafe { libc::free(buf.cast()) };
-        out
+        // SAFETY: `ep` is open; the FILE is the one `printed` passes.
+        printed(|f| unsafe { sys::ucp_ep_print_info(ep.h, f.cast()) })
+    }
+
+    /// Whether this UCX moves gets and puts of registered memory over an endpoint's bulk
+    /// lanes (role `rma_bw` in [`Node::describe`]) as zero-copy transfers the initiator
+    /// alone makes: UCX 1.22 or later with its protocol selection v2 (its default;
+    /// `UCX_PROTO_ENABLE=n` turns it off). So between processes of one host a get is the
+    /// initiator's `process_vm_readv` over `cma`. Older UCX (1.13 measured) use only the
+    /// lanes for gets (role `rma`) for them, and where none reaches the memory, emulate them
+    /// with messages the target's CPU answers.
+    pub fn one_sided_over_bulk_lanes(&self) -> bool {
+        self.bulk_one_sided
     }
 
     /// Endpoints whose peer failed since the last call (by [`Endpoint::id`]); their
@@ -691,5 +751,28 @@ impl Drop for Node {
             sys::ucp_worker_destroy(self.worker);
             sys::ucp_cleanup(self.context);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bulk_one_sided;
+
+    #[test]
+    fn bulk_lanes_carry_gets_from_ucx_1_22_with_protocols_v2() {
+        let on = "UCX_NET_DEVICES=all\nUCX_PROTO_ENABLE=y\nUCX_TLS=all\n";
+        let off = "UCX_NET_DEVICES=all\nUCX_PROTO_ENABLE=n\n";
+        assert!(bulk_one_sided((1, 22), on));
+        assert!(bulk_one_sided((2, 0), on));
+        assert!(
+            bulk_one_sided((1, 22), "UCX_TLS=all\n"),
+            "v2 is 1.22's default"
+        );
+        assert!(!bulk_one_sided((1, 22), off));
+        assert!(
+            !bulk_one_sided((1, 13), on),
+            "1.13 emulates gets it has no rma lane for"
+        );
+        assert!(!bulk_one_sided((1, 13), off));
     }
 }
