@@ -97,6 +97,8 @@ if [ "$ucx_wheel" -eq 1 ]; then
   $SUDO rm -rf "$UCX_DIR"
   $SUDO mkdir -p "$UCX_DIR"
   $SUDO cp -a "$tmp/x/libucx/lib" "$tmp/x/libucx/include" "$tmp/x/libucx/bin" "$UCX_DIR/"
+  # ucx_perftest's OpenMP runtime, which the wheel keeps beside its libraries.
+  $SUDO cp "$tmp"/x/libucx_cu12.libs/libgomp-*.so* "$UCX_DIR/lib/"
   # Zip archives keep no modes.
   $SUDO chmod 755 "$UCX_DIR"/bin/*
   # Static libraries and the CUDA modules (whose runtime stays out) are not used.

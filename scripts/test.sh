@@ -15,4 +15,4 @@ CARGO_TARGET_DIR=target/loom RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 \
   cargo test -p switchyard-engine --release --lib loom
 # The store's real in-flight tracking on shuttle's locks, under its model checker.
 CARGO_TARGET_DIR=target/shuttle RUSTFLAGS="--cfg shuttle" \
-  cargo test -p switchyard-store --release --lib inflight::model
+  cargo test -p switchyard-store --release --lib -- inflight::model changes::model

@@ -210,6 +210,12 @@ fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
     };
     let read_only = !client.writable();
     let path = client.data_path();
+    let mapped = if client.change_words_mapped() {
+        " (the server's change words mapped here: cached names, attributes and maps are \
+         checked without a request)"
+    } else {
+        ""
+    };
     let client = std::sync::Arc::new(client);
     let counters = client.clone();
     let cfg = a.at.mover.load_config()?;
@@ -220,7 +226,7 @@ fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
     let m = switchyard_fuse::mount_inodes(client, &a.dir, &fuse_cfg, access, read_only)
         .with_context(|| format!("mounting on {}", a.dir.display()))?;
     println!(
-        "mounted the store served at {at} on {}{}; data moves {path}.",
+        "mounted the store served at {at} on {}{}; data moves {path}{mapped}.",
         a.dir.display(),
         if read_only { " read-only" } else { "" },
     );

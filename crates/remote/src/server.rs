@@ -187,6 +187,15 @@ struct Outgoing<'s, 'n> {
     since: Instant,
 }
 
+/// Ends the store's change-word mirror when dropped (before the memory it is in goes).
+struct Unmirror<'s>(&'s Store);
+
+impl Drop for Unmirror<'_> {
+    fn drop(&mut self) {
+        self.0.changes().unmirror();
+    }
+}
+
 /// Serves `store` until `stop` is set: listens, calls `ready` with the address bound, and
 /// answers clients. Returns when stopped, after every client's leftovers are undone.
 pub fn serve(
@@ -216,10 +225,26 @@ pub fn serve(
     } else {
         Some(reg(true).map_err(|e| fail("registering the data area", &e))?)
     };
-    let (changes_ptr, changes_len) = store.changes().bytes();
-    // SAFETY: the change words live as long as the store; peers only read them.
-    let changes = unsafe { node.register(changes_ptr.cast_mut(), changes_len, false) }
-        .map_err(|e| fail("registering the change words", &e))?;
+    // The change words, mirrored into memory UCX allocates where peers on this host can map
+    // it: they check a word with a load instead of a get. Where UCX cannot allocate such
+    // memory, the table itself is registered (peers get its words).
+    let (_, changes_len) = store.changes().bytes();
+    let (changes, changes_ptr, _unmirror) = match node.allocate(changes_len, false) {
+        Ok((reg, at)) => {
+            // SAFETY: `at` is UCX's allocation of the table's size (page-aligned), mapped
+            // until `node` is dropped, which happens after `Unmirror` (made here, declared
+            // after `node`, so dropped first) has ended the mirror. Peers get a read-only key.
+            unsafe { store.changes().mirror(at) };
+            (reg, at as *const u8, Some(Unmirror(store)))
+        }
+        Err(_) => {
+            let (at, len) = store.changes().bytes();
+            // SAFETY: the change words live as long as the store; peers only read them.
+            let reg = unsafe { node.register(at.cast_mut(), len, false) }
+                .map_err(|e| fail("registering the change words", &e))?;
+            (reg, at, None)
+        }
+    };
     let pack = |r| {
         node.pack_rkey(r)
             .map_err(|e| fail("packing a memory key", &e))

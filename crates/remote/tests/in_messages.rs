@@ -16,6 +16,7 @@ fn without_one_sided_access_data_moves_in_messages() {
     let srv = common::start(false);
     let c = Client::connect(srv.addr, &srv.key, true).unwrap();
     assert_eq!(c.data_path(), DataPath::InMessages("tcp".into()));
+    assert!(!c.change_words_mapped(), "tcp shares no memory");
     let fd = c.open("/f", OpenFlags::CREATE, 0o644).unwrap();
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
     c.pwrite(fd, &data, 17).unwrap();

@@ -27,6 +27,7 @@ fn files_round_trip_one_sided() {
     // UCX 1.13 offers no one-sided get between processes of one host (it emulates it with
     // the server's CPU), so reads are pulled there; UCX 1.22 gets over `cma`.
     assert_eq!(c.data_path(), expected_path(), "one host");
+    assert!(c.change_words_mapped(), "one host: UCX shares memory");
     let pulled = matches!(c.data_path(), DataPath::Pulled(_));
     c.mkdir("/d", 0o755).unwrap();
     let fd = c.open("/d/f", OpenFlags::CREATE, 0o644).unwrap();

@@ -1,6 +1,8 @@
 //! The client's work behind its calls: requests, the checked caches, one-sided and
 //! in-message data, and path walks.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use switchyard_store::changes::Changes;
 use switchyard_store::format::{ROOT, S_IFDIR, S_IFLNK, S_IFREG};
 use switchyard_store::fs::components;
@@ -25,6 +27,13 @@ pub(super) const SMALL_WRITE: usize = 16 << 10;
 /// (measured by `bench remote` on UCX 1.13: at 4 KiB and 128 KiB the server's CPU per GiB
 /// is lower with gets, at 1 MiB and 2 MiB 2–6× lower with pulls).
 pub(super) const PULL_FROM: usize = 256 << 10;
+
+/// The first of the server's change words, mapped into this process ([`Node::mapped`]).
+pub(super) struct MappedWords(pub(super) *const AtomicU64);
+
+// SAFETY: the words are only loaded atomically, from whichever thread holds the `Inner` that
+// keeps their mapping.
+unsafe impl Send for MappedWords {}
 
 impl Inner {
     pub(super) fn forget(&mut self) {
@@ -68,10 +77,21 @@ impl Inner {
         wait_with(&self.node, &self.ctl, Some(self.seq), self.timeout, f)
     }
 
-    /// The change word of `ino` now (one-sided). The get covers the word's whole 64-byte
-    /// line: UCX 1.13 moves gets as small as 8 bytes through the server's CPU (an active
-    /// message it answers) even on `cma`, and a line-sized one directly.
+    /// The change word of `ino` now (one-sided): a load where the words are mapped into this
+    /// process, else a get. The get covers the word's whole 64-byte line: UCX 1.13 moves
+    /// gets as small as 8 bytes through the server's CPU (an active message it answers) even
+    /// on `cma`, and a line-sized one directly.
     pub(super) fn word(&self, ino: u64) -> Result<u64, Errno> {
+        if let Some(words) = &self.changes_mapped {
+            // Whatever this thread read before (the blocks, by gets that completed) is read
+            // before the word.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            // SAFETY: the mapping holds `CHANGE_WORDS` words (the server's table) and lasts
+            // as long as `changes_key`, which this `Inner` holds; the server only writes them
+            // atomically.
+            let w = unsafe { &*words.0.add(Changes::index(ino)) };
+            return Ok(w.load(Ordering::SeqCst));
+        }
         let mut line = [0u8; WORD_LINE];
         let at = self.welcome.changes_addr + Changes::index(ino) as u64 * 8;
         let start = at & !(WORD_LINE as u64 - 1);

@@ -128,6 +128,9 @@ pub struct Client {
 }
 
 struct Inner {
+    /// The server's change words mapped into this process, where they can be (on one host:
+    /// [`Node::mapped`]); a word is then a load, not a get. Lives as long as `changes_key`.
+    changes_mapped: Option<inner::MappedWords>,
     // The keys go before the node that unpacked them.
     data_key: RKey,
     changes_key: RKey,
@@ -232,6 +235,9 @@ impl Client {
         let changes_key = node
             .unpack_rkey(&data, &welcome.changes_key)
             .map_err(|e| fail("change key", &e))?;
+        let changes_mapped = node
+            .mapped(&changes_key, welcome.changes_addr)
+            .map(|at| inner::MappedWords(at.cast()));
         let bulk_one_sided = node.one_sided_over_bulk_lanes() && !pulling;
         let mut path = data_path(&node.describe(&data), bulk_one_sided);
         let mut token = [0u8; 16];
@@ -245,6 +251,7 @@ impl Client {
         Ok(Client {
             io: Mutex::new(None),
             inner: Arc::new(Mutex::new(Inner {
+                changes_mapped,
                 data_key,
                 changes_key,
                 node,
@@ -275,6 +282,13 @@ impl Client {
     /// How data moves (one-sided, or inside messages where the transport cannot).
     pub fn data_path(&self) -> DataPath {
         self.with(|i| Ok(i.path.clone())).expect("infallible")
+    }
+
+    /// Whether the server's change words are mapped into this process (on one host, where
+    /// UCX shares memory: [`Node::mapped`]), so the caches' checks are loads, not gets.
+    pub fn change_words_mapped(&self) -> bool {
+        self.with(|i| Ok(i.changes_mapped.is_some()))
+            .expect("infallible")
     }
 
     /// From now on, moves data inside requests and replies even where one-sided access

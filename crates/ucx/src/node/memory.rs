@@ -81,6 +81,60 @@ impl Node {
         Ok(Registration(regs.len() - 1))
     }
 
+    /// `len` bytes of memory UCX allocates and registers as [`Node::register`] does, placed
+    /// where peers on this host can map it into their own address space (shared memory,
+    /// UCX's `sysv` or `posix`, where it has them), so that they read it without a get
+    /// ([`Node::mapped`]). Returns the registration and the memory's address; the memory
+    /// stays mapped until the node is dropped, and peers holding its key may read (and, when
+    /// `writable`, write) it at any time.
+    pub fn allocate(&self, len: usize, writable: bool) -> Result<(Registration, *mut u8), Error> {
+        let mut prot = sys::UCP_MEM_MAP_PROT_LOCAL_READ
+            | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
+            | sys::UCP_MEM_MAP_PROT_REMOTE_READ;
+        if writable {
+            prot |= sys::UCP_MEM_MAP_PROT_REMOTE_WRITE;
+        }
+        let params = sys::ucp_mem_map_params_t {
+            field_mask: (sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                | sys::UCP_MEM_MAP_PARAM_FIELD_FLAGS
+                | sys::UCP_MEM_MAP_PARAM_FIELD_PROT) as u64,
+            length: len,
+            flags: sys::UCP_MEM_MAP_ALLOCATE as _,
+            prot: prot as _,
+            ..Default::default()
+        };
+        let mut memh = ptr::null_mut();
+        // SAFETY: the context is live; UCX allocates the range itself.
+        check("allocate", unsafe {
+            sys::ucp_mem_map(self.context, &params, &mut memh)
+        })?;
+        let mut attr = sys::ucp_mem_attr_t {
+            field_mask: sys::UCP_MEM_ATTR_FIELD_ADDRESS as u64,
+            ..Default::default()
+        };
+        // SAFETY: `memh` was just mapped; `attr` is initialised for its mask.
+        if let Err(e) = check("allocate", unsafe { sys::ucp_mem_query(memh, &mut attr) }) {
+            // SAFETY: `memh` is mapped and named nowhere else.
+            unsafe { sys::ucp_mem_unmap(self.context, memh) };
+            return Err(e);
+        }
+        let mut regs = self.registrations.borrow_mut();
+        regs.push(memh);
+        Ok((Registration(regs.len() - 1), attr.address.cast()))
+    }
+
+    /// Where the peer's address `remote` under `key` is mapped into this process, if the
+    /// peer's memory can be (it was [`Node::allocate`]d in shared memory this host's UCX
+    /// reaches): loads there see the peer's stores without a get. The mapping lasts as long as
+    /// `key`.
+    pub fn mapped(&self, key: &RKey, remote: u64) -> Option<*const u8> {
+        self.mine("map", key).ok()?;
+        let mut at = ptr::null_mut();
+        // SAFETY: `key` is a live key of this node; UCX writes the local address to `at`.
+        let status = unsafe { sys::ucp_rkey_ptr(key.h, remote, &mut at) };
+        (status == sys::UCS_OK && !at.is_null()).then_some(at as *const u8)
+    }
+
     /// The packed remote key of a registration, to send to peers.
     pub fn pack_rkey(&self, r: Registration) -> Result<Vec<u8>, Error> {
         let memh = self.registrations.borrow()[r.0];
