@@ -39,6 +39,19 @@ impl Drop for RKey {
     }
 }
 
+/// The protection of memory this node may read and write and peers may read, and write when
+/// `writable`.
+fn protection(writable: bool) -> u32 {
+    let prot = sys::UCP_MEM_MAP_PROT_LOCAL_READ
+        | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
+        | sys::UCP_MEM_MAP_PROT_REMOTE_READ;
+    if writable {
+        prot | sys::UCP_MEM_MAP_PROT_REMOTE_WRITE
+    } else {
+        prot
+    }
+}
+
 /// A range of this node's memory registered for peers' one-sided access.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Registration(usize);
@@ -56,19 +69,13 @@ impl Node {
         len: usize,
         writable: bool,
     ) -> Result<Registration, Error> {
-        let mut prot = sys::UCP_MEM_MAP_PROT_LOCAL_READ
-            | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
-            | sys::UCP_MEM_MAP_PROT_REMOTE_READ;
-        if writable {
-            prot |= sys::UCP_MEM_MAP_PROT_REMOTE_WRITE;
-        }
         let params = sys::ucp_mem_map_params_t {
             field_mask: (sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
                 | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
                 | sys::UCP_MEM_MAP_PARAM_FIELD_PROT) as u64,
             address: addr.cast(),
             length: len,
-            prot: prot as _,
+            prot: protection(writable) as _,
             ..Default::default()
         };
         let mut memh = ptr::null_mut();
@@ -88,19 +95,13 @@ impl Node {
     /// stays mapped until the node is dropped, and peers holding its key may read (and, when
     /// `writable`, write) it at any time.
     pub fn allocate(&self, len: usize, writable: bool) -> Result<(Registration, *mut u8), Error> {
-        let mut prot = sys::UCP_MEM_MAP_PROT_LOCAL_READ
-            | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
-            | sys::UCP_MEM_MAP_PROT_REMOTE_READ;
-        if writable {
-            prot |= sys::UCP_MEM_MAP_PROT_REMOTE_WRITE;
-        }
         let params = sys::ucp_mem_map_params_t {
             field_mask: (sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
                 | sys::UCP_MEM_MAP_PARAM_FIELD_FLAGS
                 | sys::UCP_MEM_MAP_PARAM_FIELD_PROT) as u64,
             length: len,
             flags: sys::UCP_MEM_MAP_ALLOCATE as _,
-            prot: prot as _,
+            prot: protection(writable) as _,
             ..Default::default()
         };
         let mut memh = ptr::null_mut();
