@@ -30,7 +30,6 @@ fn main() {
             println!("cargo:rustc-link-search=native={}", lib.display());
             println!("cargo:rustc-link-lib=ucp");
             println!("cargo:rustc-link-lib=ucs");
-            println!("cargo:libdir={}", lib.display());
             vec![prefix.join("include")]
         }
         None => pkg_config::Config::new()
