@@ -228,7 +228,7 @@ pub fn serve(
     // The change words, mirrored into memory UCX allocates where peers on this host can map
     // it: they check a word with a load instead of a get. Where UCX cannot allocate such
     // memory, the table itself is registered (peers get its words).
-    let (_, changes_len) = store.changes().bytes();
+    let (table, changes_len) = store.changes().bytes();
     let (changes, changes_ptr, _unmirror) = match node.allocate(changes_len, false) {
         Ok((reg, at)) => {
             // SAFETY: `at` is UCX's allocation of the table's size (page-aligned), mapped
@@ -238,11 +238,10 @@ pub fn serve(
             (reg, at as *const u8, Some(Unmirror(store)))
         }
         Err(_) => {
-            let (at, len) = store.changes().bytes();
             // SAFETY: the change words live as long as the store; peers only read them.
-            let reg = unsafe { node.register(at.cast_mut(), len, false) }
+            let reg = unsafe { node.register(table.cast_mut(), changes_len, false) }
                 .map_err(|e| fail("registering the change words", &e))?;
-            (reg, at, None)
+            (reg, table, None)
         }
     };
     let pack = |r| {
@@ -702,30 +701,25 @@ impl<'s, 'n> Server<'s, '_, 'n> {
     /// serves everyone); drops what was on its way to it.
     fn cut_off(&mut self, node: &'n Node, p: Peer<'s>) {
         self.stats.cut_off.fetch_add(1, Ordering::Relaxed);
-        let id = p.ep.id();
-        let ep = self.forget_peer(node, p);
-        node.close_now(ep);
-        self.drop_sends(id);
+        self.depart(node, p, Node::close_now);
     }
 
     /// Undoes what a departing client left: its preparations and open handles.
     fn leave(&mut self, node: &'n Node, p: Peer<'s>) {
-        let id = p.ep.id();
-        let ep = self.forget_peer(node, p);
-        node.close(ep);
-        self.drop_sends(id);
+        self.depart(node, p, Node::close);
     }
 
-    /// Undoes what a departing client left, as [`Server::leave`], and hands back its control
-    /// endpoint, still open, for the caller to close.
-    fn forget_peer(&mut self, node: &'n Node, p: Peer<'s>) -> Endpoint {
-        self.locks.release_peer(p.ep.id());
+    /// Undoes what a departing client left — its record locks, pull tokens, preparations,
+    /// open handles and holds — closes its data endpoint at once and its control endpoint
+    /// with `close`, and drops what was on its way to it.
+    fn depart(&mut self, node: &'n Node, p: Peer<'s>, close: fn(&Node, Endpoint)) {
+        let id = p.ep.id();
+        self.locks.release_peer(id);
         if let Some(d) = p.data {
-            // Closing it ends the sends of its pulls in flight (with an error); the caller
-            // drops them once the control endpoint is closed too.
+            // Closing it ends the sends of its pulls in flight (with an error); they are
+            // dropped below, once the control endpoint is closed too.
             node.close_now(d);
         }
-        let id = p.ep.id();
         self.tokens.retain(|_, of| *of != id);
         self.stats
             .abandoned
@@ -739,7 +733,8 @@ impl<'s, 'n> Server<'s, '_, 'n> {
         for (ino, n) in p.holds {
             let _ = self.store.release_holds(ino, n);
         }
-        p.ep
+        close(node, p.ep);
+        self.drop_sends(id);
     }
 
     /// The reply to `req`, and whether the connection stays.
