@@ -209,27 +209,42 @@ fn a_client_killed_mid_write_leaves_committed_writes_and_nothing_else() {
 
 #[test]
 fn a_server_killed_mid_write_fails_the_client_and_recovers_every_acknowledged_write() {
-    let d = tempfile::tempdir().unwrap();
-    let mut srv = Server::start(d.path(), &[]);
     let data = pattern(600 << 20);
-    std::fs::write(d.path().join("in"), &data).unwrap();
-    let cp = Std::cargo_bin("switchyard")
-        .unwrap()
-        .current_dir(d.path())
-        .args(["cp", "in", &srv.path("/big")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    until_writing(d.path(), &srv);
-    srv.child.kill().unwrap();
-    srv.child.wait().unwrap();
-    let t = Instant::now();
-    let out = cp.wait_with_output().unwrap();
-    assert!(!out.status.success(), "cp went on without its server");
-    assert!(t.elapsed() < Duration::from_secs(60), "cp hung");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!err.is_empty());
+    // The kill must land while the copy runs: a copy that won the race (it finished between
+    // the poll that saw it start and the kill) is tried again, on a fresh store.
+    let mut tries = 0;
+    let d = loop {
+        tries += 1;
+        let d = tempfile::tempdir().unwrap();
+        let mut srv = Server::start(d.path(), &[]);
+        std::fs::write(d.path().join("in"), &data).unwrap();
+        let cp = Std::cargo_bin("switchyard")
+            .unwrap()
+            .current_dir(d.path())
+            .args(["cp", "in", &srv.path("/big")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        until_writing(d.path(), &srv);
+        srv.child.kill().unwrap();
+        srv.child.wait().unwrap();
+        let t = Instant::now();
+        let out = cp.wait_with_output().unwrap();
+        assert!(t.elapsed() < Duration::from_secs(60), "cp hung");
+        if out.status.success() {
+            // Every write was acknowledged: all of them are in the store.
+            assert_eq!(holds_a_prefix(d.path(), "store:/big", &data), data.len());
+            assert!(
+                tries < 5,
+                "the copy finished before the kill in {tries} tries"
+            );
+            continue;
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.is_empty());
+        break d;
+    };
     // Recovery on the next open; the file holds whole 1 MiB writes, in order.
     sy(d.path()).args(["fsck"]).assert().success();
     let n = holds_a_prefix(d.path(), "store:/big", &data);
@@ -289,4 +304,57 @@ fn cp_reaches_a_server_in_another_network_namespace() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     assert!(child.wait().unwrap().success());
     drop(out);
+}
+
+#[test]
+fn a_client_of_another_user_on_the_servers_host_reaches_it_without_shared_memory() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: running a client as another user needs root");
+        return;
+    }
+    use std::os::unix::fs::{chown, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    let d = tempfile::tempdir().unwrap();
+    let srv = Server::start(d.path(), &[]);
+    // The client's own directory, its copy of the key and of the program (the build's
+    // directories may be closed to other users).
+    let (uid, gid) = (1001, 1001);
+    let c = tempfile::tempdir().unwrap();
+    let (bin, key) = (c.path().join("switchyard"), c.path().join("key"));
+    std::fs::copy(assert_cmd::cargo::cargo_bin("switchyard"), &bin).unwrap();
+    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::copy(d.path().join("switchyard.store.key"), &key).unwrap();
+    let data = pattern(3 << 20 | 5);
+    std::fs::write(c.path().join("in"), &data).unwrap();
+    for p in [c.path(), &key, &c.path().join("in")] {
+        chown(p, Some(uid), Some(gid)).unwrap();
+    }
+    let client = |args: &[&str]| {
+        let out = Std::new(&bin)
+            .args(args)
+            .arg("--key")
+            .arg(&key)
+            .current_dir(c.path())
+            .uid(uid)
+            .gid(gid)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{args:?}: {said}{err}");
+        said
+    };
+    // Shared memory of the server's (root's) is not this user's to attach: the data moves
+    // over TCP, inside messages.
+    let said = client(&["cp", "in", &srv.path("/f")]);
+    assert!(said.contains("inside messages over tcp"), "{said}");
+    client(&["cp", &srv.path("/f"), "out"]);
+    assert_eq!(std::fs::read(c.path().join("out")).unwrap(), data);
+    // Root's client still shares memory with the server.
+    sy(d.path())
+        .args(["cp", &srv.path("/f"), "mine"])
+        .assert()
+        .success()
+        .stdout(contains("data one-sided over"));
 }

@@ -257,6 +257,7 @@ pub fn serve(
         data_key: pack(reader)?,
         changes_addr: changes_ptr as u64,
         changes_key: pack(changes)?,
+        server_uid: Owner::current().uid,
     };
     let writer_key = writer.map(pack).transpose()?;
     let bound = node

@@ -160,6 +160,63 @@ struct Inner {
     stats: ClientStats,
 }
 
+/// How long each step of connecting waits for the server.
+const HANDSHAKE: Duration = Duration::from_secs(10);
+
+/// Connects a node `make` starts to the server at `addr`, proves `key` and asks for write
+/// access if `write`: the node, its control endpoint and the server's welcome.
+fn greet(
+    addr: SocketAddr,
+    key: &Key,
+    write: bool,
+    make: fn() -> Result<Node, switchyard_ucx::Error>,
+) -> Result<(Node, Endpoint, Welcome), ConnectError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        ConnectError(format!("switchyard server at {addr}: {what}: {e}"))
+    };
+    let node = make().map_err(|e| fail("starting UCX", &e))?;
+    let ctl = node.connect(addr).map_err(|e| fail("cannot connect", &e))?;
+    let deadline = HANDSHAKE;
+    let (_, hello) =
+        wait_reply(&node, &ctl, None, deadline).map_err(|e| fail("no greeting", &e))?;
+    let Reply::Challenge { version, nonce } = hello else {
+        return Err(fail("unexpected greeting", &"not a challenge"));
+    };
+    if version != PROTOCOL_VERSION {
+        return Err(fail(
+            "protocol mismatch",
+            &format!("server speaks {version}, this client {PROTOCOL_VERSION}"),
+        ));
+    }
+    let auth = Request::Auth {
+        mac: key.prove(&nonce),
+        write,
+        uid: Owner::current().uid,
+    };
+    node.send(&ctl, &[], &auth.encode(1))
+        .map_err(|e| fail("sending the proof", &e))?;
+    let welcome = match wait_reply(&node, &ctl, Some(1), deadline) {
+        Ok((_, Reply::Welcome(w))) => w,
+        Ok((_, Reply::Error(e))) if e == libc::EACCES => return Err(fail("refused", &"wrong key")),
+        Ok((_, Reply::Error(e))) if e == libc::EROFS => {
+            return Err(fail("refused", &"the store is served read-only"))
+        }
+        Ok((_, other)) => return Err(fail("refused", &format!("{other:?}"))),
+        Err(e) => return Err(fail("refused", &e)),
+    };
+    Ok((node, ctl, welcome))
+}
+
+/// Whether this process may attach the shared memory of a server run by `server_uid`: UCX's
+/// segments and cross-memory attach admit their owner, and root (which holds
+/// `CAP_IPC_OWNER` and `CAP_SYS_PTRACE`). Another user's client connects without shared
+/// memory ([`Node::without_shared_memory`]); where the server is on another host, that
+/// changes nothing.
+fn may_attach_memory_of(server_uid: u32) -> bool {
+    let me = Owner::current().uid;
+    me == 0 || me == server_uid
+}
+
 fn errno(e: switchyard_ucx::Error) -> Errno {
     Errno(e.errno())
 }
@@ -192,38 +249,14 @@ impl Client {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             ConnectError(format!("switchyard server at {addr}: {what}: {e}"))
         };
-        let node = Node::new().map_err(|e| fail("starting UCX", &e))?;
-        let ctl = node.connect(addr).map_err(|e| fail("cannot connect", &e))?;
-        let deadline = Duration::from_secs(10);
-        let (_, hello) =
-            wait_reply(&node, &ctl, None, deadline).map_err(|e| fail("no greeting", &e))?;
-        let Reply::Challenge { version, nonce } = hello else {
-            return Err(fail("unexpected greeting", &"not a challenge"));
-        };
-        if version != PROTOCOL_VERSION {
-            return Err(fail(
-                "protocol mismatch",
-                &format!("server speaks {version}, this client {PROTOCOL_VERSION}"),
-            ));
+        let (mut node, mut ctl, mut welcome) = greet(addr, key, write, Node::new)?;
+        if !may_attach_memory_of(welcome.server_uid) {
+            // On the server's host UCX would choose its shared memory for the data endpoint,
+            // which the kernel keeps from another user: start again without it.
+            node.close(ctl);
+            drop(node);
+            (node, ctl, welcome) = greet(addr, key, write, Node::without_shared_memory)?;
         }
-        let auth = Request::Auth {
-            mac: key.prove(&nonce),
-            write,
-            uid: Owner::current().uid,
-        };
-        node.send(&ctl, &[], &auth.encode(1))
-            .map_err(|e| fail("sending the proof", &e))?;
-        let welcome = match wait_reply(&node, &ctl, Some(1), deadline) {
-            Ok((_, Reply::Welcome(w))) => w,
-            Ok((_, Reply::Error(e))) if e == libc::EACCES => {
-                return Err(fail("refused", &"wrong key"))
-            }
-            Ok((_, Reply::Error(e))) if e == libc::EROFS => {
-                return Err(fail("refused", &"the store is served read-only"))
-            }
-            Ok((_, other)) => return Err(fail("refused", &format!("{other:?}"))),
-            Err(e) => return Err(fail("refused", &e)),
-        };
         let data = node
             .connect_address(&welcome.address, Failures::Undetected)
             .map_err(|e| fail("data endpoint", &e))?;
@@ -243,7 +276,7 @@ impl Client {
         let mut token = [0u8; 16];
         if let DataPath::Pulled(t) = &path {
             // The server sends pulled pieces on an endpoint of its own to this worker.
-            match attach(&node, &ctl, deadline) {
+            match attach(&node, &ctl, HANDSHAKE) {
                 Ok(tk) => token = tk,
                 Err(_) => path = DataPath::OneSided(t.clone()),
             }

@@ -16,7 +16,7 @@ mod request;
 mod wire;
 
 /// The protocol's version: a client and a server must agree on it.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Longest byte string a message may carry (names, link targets, data of the in-message data
 /// path): larger requests are cut by the client.
@@ -400,6 +400,9 @@ pub struct Welcome {
     pub changes_addr: u64,
     /// The packed remote key of the change words (read only).
     pub changes_key: Vec<u8>,
+    /// The server's effective user id: a client of another user on the server's host
+    /// cannot attach its shared memory (and reconnects without it).
+    pub server_uid: u32,
 }
 
 #[cfg(test)]

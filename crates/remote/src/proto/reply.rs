@@ -85,7 +85,8 @@ impl Reply {
                 w.u64(x.data_start).u64(x.data_len).u64(x.data_addr);
                 w.bytes(&x.data_key)
                     .u64(x.changes_addr)
-                    .bytes(&x.changes_key);
+                    .bytes(&x.changes_key)
+                    .u32(x.server_uid);
             }
             Reply::Error(e) => {
                 w.u32(*e as u32);
@@ -158,6 +159,7 @@ impl Reply {
                 data_key: r.bytes()?,
                 changes_addr: r.u64()?,
                 changes_key: r.bytes()?,
+                server_uid: r.u32()?,
             }),
             3 => Reply::Error(r.u32()? as i32),
             4 => Reply::Done,

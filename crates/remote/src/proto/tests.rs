@@ -239,7 +239,7 @@ fn reply() -> impl Strategy<Value = Reply> {
             }),
         (
             bytes(),
-            any::<bool>(),
+            any::<(bool, u32)>(),
             any::<(u64, u64, u64, u64)>(),
             bytes(),
             bytes()
@@ -247,7 +247,7 @@ fn reply() -> impl Strategy<Value = Reply> {
             .prop_map(
                 |(
                     address,
-                    writable,
+                    (writable, server_uid),
                     (data_start, data_len, data_addr, changes_addr),
                     data_key,
                     changes_key,
@@ -261,6 +261,7 @@ fn reply() -> impl Strategy<Value = Reply> {
                         data_key,
                         changes_addr,
                         changes_key,
+                        server_uid,
                     })
                 }
             ),

@@ -188,6 +188,20 @@ fn status_of(p: sys::ucs_status_ptr_t) -> sys::ucs_status_t {
 impl Node {
     /// A context with active messages, one-sided access and wake-ups, and its worker.
     pub fn new() -> Result<Node, Error> {
+        Node::configured(true)
+    }
+
+    /// [`Node::new`] without UCX's shared-memory transports (`UCX_TLS=^sm`: `posix`, `sysv`,
+    /// `cma` and the like), unless `UCX_TLS` in the environment names the transports: for a
+    /// peer on this host whose memory this process may not attach — another user's, whose
+    /// segments the kernel keeps from it — so that UCX does not choose a transport that
+    /// then fails to connect. Its peers on this host are reached over `tcp`; its peers on
+    /// other hosts as [`Node::new`] reaches them.
+    pub fn without_shared_memory() -> Result<Node, Error> {
+        Node::configured(false)
+    }
+
+    fn configured(shared_memory: bool) -> Result<Node, Error> {
         let params = sys::ucp_params_t {
             field_mask: sys::UCP_PARAM_FIELD_FEATURES as u64,
             features: (sys::UCP_FEATURE_AM | sys::UCP_FEATURE_RMA | sys::UCP_FEATURE_WAKEUP) as u64,
@@ -204,6 +218,12 @@ impl Node {
                 // not know the setting refuses it, which leaves its own default.
                 unsafe { sys::ucp_config_modify(config, name.as_ptr(), value.as_ptr()) };
             }
+        }
+        if !shared_memory && std::env::var_os("UCX_TLS").is_none() {
+            // SAFETY: `config` is live; both strings are NUL-terminated.
+            check("config", unsafe {
+                sys::ucp_config_modify(config, c"TLS".as_ptr(), c"^sm".as_ptr())
+            })?;
         }
         // SAFETY: `config` is live; the FILE is the one `printed` passes.
         let settings = printed(|f| unsafe {
