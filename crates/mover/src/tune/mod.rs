@@ -37,12 +37,13 @@
 //!    callers, in rotated rounds; M is the fewest reaching [`SATURATED`] of the peak.
 //! 4. **The CPU-writer cap**: CPU-only durable 64 KiB writes from 1 to N threads; the cap is the
 //!    fewest reaching [`SATURATED`] of the peak, or none if that is at least the core count.
-//! 5. **The non-temporal threshold**: durable copies of 256 B to 64 KiB with streaming stores
-//!    against temporal stores + flush; the smallest size from which streaming wins at every
-//!    larger size.
+//! 5. **The non-temporal threshold**: durable copies of 256 B to 1 MiB with streaming stores
+//!    against temporal stores + flush, in paired rounds; the smallest size from which
+//!    streaming never clearly loses (a 95% bound on the median ratio, as in step 2), or
+//!    never if it clearly loses at 1 MiB.
 //! 6. **Shifted copies**: reads of 1 KiB to 256 KiB into DRAM 8 bytes out of phase with the
 //!    region, with the SIMD loop against `memcpy` (see `switchyard_media::kernels`); the
-//!    smallest size from which the loop wins at every larger size, or never.
+//!    smallest size from which the loop never clearly loses, or never.
 //!
 //! The tuner never reads the configured thresholds: it finds them.
 
