@@ -95,6 +95,22 @@ fn a_record_lock_keeps_another_process_out() {
     );
 }
 
+/// Two processes each holding a byte the other waits for: one wait is refused with
+/// `EDEADLK` (the server sees both waiters), and once that process lets go the other's wait
+/// ends with the lock. Without the check both waited for good.
+#[test]
+fn a_wait_that_would_deadlock_two_processes_is_refused() {
+    let s = Served::start(32);
+    let exe = program(s.dir.path());
+    let out = s.run(exe.to_str().unwrap(), &["deadlock", &s.path("pair")]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "deadlock ok\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn fork_and_exec_do_what_the_docs_say() {
     let s = Served::start(32);

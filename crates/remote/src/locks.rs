@@ -8,8 +8,17 @@
 //! holder's lock conflicts when the ranges overlap and either is a write lock. Locks live in
 //! the server's memory only: they go when their client's connection goes, and a restarted
 //! server starts with none (as NFS's lock manager after a reboot).
+//!
+//! `F_SETLKW` waits on the client, which asks again until the lock is free; a request that
+//! says so ([`Locks::set_waiting`]) makes its holder a waiter for [`WAITING`]. A wait that
+//! would close a cycle of holders, each waiting for a lock the next holds, is refused with
+//! `EDEADLK`, as the kernel refuses it for its own locks (POSIX `fcntl`): the clients of one
+//! server see each other's locks only here, so only here can such a cycle be seen — two
+//! processes of two mounts, or of the file preload, each holding what the other waits for,
+//! would otherwise wait for good.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use switchyard_store::Errno;
 
@@ -46,10 +55,30 @@ impl Held {
     }
 }
 
-/// Every lock held through one server, by inode.
+/// How long a holder counts as waiting after its last request that said it waits: its
+/// client asks again at least every 20 ms while it waits, and one that gave up (a signal,
+/// a close) stops asking.
+pub const WAITING: Duration = Duration::from_millis(250);
+
+/// The longest chain of waiting holders followed looking for a cycle.
+const CHAIN: usize = 64;
+
+/// What a waiting holder waits for.
+#[derive(Debug, Clone, Copy)]
+struct Wait {
+    ino: u64,
+    start: u64,
+    end: u64,
+    kind: LockKind,
+    /// Its last request.
+    at: Instant,
+}
+
+/// Every lock held through one server, by inode, and the holders waiting for one.
 #[derive(Debug, Default)]
 pub struct Locks {
     by_ino: HashMap<u64, Vec<Held>>,
+    waiting: HashMap<Holder, Wait>,
 }
 
 impl Locks {
@@ -126,8 +155,67 @@ impl Locks {
         Ok(())
     }
 
+    /// [`Locks::set`] for a holder that waits for the lock while another's conflicts (it
+    /// asks again until it gets it: `F_SETLKW`) at `now`: `EAGAIN` while it waits, and
+    /// `EDEADLK` instead where its wait would close a cycle of waiting holders, each waiting
+    /// for a lock the next holds.
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_waiting(
+        &mut self,
+        ino: u64,
+        holder: Holder,
+        start: u64,
+        end: u64,
+        kind: LockKind,
+        pid: u32,
+        now: Instant,
+    ) -> Result<(), Errno> {
+        let Some(blocker) = self.conflict(ino, holder, start, end, kind) else {
+            self.waiting.remove(&holder);
+            return self.set(ino, holder, start, end, Some(kind), pid);
+        };
+        if self.waits_for(blocker.holder, holder, now) {
+            self.waiting.remove(&holder);
+            return Err(Errno(libc::EDEADLK));
+        }
+        self.waiting.insert(
+            holder,
+            Wait {
+                ino,
+                start,
+                end,
+                kind,
+                at: now,
+            },
+        );
+        Err(Errno(libc::EAGAIN))
+    }
+
+    /// Whether `from`, or a holder it waits for, and so on, waits for a lock of `to`.
+    fn waits_for(&self, mut from: Holder, to: Holder, now: Instant) -> bool {
+        for _ in 0..CHAIN {
+            if from == to {
+                return true;
+            }
+            let Some(w) = self.waiting.get(&from) else {
+                return false;
+            };
+            if now.saturating_duration_since(w.at) > WAITING {
+                return false;
+            }
+            match self.conflict(w.ino, from, w.start, w.end, w.kind) {
+                Some(h) => from = h.holder,
+                None => return false,
+            }
+        }
+        false
+    }
+
     /// Drops every lock `holder` has on `ino` (its process closed the file).
     pub fn release_holder(&mut self, ino: u64, holder: Holder) {
+        if self.waiting.get(&holder).is_some_and(|w| w.ino == ino) {
+            self.waiting.remove(&holder);
+        }
         if let Some(list) = self.by_ino.get_mut(&ino) {
             list.retain(|h| h.holder != holder);
             if list.is_empty() {
@@ -138,6 +226,7 @@ impl Locks {
 
     /// Drops every lock held through connection `peer` (it went away).
     pub fn release_peer(&mut self, peer: usize) {
+        self.waiting.retain(|h, _| h.0 != peer);
         self.by_ino.retain(|_, list| {
             list.retain(|h| h.holder.0 != peer);
             !list.is_empty()
@@ -218,6 +307,52 @@ mod tests {
                 }
             }
         }
+    }
+
+    const W: Option<LockKind> = Some(LockKind::Write);
+
+    #[test]
+    fn a_wait_that_closes_a_cycle_is_refused_with_edeadlk() {
+        let mut l = Locks::default();
+        let (a, b, c) = ((1, 0), (2, 0), (3, 0));
+        let t = Instant::now();
+        l.set(1, a, 0, 0, W, 1).unwrap();
+        l.set(1, b, 1, 1, W, 2).unwrap();
+        l.set(2, c, 0, 9, W, 3).unwrap();
+        // a waits for b's byte; b waiting for a's byte would close the cycle.
+        assert_eq!(
+            l.set_waiting(1, a, 1, 1, LockKind::Write, 1, t),
+            Err(Errno(libc::EAGAIN))
+        );
+        assert_eq!(
+            l.set_waiting(1, b, 0, 0, LockKind::Read, 2, t),
+            Err(Errno(libc::EDEADLK))
+        );
+        // Without saying it waits, b is only told the lock is taken.
+        assert_eq!(
+            l.set(1, b, 0, 0, Some(LockKind::Read), 2),
+            Err(Errno(libc::EAGAIN))
+        );
+        // Three holders: a waits for b, b for c; c waiting for a closes it.
+        assert_eq!(
+            l.set_waiting(2, b, 5, 5, LockKind::Read, 2, t),
+            Err(Errno(libc::EAGAIN))
+        );
+        assert_eq!(
+            l.set_waiting(1, c, 0, 0, LockKind::Write, 3, t),
+            Err(Errno(libc::EDEADLK))
+        );
+        // A waiter that stopped asking waits no more: no cycle through it.
+        let later = t + WAITING * 2;
+        assert_eq!(
+            l.set_waiting(1, c, 0, 0, LockKind::Write, 3, later),
+            Err(Errno(libc::EAGAIN))
+        );
+        // Once a's lock goes, c's wait ends with the lock, and so does its waiting.
+        l.release_holder(1, a);
+        l.set_waiting(1, c, 0, 0, LockKind::Write, 3, later)
+            .unwrap();
+        assert!(!l.waiting.contains_key(&c));
     }
 
     #[test]

@@ -877,12 +877,24 @@ impl<'s, 'n> Server<'s, '_, 'n> {
     fn attributes_and_locks(&mut self, peer: &mut Peer<'s>, req: Request) -> Result<Reply, Errno> {
         let s = self.store;
         Ok(match req {
-            Request::Lock { ino, owner, lock } => {
+            Request::Lock {
+                ino,
+                owner,
+                lock,
+                wait,
+            } => {
                 s.getattr(ino)?;
                 let kind = lock_kind(lock.kind);
                 let holder = (peer.ep.id(), owner);
                 let (start, end, pid) = (lock.start, lock.end, lock.pid);
-                self.locks.set(ino, holder, start, end, kind, pid)?;
+                match kind {
+                    Some(k) if wait => {
+                        let now = std::time::Instant::now();
+                        self.locks
+                            .set_waiting(ino, holder, start, end, k, pid, now)?
+                    }
+                    _ => self.locks.set(ino, holder, start, end, kind, pid)?,
+                }
                 Reply::Done
             }
             Request::TestLock { ino, owner, lock } => {

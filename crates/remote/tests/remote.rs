@@ -328,3 +328,48 @@ fn asynchronous_calls_keep_the_synchronous_semantics() {
     drop(c);
     assert_eq!(block_on(last).0, Ok(10));
 }
+
+/// Two clients (as two processes of two mounts, or of the file preload), each holding a byte
+/// the other waits for: the second wait would never end, and is refused with `EDEADLK`, as
+/// the kernel refuses it for its own locks. A try that does not wait is told `EAGAIN`.
+#[test]
+fn a_wait_for_a_lock_that_closes_a_cycle_of_clients_gets_edeadlk() {
+    use switchyard_store::{format::ROOT, Inodes, RecordLock};
+    let srv = common::start(false);
+    let a = Client::connect(srv.addr, &srv.key, true).unwrap();
+    let b = Client::connect(srv.addr, &srv.key, true).unwrap();
+    let fd = Files::open(&a, "/f", OpenFlags::CREATE, 0o644).unwrap();
+    Files::write(&a, fd, b"ab").unwrap();
+    let (ino, _) = Inodes::lookup(&a, ROOT, b"f").unwrap();
+    let byte = |at: u64, pid: u32| RecordLock {
+        start: at,
+        end: at,
+        kind: libc::F_WRLCK,
+        pid,
+    };
+    a.set_lock(ino, 1, byte(0, 100), false).unwrap();
+    b.set_lock(ino, 1, byte(1, 200), false).unwrap();
+    // a waits for b's byte (and keeps asking, as F_SETLKW does)...
+    for _ in 0..3 {
+        assert_eq!(
+            a.set_lock(ino, 1, byte(1, 100), true),
+            Err(Errno(libc::EAGAIN))
+        );
+    }
+    // ... so b must not wait for a's.
+    assert_eq!(
+        b.set_lock(ino, 1, byte(0, 200), false),
+        Err(Errno(libc::EAGAIN))
+    );
+    assert_eq!(
+        b.set_lock(ino, 1, byte(0, 200), true),
+        Err(Errno(libc::EDEADLK))
+    );
+    // b gives its byte up: a's wait ends with the lock.
+    let unlock = RecordLock {
+        kind: libc::F_UNLCK,
+        ..byte(1, 200)
+    };
+    b.set_lock(ino, 1, unlock, false).unwrap();
+    a.set_lock(ino, 1, byte(1, 100), true).unwrap();
+}

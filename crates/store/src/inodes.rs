@@ -142,8 +142,16 @@ pub trait Inodes: Send + Sync + 'static {
         Err(Errno(libc::ENOSYS))
     }
     /// Sets (or, with `F_UNLCK`, clears) `owner`'s lock; `EAGAIN` if another owner's lock
-    /// conflicts (`F_SETLK`).
-    fn set_lock(&self, _ino: u64, _owner: u64, _lock: RecordLock) -> Result<(), Errno> {
+    /// conflicts (`F_SETLK`). With `wait`, the caller waits for the lock while one conflicts
+    /// (asking again: `F_SETLKW`), and gets `EDEADLK` instead where its wait would close a
+    /// cycle of owners each waiting for a lock the next holds.
+    fn set_lock(
+        &self,
+        _ino: u64,
+        _owner: u64,
+        _lock: RecordLock,
+        _wait: bool,
+    ) -> Result<(), Errno> {
         Err(Errno(libc::ENOSYS))
     }
     /// Drops every lock `owner` holds on `ino` (its process closed the file).

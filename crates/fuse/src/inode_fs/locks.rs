@@ -20,7 +20,9 @@
 //! next holds, is refused with `EDEADLK`, as the kernel refuses it for the locks it keeps
 //! itself (stress-ng's lockf stressor counts on it: its two processes lock random ranges of
 //! one file, and without the check both waited forever). The holder of a conflicting lock is
-//! known by its process id; a cycle through processes of other mounts is not seen.
+//! known by its process id. A cycle through processes of other mounts is the inodes' to see:
+//! every try of a wait tells them the owner waits (`Inodes::set_lock`), and a served store's
+//! server answers `EDEADLK` for a cycle through any of its clients.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -124,7 +126,7 @@ pub(super) fn set<I: Inodes>(
     lock: RecordLock,
     reply: ReplyEmpty,
 ) {
-    match (inodes.set_lock(ino, owner, lock), waits) {
+    match (inodes.set_lock(ino, owner, lock, waits.is_some()), waits) {
         (Err(e), Some(waits)) if e.0 == libc::EAGAIN => {
             wait(inodes.clone(), waits, ino, owner, lock, reply)
         }
@@ -178,14 +180,14 @@ fn wait_here<I: Inodes>(
         if waits.flushes(key) != flushes || signalled(lock.pid) {
             return Err(Errno(libc::EINTR));
         }
-        match inodes.set_lock(ino, owner, lock) {
+        match inodes.set_lock(ino, owner, lock, true) {
             Err(e) if e.0 == libc::EAGAIN => continue,
             Ok(()) if waits.flushes(key) != flushes => {
                 let unlock = RecordLock {
                     kind: libc::F_UNLCK,
                     ..lock
                 };
-                let _ = inodes.set_lock(ino, owner, unlock);
+                let _ = inodes.set_lock(ino, owner, unlock, false);
                 return Err(Errno(libc::EINTR));
             }
             r => return r,

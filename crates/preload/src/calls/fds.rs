@@ -181,7 +181,7 @@ fn lock(o: &Open, cmd: c_int, fl: *mut libc::flock) -> Result<c_int, Errno> {
     }
     let mut wait = Duration::from_micros(50);
     loop {
-        match c.set_lock(o.ino, owner, want) {
+        match c.set_lock(o.ino, owner, want, cmd == libc::F_SETLKW) {
             Err(e) if e.0 == libc::EAGAIN && cmd == libc::F_SETLKW => {
                 std::thread::sleep(wait);
                 wait = (wait * 2).min(Duration::from_millis(20));

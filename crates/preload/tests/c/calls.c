@@ -6,6 +6,9 @@
  *                     lock), prints "released", and exits at the next line
  *   canlock FILE      expects the lock granted
  *   trylock FILE      expects the lock refused (EAGAIN); prints the holder's pid
+ *   deadlock FILE     this process and a child each lock a byte, then wait (F_SETLKW) for
+ *                     the other's: one is refused with EDEADLK and closes the file, the
+ *                     other gets its lock; prints "deadlock ok"
  *   fork DIR          a child forked with nothing open uses the store; one forked with a
  *                     file open is refused (ENOTCONN)
  *   exec DIR          served descriptors without FD_CLOEXEC (stdout among them) reach the
@@ -246,6 +249,41 @@ static int lock(const char *file, int wait_for_line) {
     return 0;
 }
 
+/* One byte of `fd` locked for writing, waiting (F_SETLKW) or not: fcntl's result, or -errno. */
+static int lock_byte(int fd, off_t at, int cmd) {
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = at, .l_len = 1};
+    return fcntl(fd, cmd, &fl) == 0 ? 0 : -errno;
+}
+
+static int deadlock(const char *file) {
+    int locked[2], go[2];
+    CHECK(pipe(locked) == 0 && pipe(go) == 0);
+    /* Forked before any served file is open: the child then reaches the store itself. */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    /* Both waiting for good ends here (an alarm is not inherited: one each). */
+    alarm(20);
+    int mine = pid == 0 ? 1 : 0;
+    int fd = open(file, O_CREAT | O_RDWR, 0644);
+    CHECK(fd >= 0 && lock_byte(fd, mine, F_SETLK) == 0);
+    char c = 'x';
+    if (pid == 0) {
+        CHECK(write(locked[1], &c, 1) == 1 && read(go[0], &c, 1) == 1);
+    } else {
+        CHECK(read(locked[0], &c, 1) == 1 && write(go[1], &c, 1) == 1);
+    }
+    int r = lock_byte(fd, 1 - mine, F_SETLKW);
+    /* The one refused gives its byte up, so that the other's wait ends. */
+    CHECK(close(fd) == 0);
+    if (pid == 0) _exit(r == 0 ? 0 : r == -EDEADLK ? 35 : 1);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+    int child = WEXITSTATUS(status);
+    CHECK((r == 0 && child == 35) || (r == -EDEADLK && child == 0));
+    puts("deadlock ok");
+    return 0;
+}
+
 static int forks(const char *dir) {
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -329,6 +367,7 @@ int main(int argc, char **argv) {
     else if (argc == 3 && !strcmp(argv[1], "lock")) return lock(argv[2], 1);
     else if (argc == 3 && !strcmp(argv[1], "trylock")) return lock(argv[2], 0);
     else if (argc == 3 && !strcmp(argv[1], "canlock")) return lock(argv[2], 2);
+    else if (argc == 3 && !strcmp(argv[1], "deadlock")) return deadlock(argv[2]);
     else if (argc == 3 && !strcmp(argv[1], "fork")) return forks(argv[2]);
     else if (argc == 3 && !strcmp(argv[1], "exec")) return execs(argv[2], argv[0]);
     else if (argc == 3 && !strcmp(argv[1], "spawn")) return spawns(argv[2]);

@@ -223,8 +223,15 @@ impl Inodes for Client {
         })
     }
 
-    fn set_lock(&self, ino: u64, owner: u64, lock: RecordLock) -> Result<(), Errno> {
-        self.with(|i| i.done(&Request::Lock { ino, owner, lock }))
+    fn set_lock(&self, ino: u64, owner: u64, lock: RecordLock, wait: bool) -> Result<(), Errno> {
+        self.with(|i| {
+            i.done(&Request::Lock {
+                ino,
+                owner,
+                lock,
+                wait,
+            })
+        })
     }
 
     fn release_locks(&self, ino: u64, owner: u64) {

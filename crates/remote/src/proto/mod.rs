@@ -267,6 +267,9 @@ pub enum Request {
         owner: u64,
         /// The lock.
         lock: RecordLock,
+        /// The owner waits for the lock while another's conflicts (`F_SETLKW`): `EDEADLK`
+        /// where that would close a cycle of waiting owners ([`crate::locks`]).
+        wait: bool,
     },
     /// The lock another owner holds that `lock` would conflict with (`F_UNLCK` if none).
     TestLock {

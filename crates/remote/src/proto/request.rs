@@ -174,7 +174,15 @@ impl Request {
             Request::Getxattr { ino, name } | Request::Removexattr { ino, name } => {
                 w.u64(*ino).bytes(name);
             }
-            Request::Lock { ino, owner, lock } | Request::TestLock { ino, owner, lock } => {
+            Request::Lock {
+                ino,
+                owner,
+                lock,
+                wait,
+            } => {
+                w.u64(*ino).u64(*owner).lock(lock).u8(*wait as u8);
+            }
+            Request::TestLock { ino, owner, lock } => {
                 w.u64(*ino).u64(*owner).lock(lock);
             }
             Request::Unlock { ino, owner } => {
@@ -312,6 +320,7 @@ impl Request {
                 ino: r.u64()?,
                 owner: r.u64()?,
                 lock: r.lock()?,
+                wait: r.bool()?,
             },
             30 => Request::TestLock {
                 ino: r.u64()?,

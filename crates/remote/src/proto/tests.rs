@@ -134,10 +134,13 @@ fn request() -> impl Strategy<Value = Request> {
         (any::<u64>(), bytes()).prop_map(|(ino, name)| Request::Getxattr { ino, name }),
         any::<u64>().prop_map(|ino| Request::Listxattr { ino }),
         Just(Request::Counters),
-        (any::<u64>(), any::<u64>(), lock()).prop_map(|(ino, owner, lock)| Request::Lock {
-            ino,
-            owner,
-            lock
+        (any::<u64>(), any::<u64>(), lock(), any::<bool>()).prop_map(|(ino, owner, lock, wait)| {
+            Request::Lock {
+                ino,
+                owner,
+                lock,
+                wait,
+            }
         }),
         (any::<u64>(), any::<u64>(), lock()).prop_map(|(ino, owner, lock)| Request::TestLock {
             ino,
