@@ -34,7 +34,8 @@
 //! `fdopendir`, `readdir`, `readdir64`, `closedir`, `dirfd`, `rewinddir`, `telldir`,
 //! `seekdir`; `fopen`, `fopen64`, `fdopen`, `fileno` (streams over the library's
 //! descriptors); `dup`, `dup2`, `dup3`, `fcntl` (descriptor and status flags, `F_DUPFD`, and
-//! POSIX record locks, which the server keeps, so two processes lock each other out);
+//! POSIX record locks, which the server keeps, so two processes lock each other out, and an
+//! `F_SETLKW` that would deadlock processes gets `EDEADLK`);
 //! `chdir`, `fchdir`, `getcwd`, `realpath`; `mmap` of a private mapping (the bytes are read
 //! into anonymous memory, which is what a private mapping of an unchanging file holds).
 //!
