@@ -171,14 +171,11 @@ fn greet(
     write: bool,
     make: fn() -> Result<Node, switchyard_ucx::Error>,
 ) -> Result<(Node, Endpoint, Welcome), ConnectError> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        ConnectError(format!("switchyard server at {addr}: {what}: {e}"))
-    };
+    let fail = failing(addr);
     let node = make().map_err(|e| fail("starting UCX", &e))?;
     let ctl = node.connect(addr).map_err(|e| fail("cannot connect", &e))?;
-    let deadline = HANDSHAKE;
     let (_, hello) =
-        wait_reply(&node, &ctl, None, deadline).map_err(|e| fail("no greeting", &e))?;
+        wait_reply(&node, &ctl, None, HANDSHAKE).map_err(|e| fail("no greeting", &e))?;
     let Reply::Challenge { version, nonce } = hello else {
         return Err(fail("unexpected greeting", &"not a challenge"));
     };
@@ -195,7 +192,7 @@ fn greet(
     };
     node.send(&ctl, &[], &auth.encode(1))
         .map_err(|e| fail("sending the proof", &e))?;
-    let welcome = match wait_reply(&node, &ctl, Some(1), deadline) {
+    let welcome = match wait_reply(&node, &ctl, Some(1), HANDSHAKE) {
         Ok((_, Reply::Welcome(w))) => w,
         Ok((_, Reply::Error(e))) if e == libc::EACCES => return Err(fail("refused", &"wrong key")),
         Ok((_, Reply::Error(e))) if e == libc::EROFS => {
@@ -205,6 +202,11 @@ fn greet(
         Err(e) => return Err(fail("refused", &e)),
     };
     Ok((node, ctl, welcome))
+}
+
+/// The error of a connection to `addr` that failed at `what` for `e`.
+fn failing(addr: SocketAddr) -> impl Fn(&str, &dyn std::fmt::Display) -> ConnectError {
+    move |what, e| ConnectError(format!("switchyard server at {addr}: {what}: {e}"))
 }
 
 /// Whether this process may attach the shared memory of a server run by `server_uid`: UCX's
@@ -246,9 +248,7 @@ impl Client {
         write: bool,
         pulling: bool,
     ) -> Result<Client, ConnectError> {
-        let fail = |what: &str, e: &dyn std::fmt::Display| {
-            ConnectError(format!("switchyard server at {addr}: {what}: {e}"))
-        };
+        let fail = failing(addr);
         let (mut node, mut ctl, mut welcome) = greet(addr, key, write, Node::new)?;
         if !may_attach_memory_of(welcome.server_uid) {
             // On the server's host UCX would choose its shared memory for the data endpoint,
