@@ -132,8 +132,13 @@ impl Mover {
         }
         let split_bandwidth = Bandwidth::default();
         split_bandwidth.copy_from(&bandwidth);
+        let depths = config
+            .applied_profile
+            .as_ref()
+            .map_or([1; 3], |p| adapt::undecided_depths(&p.tuned.undecided));
         let adapt = adapt::Adapt::new(
             &m.thresholds,
+            depths,
             &bandwidth,
             adapt::Settings {
                 epochs: m.policy == Policy::Auto,
@@ -293,6 +298,7 @@ impl Mover {
         self.split_bandwidth.copy_from(&bandwidth);
         self.adapt.retune(
             &m.thresholds,
+            adapt::undecided_depths(&profile.tuned.undecided),
             &bandwidth,
             m.adapt && m.policy == Policy::Auto,
         );

@@ -29,6 +29,13 @@
 //! profile the configured
 //! thresholds are the user's choice and stay; the split estimates still adapt.
 //!
+//! **Trials start over what the tune left undecided.** Where the profile says the paths tie
+//! from `from` up to the threshold (`profile::Undecided`), the band below reaches down to
+//! `from` from the start ([`undecided_depths`]), so the first trial tests that whole range on
+//! the traffic, and a win moves the threshold to its floor at once, instead of a bin per
+//! trial from the top (a quick profile's "writes 1M, undecided from 256K" left 64–448 KiB
+//! writes on the CPU through a `bench mix --grid` confirmation, at 0.83× the grid's best).
+//!
 //! **Bands go where the traffic is.** A threshold far above every request (a "never" from a
 //! tune that missed the crossing) has bands no request falls in, so no trial would ever test
 //! it. When a direction's bands time nothing for `starved` epochs, the direction is watched:
@@ -59,7 +66,7 @@ use crate::bandwidth::{Bandwidth, BINS, MIN_SAMPLED};
 use crate::config::{AdaptationConfig, Locality, Thresholds};
 use crate::counters::{Counter, Counters};
 use crate::hints::Direction;
-use crate::profile::NEVER;
+use crate::profile::{Undecided, NEVER};
 
 use trial::{nudge, Tally, Trials, Vote};
 pub(crate) use trial::{Arm, Band};
@@ -152,6 +159,30 @@ thread_local! {
     static WATCHED: Cell<u32> = const { Cell::new(0) };
 }
 
+/// Per direction (by [`Direction::index`]), how many bins below its threshold the band below
+/// first reaches: down to the start of the range the tune left undecided under it (at
+/// least 1: the band `[T/2, T)`).
+pub(crate) fn undecided_depths(undecided: &[Undecided]) -> [usize; 3] {
+    let mut depths = [1; 3];
+    for u in undecided {
+        let dir = match u.direction.as_str() {
+            "to_slow" => Direction::ToSlow,
+            "from_slow" => Direction::FromSlow,
+            _ => continue,
+        };
+        if u.to >= NEVER || u.from == 0 || u.from >= u.to {
+            continue;
+        }
+        let mut bins = 1;
+        while bins < LOWEST as usize && u.to >> bins > u.from {
+            bins += 1;
+        }
+        let d = &mut depths[dir.index()];
+        *d = (*d).max(bins);
+    }
+    depths
+}
+
 fn table(t: &Thresholds) -> [[[usize; 2]; 2]; 3] {
     let row = |l: &Locality| {
         [
@@ -183,9 +214,15 @@ impl Adapt {
         &self.settings.pace
     }
 
-    /// Thresholds in effect start at `configured`; the split estimates at `prior` (the
-    /// estimates as seeded from the profile).
-    pub(crate) fn new(configured: &Thresholds, prior: &Bandwidth, settings: Settings) -> Adapt {
+    /// Thresholds in effect start at `configured`, the bands below them `depths` bins deep
+    /// ([`undecided_depths`]); the split estimates at `prior` (the estimates as seeded from
+    /// the profile).
+    pub(crate) fn new(
+        configured: &Thresholds,
+        depths: [usize; 3],
+        prior: &Bandwidth,
+        settings: Settings,
+    ) -> Adapt {
         let base = table(configured);
         let split = Bandwidth::default();
         split.copy_from(prior);
@@ -214,8 +251,20 @@ impl Adapt {
         };
         for d in [Direction::ToSlow, Direction::FromSlow, Direction::Dram] {
             a.set_shift(d, 0);
+            a.reach(d, depths[d.index()]);
         }
         a
+    }
+
+    /// Brings the band below `d`'s thresholds down to `depth` bins (from the smallest), where
+    /// thresholds adapt.
+    fn reach(&self, d: Direction, depth: usize) {
+        if depth <= 1 || !self.adapting_thresholds() || d == Direction::Dram {
+            return;
+        }
+        let min = self.min_threshold(d);
+        self.depth[d.index()].store(depth, Ordering::Relaxed);
+        self.cpu_below[d.index()].store(shifted(min, -(depth as i32)), Ordering::Relaxed);
     }
 
     /// The engine threshold in effect for a request.
@@ -481,8 +530,7 @@ impl Adapt {
         while depth < LOWEST && shifted(min, -depth) > largest {
             depth += 1;
         }
-        self.depth[d.index()].store(depth as usize, Ordering::Relaxed);
-        self.cpu_below[d.index()].store(shifted(min, -depth), Ordering::Relaxed);
+        self.reach(d, depth as usize);
         st.starved[i] = 0;
     }
 
@@ -534,13 +582,15 @@ impl Adapt {
         st.startup = Default::default();
     }
 
-    /// Makes `configured` the thresholds in effect and the base adaptation moves from, and
-    /// `prior` the split estimates; adaptation starts over (shifts, votes and trials), and
-    /// moves thresholds from now on if `adapt_thresholds` (a profile was swapped in and the
-    /// configuration lets thresholds adapt).
+    /// Makes `configured` the thresholds in effect and the base adaptation moves from (the
+    /// bands below them `depths` deep), and `prior` the split estimates; adaptation starts
+    /// over (shifts, votes and trials), and moves thresholds from now on if
+    /// `adapt_thresholds` (a profile was swapped in and the configuration lets thresholds
+    /// adapt).
     pub(crate) fn retune(
         &self,
         configured: &Thresholds,
+        depths: [usize; 3],
         prior: &Bandwidth,
         adapt_thresholds: bool,
     ) {
@@ -568,6 +618,7 @@ impl Adapt {
             .store(adapt_thresholds && self.settings.epochs, Ordering::Relaxed);
         for d in [Direction::ToSlow, Direction::FromSlow, Direction::Dram] {
             self.set_shift(d, 0);
+            self.reach(d, depths[d.index()]);
         }
     }
 

@@ -95,7 +95,7 @@ fn votes_need_hold_epochs_in_a_row() {
 
 #[test]
 fn bands_lie_within_a_factor_of_two_of_the_threshold() {
-    let a = Adapt::new(&tuned(), &profiled(), settings());
+    let a = Adapt::new(&tuned(), [1; 3], &profiled(), settings());
     let r = |len| a.band(Direction::FromSlow, 256 << 10, len);
     assert_eq!(r((128 << 10) - 1), None);
     assert_eq!(r(128 << 10), Some(Band::Below));
@@ -109,6 +109,7 @@ fn bands_lie_within_a_factor_of_two_of_the_threshold() {
     assert_eq!(a.band(Direction::Dram, 256 << 10, 256 << 10), None);
     let fixed = Adapt::new(
         &tuned(),
+        [1; 3],
         &profiled(),
         Settings {
             thresholds: false,
@@ -121,7 +122,7 @@ fn bands_lie_within_a_factor_of_two_of_the_threshold() {
 /// Traffic alternating between the two bands explores each of them.
 #[test]
 fn alternating_bands_are_each_explored() {
-    let a = Adapt::new(&tuned(), &profiled(), settings());
+    let a = Adapt::new(&tuned(), [1; 3], &profiled(), settings());
     let mut got = [0; 2];
     for i in 0..64 * EXPLORE {
         let band = if i % 2 == 0 { Band::Below } else { Band::Above };
@@ -134,7 +135,7 @@ fn alternating_bands_are_each_explored() {
 
 #[test]
 fn one_request_in_explore_of_a_band_is_explored() {
-    let a = Adapt::new(&tuned(), &profiled(), settings());
+    let a = Adapt::new(&tuned(), [1; 3], &profiled(), settings());
     let n = (0..10 * EXPLORE)
         .filter(|_| a.explore(Some(Band::Above)))
         .count();
@@ -146,7 +147,7 @@ fn one_request_in_explore_of_a_band_is_explored() {
 /// (whatever the bandwidth estimates say: thresholds move on trials alone).
 #[test]
 fn paths_that_agree_move_nothing() {
-    let a = Adapt::new(&tuned(), &profiled(), settings());
+    let a = Adapt::new(&tuned(), [1; 3], &profiled(), settings());
     let c = Counters::default();
     let mut x = 0x2545_f491_4f6c_dd1du64;
     let mut noise = || {
@@ -174,7 +175,7 @@ fn paths_that_agree_move_nothing() {
 /// moves nothing.
 #[test]
 fn a_trial_needs_evidence_of_both_paths() {
-    let a = Adapt::new(&tuned(), &profiled(), settings());
+    let a = Adapt::new(&tuned(), [1; 3], &profiled(), settings());
     let c = Counters::default();
     for _ in 0..100 {
         for _ in 0..EVIDENCE - 1 {
@@ -200,7 +201,7 @@ fn a_trial_needs_evidence_of_both_paths() {
 /// the short cut follow it. When offloading wins again below it, it comes back down.
 #[test]
 fn a_cpu_faster_above_the_threshold_raises_it_in_bounded_steps() {
-    let a = Adapt::new(&tuned(), &profiled(), settings());
+    let a = Adapt::new(&tuned(), [1; 3], &profiled(), settings());
     let c = Counters::default();
     for _ in 0..HOLD - 1 {
         trial(&a, &c, Direction::FromSlow, Band::Above, 10.0, 5.0);
@@ -259,7 +260,7 @@ fn a_cpu_faster_above_the_threshold_raises_it_in_bounded_steps() {
 /// bins and comes down step by step, to the smallest sampled size.
 #[test]
 fn an_offload_faster_below_lowers_a_never_threshold() {
-    let a = Adapt::new(&tuned(), &profiled(), settings());
+    let a = Adapt::new(&tuned(), [1; 3], &profiled(), settings());
     let c = Counters::default();
     for _ in 0..HOLD {
         trial(&a, &c, Direction::ToSlow, Band::Below, 5.0, 10.0);
@@ -335,7 +336,7 @@ fn steady(
 #[test]
 fn a_wrong_never_profile_finds_the_offload_where_the_traffic_is() {
     let never = Thresholds::all(NEVER);
-    let a = Adapt::new(&never, &profiled(), settings());
+    let a = Adapt::new(&never, [1; 3], &profiled(), settings());
     let c = Counters::default();
     let crossing = 64 << 10;
     steady(
@@ -362,7 +363,7 @@ fn a_wrong_never_profile_finds_the_offload_where_the_traffic_is() {
 #[test]
 fn a_never_profile_that_is_right_stays() {
     let never = Thresholds::all(NEVER);
-    let a = Adapt::new(&never, &profiled(), settings());
+    let a = Adapt::new(&never, [1; 3], &profiled(), settings());
     let c = Counters::default();
     steady(
         &a,
@@ -381,7 +382,7 @@ fn a_never_profile_that_is_right_stays() {
 /// moves.
 #[test]
 fn flapping_never_oscillates_the_threshold() {
-    let a = Adapt::new(&tuned(), &profiled(), settings());
+    let a = Adapt::new(&tuned(), [1; 3], &profiled(), settings());
     let c = Counters::default();
     for i in 0..200 {
         let cpu = if i % 2 == 0 { 10.0 } else { 5.0 };
@@ -399,11 +400,12 @@ fn flapping_never_oscillates_the_threshold() {
 /// schedules; while thresholds adapt, the band below the smallest one is not short-cut.
 #[test]
 fn the_cpu_short_cut_is_below_the_explored_bands_and_only_when_scheduling() {
-    let a = Adapt::new(&tuned(), &profiled(), settings());
+    let a = Adapt::new(&tuned(), [1; 3], &profiled(), settings());
     assert_eq!(a.cpu_below(Direction::FromSlow), 128 << 10);
     assert_eq!(a.cpu_below(Direction::ToSlow), TOP / 2);
     let unadapted = Adapt::new(
         &tuned(),
+        [1; 3],
         &profiled(),
         Settings {
             thresholds: false,
@@ -414,6 +416,7 @@ fn the_cpu_short_cut_is_below_the_explored_bands_and_only_when_scheduling() {
     assert_eq!(unadapted.cpu_below(Direction::ToSlow), NEVER);
     let fixed = Adapt::new(
         &tuned(),
+        [1; 3],
         &profiled(),
         Settings {
             epochs: false,
@@ -443,7 +446,7 @@ fn estimates_biased_like_a_spinning_worker_move_no_threshold() {
     profile.of(Direction::FromSlow).startup_ns.set(753.0);
     let mut t = tuned();
     t.from_slow = Locality::uniform(92 << 10, 80 << 10);
-    let a = Adapt::new(&t, &profile, settings());
+    let a = Adapt::new(&t, [1; 3], &profile, settings());
     let c = Counters::default();
     let spinning = Bandwidth::default();
     spinning.copy_from(&profile);
@@ -466,7 +469,7 @@ fn estimates_biased_like_a_spinning_worker_move_no_threshold() {
 #[test]
 fn split_estimates_follow_live_ones_in_bounded_steps() {
     let prior = profiled();
-    let a = Adapt::new(&tuned(), &prior, settings());
+    let a = Adapt::new(&tuned(), [1; 3], &prior, settings());
     let c = Counters::default();
     let live = profiled();
     let b = bin(1 << 20);
@@ -488,4 +491,39 @@ fn split_estimates_follow_live_ones_in_bounded_steps() {
         .engine_share(Direction::FromSlow, 1 << 20, 4096);
     assert_eq!(before, after, "settled");
     assert_eq!(a.in_effect(), tuned(), "estimates move no threshold");
+}
+
+/// Epochs of steady 64–448 KiB reads (offloading wins from 64 KiB) until the read threshold,
+/// tuned at 1 MiB, is at 256 KiB or below; `None` if not within 100.
+fn epochs_to_come_down(depths: [usize; 3]) -> Option<usize> {
+    let a = Adapt::new(&Thresholds::all(1 << 20), depths, &profiled(), settings());
+    let c = Counters::default();
+    let sizes = [64 << 10, 128 << 10, 256 << 10, 448 << 10];
+    (1..=100).find(|_| {
+        steady(&a, &c, Direction::FromSlow, &sizes, 1, 64 << 10, 14.0);
+        read(&a) <= 256 << 10
+    })
+}
+
+/// A profile whose read threshold is 1 MiB with the tune undecided from 256 KiB (the paths
+/// tied there when it ran), on traffic below 1 MiB where offloading wins: the first trial
+/// tests the whole undecided range and moves the threshold to its floor, several epochs
+/// sooner than waiting for the band just below 1 MiB to starve and then probing.
+#[test]
+fn trials_start_over_the_range_the_tune_left_undecided() {
+    let undecided = [Undecided {
+        direction: "from_slow".into(),
+        aligned: true,
+        from: 256 << 10,
+        to: 1 << 20,
+    }];
+    let depths = undecided_depths(&undecided);
+    assert_eq!(depths[Direction::FromSlow.index()], 2);
+    assert_eq!(depths[Direction::ToSlow.index()], 1);
+    let with = epochs_to_come_down(depths).expect("came down");
+    let without = epochs_to_come_down([1; 3]).expect("came down by probing");
+    assert!(
+        with <= HOLD as usize + 1 && with + 3 <= without,
+        "{with} epochs, {without} without the range"
+    );
 }
