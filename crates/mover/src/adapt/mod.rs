@@ -31,7 +31,7 @@
 //!
 //! **Trials start over what the tune left undecided.** Where the profile says the paths tie
 //! from `from` up to the threshold (`profile::Undecided`), the band below reaches down to
-//! `from` from the start ([`undecided_depths`]), so the first trial tests that whole range on
+//! `from` from the start (`undecided_depths`), so the first trial tests that whole range on
 //! the traffic, and a win moves the threshold to its floor at once, instead of a bin per
 //! trial from the top (a quick profile's "writes 1M, undecided from 256K" left 64–448 KiB
 //! writes on the CPU through a `bench mix --grid` confirmation, at 0.83× the grid's best).
