@@ -466,3 +466,51 @@ fn a_busy_mount_stays_mounted_until_it_can_unmount() {
     drop(f);
     m.fsck();
 }
+
+/// A user who may not open `/dev/fuse` (mode 0600, as on some machines) is told so, rather
+/// than given a bare "Permission denied". Skipped where every user may open it (then the
+/// mount goes through fusermount3) or where this test cannot run a program as another user.
+#[test]
+fn a_user_who_may_not_open_dev_fuse_is_told_why() {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: running a program as another user needs root");
+        return;
+    }
+    let (uid, gid) = (1001, 1001);
+    let as_user = |program: &std::path::Path| {
+        let mut c = Command::new(program);
+        c.uid(uid).gid(gid);
+        c
+    };
+    let open_to_user = as_user("test".as_ref())
+        .args(["-r", "/dev/fuse", "-a", "-w", "/dev/fuse"])
+        .status()
+        .unwrap()
+        .success();
+    if open_to_user {
+        eprintln!("skipped: /dev/fuse is open to every user here");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let exe = d.path().join("switchyard");
+    std::fs::copy(bin(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::create_dir(d.path().join("mnt")).unwrap();
+    for p in [d.path(), &d.path().join("mnt")] {
+        chown(p, Some(uid), Some(gid)).unwrap();
+    }
+    run(as_user(&exe)
+        .args(["mkfs", "--size", "64M"])
+        .current_dir(d.path()));
+    let out = as_user(&exe)
+        .args(["mount", "mnt"])
+        .current_dir(d.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "mounted: {err}");
+    assert!(err.contains("/dev/fuse is not open to this user"), "{err}");
+}

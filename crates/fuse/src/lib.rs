@@ -160,8 +160,27 @@ fn spawn<F: fuser::Filesystem + Send + Sync + 'static>(
     }
     config.n_threads = Some(workers.max(1));
     config.clone_fd = true;
-    let session = fuser::spawn_mount(fs, dir, &config)?;
+    let session = fuser::spawn_mount(fs, dir, &config).map_err(explained)?;
     Ok(Mount { session })
+}
+
+/// A mount's failure, with the reason where it is `/dev/fuse` itself: FUSE opens it before
+/// anything else, and where this user may not (mode 0600; most distributions make it 0666,
+/// and mount through the setuid `fusermount3`), a bare "Permission denied" names nothing.
+fn explained(e: std::io::Error) -> std::io::Error {
+    const DEV: &std::ffi::CStr = c"/dev/fuse";
+    // SAFETY: access(2) reads a NUL-terminated path and has no other preconditions.
+    let open_to_us = unsafe { libc::access(DEV.as_ptr(), libc::R_OK | libc::W_OK) } == 0;
+    if e.kind() != std::io::ErrorKind::PermissionDenied || open_to_us {
+        return e;
+    }
+    std::io::Error::new(
+        e.kind(),
+        format!(
+            "{e}: /dev/fuse is not open to this user (run as root, or make it mode 0666, as \
+             most distributions do, so that FUSE mounts through fusermount3)"
+        ),
+    )
 }
 
 impl Mount {
