@@ -472,20 +472,13 @@ fn a_busy_mount_stays_mounted_until_it_can_unmount() {
 /// mount goes through fusermount3) or where this test cannot run a program as another user.
 #[test]
 fn a_user_who_may_not_open_dev_fuse_is_told_why() {
-    use std::os::unix::fs::{chown, PermissionsExt};
-    use std::os::unix::process::CommandExt;
+    use common::{as_other_user, program_for_other_user, OTHER_USER};
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: running a program as another user needs root");
         return;
     }
-    let (uid, gid) = (1001, 1001);
-    let as_user = |program: &std::path::Path| {
-        let mut c = Command::new(program);
-        c.uid(uid).gid(gid);
-        c
-    };
-    let open_to_user = as_user("test".as_ref())
+    let open_to_user = as_other_user("test")
         .args(["-r", "/dev/fuse", "-a", "-w", "/dev/fuse"])
         .status()
         .unwrap()
@@ -495,17 +488,13 @@ fn a_user_who_may_not_open_dev_fuse_is_told_why() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let exe = d.path().join("switchyard");
-    std::fs::copy(bin(), &exe).unwrap();
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = program_for_other_user(d.path());
     std::fs::create_dir(d.path().join("mnt")).unwrap();
-    for p in [d.path(), &d.path().join("mnt")] {
-        chown(p, Some(uid), Some(gid)).unwrap();
-    }
-    run(as_user(&exe)
+    std::os::unix::fs::chown(d.path().join("mnt"), Some(OTHER_USER), Some(OTHER_USER)).unwrap();
+    run(as_other_user(&exe)
         .args(["mkfs", "--size", "64M"])
         .current_dir(d.path()));
-    let out = as_user(&exe)
+    let out = as_other_user(&exe)
         .args(["mount", "mnt"])
         .current_dir(d.path())
         .output()

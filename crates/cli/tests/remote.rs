@@ -12,6 +12,8 @@ use assert_cmd::Command;
 use predicates::str::contains;
 use switchyard_bench::remote::network::Namespace;
 
+mod common;
+
 fn sy(dir: &Path) -> Command {
     let mut c = Command::cargo_bin("switchyard").unwrap();
     c.current_dir(dir);
@@ -313,31 +315,25 @@ fn a_client_of_another_user_on_the_servers_host_reaches_it_without_shared_memory
         eprintln!("skipped: running a client as another user needs root");
         return;
     }
-    use std::os::unix::fs::{chown, PermissionsExt};
-    use std::os::unix::process::CommandExt;
+    use common::{as_other_user, program_for_other_user, OTHER_USER};
     let d = tempfile::tempdir().unwrap();
     let srv = Server::start(d.path(), &[]);
-    // The client's own directory, its copy of the key and of the program (the build's
-    // directories may be closed to other users).
-    let (uid, gid) = (1001, 1001);
+    // The client's own directory, its copy of the program and of the key.
     let c = tempfile::tempdir().unwrap();
-    let (bin, key) = (c.path().join("switchyard"), c.path().join("key"));
-    std::fs::copy(assert_cmd::cargo::cargo_bin("switchyard"), &bin).unwrap();
-    std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bin = program_for_other_user(c.path());
+    let key = c.path().join("key");
     std::fs::copy(d.path().join("switchyard.store.key"), &key).unwrap();
     let data = pattern(3 << 20 | 5);
     std::fs::write(c.path().join("in"), &data).unwrap();
-    for p in [c.path(), &key, &c.path().join("in")] {
-        chown(p, Some(uid), Some(gid)).unwrap();
+    for p in [&key, &c.path().join("in")] {
+        std::os::unix::fs::chown(p, Some(OTHER_USER), Some(OTHER_USER)).unwrap();
     }
     let client = |args: &[&str]| {
-        let out = Std::new(&bin)
+        let out = as_other_user(&bin)
             .args(args)
             .arg("--key")
             .arg(&key)
             .current_dir(c.path())
-            .uid(uid)
-            .gid(gid)
             .output()
             .unwrap();
         let said = String::from_utf8_lossy(&out.stdout).into_owned();

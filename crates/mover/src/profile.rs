@@ -262,7 +262,8 @@ pub enum ProfileError {
     },
 }
 
-fn direction(name: &str) -> Option<Direction> {
+/// The direction a profile names `name` (its `Direction::name`).
+pub(crate) fn direction(name: &str) -> Option<Direction> {
     Direction::ALL.into_iter().find(|d| d.name() == name)
 }
 

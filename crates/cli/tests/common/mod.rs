@@ -325,3 +325,26 @@ pub fn assert_no_scratch(dir: &std::path::Path, marker: &str) {
         .collect();
     assert!(left.is_empty(), "scratch files left behind: {left:?}");
 }
+
+/// A user other than root that tests run programs as (no account needed).
+pub const OTHER_USER: u32 = 1001;
+
+/// `dir` (a fresh directory) made [`OTHER_USER`]'s, with a copy of the `switchyard` binary in
+/// it that user may run (the build's own directories may be closed to other users); the
+/// copy's path.
+pub fn program_for_other_user(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let exe = dir.join("switchyard");
+    std::fs::copy(bin(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    chown(dir, Some(OTHER_USER), Some(OTHER_USER)).unwrap();
+    exe
+}
+
+/// `program` to be run as [`OTHER_USER`] (and group).
+pub fn as_other_user(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(program);
+    c.uid(OTHER_USER).gid(OTHER_USER);
+    c
+}

@@ -66,7 +66,7 @@ use crate::bandwidth::{Bandwidth, BINS, MIN_SAMPLED};
 use crate::config::{AdaptationConfig, Locality, Thresholds};
 use crate::counters::{Counter, Counters};
 use crate::hints::Direction;
-use crate::profile::{Undecided, NEVER};
+use crate::profile::{self, Undecided, NEVER};
 
 use trial::{nudge, Tally, Trials, Vote};
 pub(crate) use trial::{Arm, Band};
@@ -165,10 +165,8 @@ thread_local! {
 pub(crate) fn undecided_depths(undecided: &[Undecided]) -> [usize; 3] {
     let mut depths = [1; 3];
     for u in undecided {
-        let dir = match u.direction.as_str() {
-            "to_slow" => Direction::ToSlow,
-            "from_slow" => Direction::FromSlow,
-            _ => continue,
+        let Some(dir) = profile::direction(&u.direction) else {
+            continue;
         };
         if u.to >= NEVER || u.from == 0 || u.from >= u.to {
             continue;
