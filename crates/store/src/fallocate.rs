@@ -3,13 +3,16 @@
 //! - Allocate fills the holes of the range with zeroed blocks (data already there is left
 //!   alone) and, unless told to keep the size, extends the file to the range's end; when the
 //!   blocks run out, the size goes back to what it was (holes filled inside it stay filled).
-//!   Beyond
-//!   the end of a file kept at its size nothing is allocated: a page past the end is dropped
-//!   by the next size change, so it could not hold the space anyway.
+//!   Told to keep the size, it allocates past the end too: those blocks count in `st_blocks`
+//!   and stay held, unseen, until the size reaches them (a write, an extending truncate) or
+//!   a truncation gives them back (to a smaller size, or to the size the file has, as
+//!   `rsync --preallocate` trims), as on ext4.
 //! - Zero-range makes the range read as zeros in one commit (whole pages become holes,
 //!   `Punch` entry, format version 4; the covered parts of its edge pages are zeroed in
-//!   copy-on-write copies; the size grows with it unless kept), then allocates those holes.
-//! - Punch-hole is that commit without the allocation, and never changes the size.
+//!   copy-on-write copies; the size grows with it unless kept), then allocates those holes
+//!   (past the end too when the size is kept).
+//! - Punch-hole is that commit without the allocation, and never changes the size; whole
+//!   pages of the range past the end are given back as well.
 //!
 //! So what a program can read changes atomically, as with every other operation; only the
 //! allocation of holes, which read as zeros before and after, may take several commits.
@@ -72,15 +75,14 @@ impl Store {
             match mode {
                 Falloc::Allocate { keep_size } => {
                     let before = inode.attr;
-                    let limit = if keep_size { end.min(size) } else { end };
-                    let holes = holes(inode, off, limit);
+                    let holes = holes(inode, off, end);
                     // Refused before anything changes when the room is plainly not there.
                     if self.data_room() < holes.iter().map(|&(a, b)| pages(a, b)).sum() {
                         return Err(Errno::ENOSPC);
                     }
                     let allocated = holes
                         .into_iter()
-                        .try_for_each(|(from, to)| self.zero_hole(inode, from, to))
+                        .try_for_each(|(from, to)| self.zero_hole(inode, from, to, !keep_size))
                         .and_then(|()| {
                             if !keep_size && inode.attr.size < end {
                                 self.zero_and_resize(inode, end, end, Some(end))
@@ -104,12 +106,27 @@ impl Store {
                 }
                 Falloc::ZeroRange { keep_size } => {
                     let limit = if keep_size { end.min(size) } else { end };
+                    // Past the end of a file kept at its size every byte already reads as
+                    // zero (its only blocks there are allocated zeros): only its holes are
+                    // allocated, from past the page that holds the end (the pass inside the
+                    // size allocates that one).
+                    let past = if keep_size && end > size {
+                        let from = if off < size {
+                            size.div_ceil(BLOCK) * BLOCK
+                        } else {
+                            off
+                        };
+                        holes(inode, from, end)
+                    } else {
+                        Vec::new()
+                    };
                     // The range's holes end allocated (its pages are freed by the zeroing
                     // before they are allocated again): refused before anything is zeroed when
                     // the room is plainly not there (a zero-range of 1 GiB on a 1 GiB store
                     // left the file 1 GiB long and the store full).
                     let need: u64 = holes(inode, off, limit)
                         .iter()
+                        .chain(&past)
                         .map(|&(a, b)| pages(a, b))
                         .sum();
                     if self.data_room() < need {
@@ -118,23 +135,41 @@ impl Store {
                     let new_size = (!keep_size && end > size).then_some(end);
                     self.zero_and_resize(inode, off, limit, new_size)?;
                     for (from, to) in holes(inode, off, limit.min(inode.attr.size)) {
-                        self.zero_hole(inode, from, to)?;
+                        self.zero_hole(inode, from, to, true)?;
+                    }
+                    for (from, to) in past {
+                        self.zero_hole(inode, from, to, false)?;
                     }
                 }
-                Falloc::PunchHole => self.zero_and_resize(inode, off, end.min(size), None)?,
+                Falloc::PunchHole => {
+                    self.zero_and_resize(inode, off, end.min(size), None)?;
+                    // Whole pages of the range past the end: unseen zeros, given back.
+                    let (first, last) = (off.max(size).div_ceil(BLOCK), end / BLOCK);
+                    let Content::File(pages) = &inode.content else {
+                        unreachable!("a regular file")
+                    };
+                    if first < last && pages.range(first..last).next().is_some() {
+                        let punch = Entry::Punch {
+                            pgoff: first,
+                            count: last - first,
+                        };
+                        self.commit_change(inode, &[punch])?;
+                    }
+                }
             }
             Ok(())
         })()
         .map_err(Error::on(Op::Fallocate, ino))
     }
 
-    /// Allocates zeroed blocks for the hole `[from, to)` of `inode`, in steps of [`ZEROS`].
-    fn zero_hole(&self, inode: &mut Inode, from: u64, to: u64) -> Result<(), Errno> {
+    /// Allocates zeroed blocks for the hole `[from, to)` of `inode`, in steps of [`ZEROS`];
+    /// the size grows to `to` on the way with `grow`, and stays as it is without.
+    fn zero_hole(&self, inode: &mut Inode, from: u64, to: u64, grow: bool) -> Result<(), Errno> {
         static ZERO: [u8; ZEROS] = [0; ZEROS];
         let mut at = from;
         while at < to {
             let n = ((to - at) as usize).min(ZEROS);
-            self.write_locked(inode, at, &ZERO[..n], Order::Sync)?;
+            self.write_sized(inode, at, &ZERO[..n], Order::Sync, grow)?;
             at += n as u64;
         }
         Ok(())

@@ -73,11 +73,7 @@ impl Inode {
     pub fn apply(&mut self, e: &Entry, freed: &mut Vec<u64>) {
         match (e, &mut self.content) {
             (Entry::Attr(a), Content::File(pages)) => {
-                let keep = a.size.div_ceil(BLOCK);
-                let cut: Vec<u64> = pages.range(keep..).map(|(&p, _)| p).collect();
-                for p in cut {
-                    freed.extend(pages.remove(&p));
-                }
+                shrink(pages, self.attr.size, a.size, freed);
                 self.attr = *a;
             }
             (Entry::Attr(a), Content::Dir(_)) => self.attr = *a,
@@ -92,6 +88,8 @@ impl Inode {
                 },
                 Content::File(pages),
             ) => {
+                // A truncation's copy of its new last page carries the smaller size.
+                shrink(pages, self.attr.size, *size, freed);
                 for i in 0..*count {
                     freed.extend(pages.insert(pgoff + i, block + i));
                 }
@@ -198,5 +196,20 @@ impl Inode {
             .iter()
             .map(|e| e.encode().len() as u64)
             .sum()
+    }
+}
+
+/// What an entry that sets a file's size from `old` to `new` does to its pages: a smaller size
+/// truncates, and the pages past the new end go into `freed`. An equal or larger one keeps
+/// them: blocks allocated past the end with `FALLOC_FL_KEEP_SIZE` stay held until a
+/// truncation gives them back.
+fn shrink(pages: &mut BTreeMap<u64, u64>, old: u64, new: u64, freed: &mut Vec<u64>) {
+    if new >= old {
+        return;
+    }
+    let keep = new.div_ceil(BLOCK);
+    let cut: Vec<u64> = pages.range(keep..).map(|(&p, _)| p).collect();
+    for p in cut {
+        freed.extend(pages.remove(&p));
     }
 }

@@ -461,6 +461,71 @@ fn fallocate_allocates_holes_and_punching_gives_blocks_back() {
     );
 }
 
+/// `FALLOC_FL_KEEP_SIZE` past the end holds its blocks, as ext4 and tmpfs do: they count as
+/// the file's, survive a remount and attribute changes, are refused with ENOSPC where they do
+/// not fit, read as zeros once the size reaches them, and go back on a truncation, also to the
+/// size the file has (`fallocate -n -l 40M f` returned 0 and held nothing: a later write into
+/// the range met a full store).
+#[test]
+fn keep_size_allocation_past_the_end_holds_its_blocks_until_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 16 << 20);
+    let s = fs.store();
+    let (f, _) = s.create(1, b"f", 0o644, Owner::current()).unwrap();
+    s.write(f, 0, &[5u8; 100]).unwrap();
+    let free0 = s.statfs().free_blocks;
+    s.fallocate(f, 0, 1 << 20, Falloc::Allocate { keep_size: true })
+        .unwrap();
+    assert_eq!(s.getattr(f).unwrap().size, 100, "the size is kept");
+    assert_eq!(s.data_blocks(f).unwrap(), 256, "blocks past the end count");
+    assert!(free0 - s.statfs().free_blocks >= 255, "the space is taken");
+    let too_big = s.fallocate(f, 0, 64 << 20, Falloc::Allocate { keep_size: true });
+    assert_eq!(too_big.err().map(|e| e.errno), Some(Errno::ENOSPC));
+    // Attribute changes (an entry with the same size) keep them; so does a remount.
+    let chmod = switchyard_store::SetAttr {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    s.setattr(f, chmod).unwrap();
+    let fs = remount(&dir, fs);
+    let s = fs.store();
+    assert_eq!(s.data_blocks(f).unwrap(), 256, "held across a remount");
+    assert_eq!(s.getattr(f).unwrap().size, 100);
+    // Zero-range and punch past the end allocate and give back there too.
+    s.fallocate(f, 2 << 20, 64 << 10, Falloc::ZeroRange { keep_size: true })
+        .unwrap();
+    assert_eq!(s.data_blocks(f).unwrap(), 256 + 16);
+    s.fallocate(f, 2 << 20, 64 << 10, Falloc::PunchHole)
+        .unwrap();
+    assert_eq!(s.data_blocks(f).unwrap(), 256);
+    // A truncation that reaches into them shows zeros after the file's bytes.
+    let grow = |size| switchyard_store::SetAttr {
+        size: Some(size),
+        ..Default::default()
+    };
+    s.setattr(f, grow(8192)).unwrap();
+    let mut buf = vec![9u8; 8192];
+    assert_eq!(s.read(f, 0, &mut buf).unwrap(), 8192);
+    assert!(buf[..100].iter().all(|&b| b == 5));
+    assert!(buf[100..].iter().all(|&b| b == 0));
+    assert_eq!(
+        s.data_blocks(f).unwrap(),
+        256,
+        "still held past the new end"
+    );
+    // Truncating to the size it has trims what lies past it.
+    s.setattr(f, grow(8192)).unwrap();
+    assert_eq!(s.data_blocks(f).unwrap(), 2);
+    assert_eq!(s.getattr(f).unwrap().size, 8192);
+    s.read(f, 0, &mut buf).unwrap();
+    assert!(buf[..100].iter().all(|&b| b == 5) && buf[100..].iter().all(|&b| b == 0));
+    let fs = remount(&dir, fs);
+    assert_eq!(fs.store().data_blocks(f).unwrap(), 2);
+    fs.unmount().unwrap();
+    let report = switchyard_store::fsck::check(&image(&dir));
+    assert!(report.healthy(), "{:?}", report.problems);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
     /// Damaged images (random byte patches over a valid store, or raw garbage) are refused or

@@ -93,6 +93,7 @@ pub fn all_ops() -> Vec<Op> {
         Op::RemoveXattr("/a", "user.k"),
         Op::Fallocate("/a", 2000, 9000, Falloc::PunchHole),
         Op::Fallocate("/b", 0, 20000, Falloc::Allocate { keep_size: false }),
+        Op::Fallocate("/a", 4000, 30000, Falloc::Allocate { keep_size: true }),
         Op::WritePrepared("/a", 2000, 7000, 0xA4),
         Op::WriteAbandoned("/a", 0, 9000, 0xA5),
         Op::Remount,

@@ -172,6 +172,18 @@ impl Store {
                         extent = Some(e);
                     }
                 }
+                // Truncating to the size it has gives back the blocks allocated past the end
+                // (a smaller size drops them with the rest, when the entry applies), as
+                // ext4 does: `rsync --preallocate` trims what it allocated so.
+                let keep = size.div_ceil(BLOCK);
+                if size == attr.size {
+                    if let Some((&last, _)) = pages.range(keep..).next_back() {
+                        entries.push(Entry::Punch {
+                            pgoff: keep,
+                            count: last + 1 - keep,
+                        });
+                    }
+                }
                 attr.size = size;
                 attr.mtime = t;
             }

@@ -30,6 +30,8 @@ pub(crate) struct Reservation {
     seqs: Vec<Option<Seq>>,
     /// Copies still in flight (asynchronous orders).
     parts: Vec<Part>,
+    /// Whether the size grows to the write's end (false only for blocks allocated past it).
+    grow: bool,
 }
 
 /// Where one piece of a prepared write goes: `len` bytes from `offset` into the write land at
@@ -246,8 +248,23 @@ impl Store {
         data: &[u8],
         order: Order,
     ) -> Result<usize, Errno> {
+        self.write_sized(inode, off, data, order, true)
+    }
+
+    /// [`Store::write_locked`], but the size stays where it is even where `data` ends past
+    /// it (`grow` false): blocks allocated past the end (`FALLOC_FL_KEEP_SIZE`), which no read
+    /// sees until the size reaches them.
+    pub(crate) fn write_sized(
+        &self,
+        inode: &mut Inode,
+        off: u64,
+        data: &[u8],
+        order: Order,
+        grow: bool,
+    ) -> Result<usize, Errno> {
         debug_assert!(inode.pending.is_none(), "the caller settled the last write");
         let mut res = self.reserve(inode, off, data.len() as u64)?;
+        res.grow = grow;
         self.fill(&mut res, data, order);
         self.publish_write(inode, res)?;
         Ok(data.len())
@@ -278,6 +295,7 @@ impl Store {
             seqs: vec![None; extents.len()],
             extents,
             parts: Vec::new(),
+            grow: true,
         })
     }
 
@@ -297,6 +315,7 @@ impl Store {
             extents,
             seqs,
             parts,
+            ..
         } = res;
         for (i, t) in targets(*off, *len, extents).enumerate() {
             let src = &data[t.offset as usize..][..t.len as usize];
@@ -439,7 +458,11 @@ impl Store {
             return Err(Errno::EISDIR);
         }
         self.complete_edges(inode, &res);
-        let size = inode.attr.size.max(res.off + res.len);
+        let size = if res.grow {
+            inode.attr.size.max(res.off + res.len)
+        } else {
+            inode.attr.size
+        };
         let mtime = now_ns();
         let mut pgoff = res.off / BLOCK;
         let entries: Vec<Entry> = res
