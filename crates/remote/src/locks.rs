@@ -101,7 +101,8 @@ impl Locks {
 
     /// Locks `start..=end` of `ino` for `holder` with `kind`, or unlocks it (`None`).
     /// `EAGAIN` if another holder's lock conflicts (nothing changes then); `EINVAL` for a
-    /// range that ends before it starts.
+    /// range that ends before it starts. A holder that asks without waiting waits for nothing
+    /// from then on (it gave up an earlier wait), so no wait of another's is refused for it.
     pub fn set(
         &mut self,
         ino: u64,
@@ -111,6 +112,7 @@ impl Locks {
         kind: Option<LockKind>,
         pid: u32,
     ) -> Result<(), Errno> {
+        self.waiting.remove(&holder);
         if end < start {
             return Err(Errno::EINVAL);
         }
@@ -353,6 +355,28 @@ mod tests {
         l.set_waiting(1, c, 0, 0, LockKind::Write, 3, later)
             .unwrap();
         assert!(!l.waiting.contains_key(&c));
+    }
+
+    /// A holder that gave up its wait and asks without waiting (`F_SETLK`) is no waiter: a
+    /// wait on its lock is a wait, not a deadlock (its entry stayed for `WAITING` and made
+    /// the other's `F_SETLKW` fail with `EDEADLK`).
+    #[test]
+    fn a_holder_that_stops_waiting_closes_no_cycle() {
+        let mut l = Locks::default();
+        let (a, b) = ((1, 0), (2, 0));
+        let t = Instant::now();
+        l.set(1, a, 0, 0, W, 1).unwrap();
+        l.set(1, b, 1, 1, W, 2).unwrap();
+        assert_eq!(
+            l.set_waiting(1, a, 1, 1, LockKind::Write, 1, t),
+            Err(Errno(libc::EAGAIN))
+        );
+        // a's process gave up (a signal) and now only tries.
+        assert_eq!(l.set(1, a, 1, 1, W, 1), Err(Errno(libc::EAGAIN)));
+        assert_eq!(
+            l.set_waiting(1, b, 0, 0, LockKind::Write, 2, t),
+            Err(Errno(libc::EAGAIN))
+        );
     }
 
     #[test]
