@@ -300,11 +300,13 @@ fn suite(start: fn(&Path) -> Mount) {
     rename_and_link(&mut s, &own, ALICE);
     special_files(&mut s, &m.dir);
     xattrs(&mut s, &m.dir);
+    acls(&mut s, &m.dir);
     fallocate(&mut s, &m.dir);
     private(&mut s, &m);
     let m = m.remount();
     special_files_after_remount(&mut s, &m.dir);
     xattrs_after_remount(&mut s, &m.dir);
+    acls_after_remount(&mut s, &m.dir);
     assert!(s.checked > 100, "only {} checks ran", s.checked);
     assert!(
         s.failed.is_empty(),
@@ -1330,6 +1332,248 @@ fn xattrs_after_remount(s: &mut Suite, root: &Path) {
             Ok(b"green".to_vec()),
             Ok(vec![7u8; 3072]),
         ),
+    );
+}
+
+/// An ACL in the kernel's xattr encoding (acl(5) entries: tag, permissions, id).
+fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut out = 2u32.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        out.extend_from_slice(&tag.to_le_bytes());
+        out.extend_from_slice(&perm.to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+    }
+    out
+}
+
+const ACL_ACCESS: &str = "system.posix_acl_access";
+const ACL_DEFAULT: &str = "system.posix_acl_default";
+const ANY: u32 = u32::MAX;
+const USER_OBJ: u16 = 1;
+const USER: u16 = 2;
+const GROUP_OBJ: u16 = 4;
+const GROUP: u16 = 8;
+const MASK: u16 = 0x10;
+const OTHER: u16 = 0x20;
+
+/// POSIX ACLs (acl(5), setfacl(1)), as ext4 keeps them: a named user or group gets the access
+/// its entry and the mask give, where the mode alone would refuse it, and loses it as the mask
+/// or its entry says; setting an ACL sets the mode's group bits to the mask, chmod sets the
+/// mask; a default ACL is inherited by what is made in the directory (the umask then does
+/// not apply) and a directory inherits it as its own default; invalid ones give EINVAL, a
+/// default ACL on a file EACCES, and only the owner (or root) may set one.
+fn acls(s: &mut Suite, root: &Path) {
+    let d = root.join("acl");
+    dir(&d, ALICE.uid, ALICE.gid, 0o755);
+    let f = d.join("f");
+    file(&f, ALICE.uid, ALICE.gid, 0o600);
+    let bob_reads = || {
+        let ff = f.clone();
+        as_user(BOB, move || open(&ff, libc::O_RDONLY))
+    };
+    s.check(
+        "without an ACL the mode refuses bob",
+        bob_reads(),
+        Err(libc::EACCES),
+    );
+    let grant = acl(&[
+        (USER_OBJ, 6, ANY),
+        (USER, 4, BOB.uid),
+        (GROUP_OBJ, 0, ANY),
+        (MASK, 4, ANY),
+        (OTHER, 0, ANY),
+    ]);
+    let ff = f.clone();
+    let g = grant.clone();
+    s.check(
+        "the owner sets an access ACL",
+        as_user(ALICE, move || setxattr(&ff, ACL_ACCESS, &g, 0)),
+        Ok(()),
+    );
+    s.check("a named user entry grants bob reading", bob_reads(), Ok(()));
+    let ff = f.clone();
+    s.check(
+        "but not writing, which its entry does not give",
+        as_user(BOB, move || open(&ff, libc::O_WRONLY)),
+        Err(libc::EACCES),
+    );
+    s.check(
+        "carol, named nowhere, is still refused",
+        as_user(CAROL, {
+            let ff = f.clone();
+            move || open(&ff, libc::O_RDONLY)
+        }),
+        Err(libc::EACCES),
+    );
+    s.check(
+        "the mode's group bits are the mask",
+        mode(&f) & 0o777,
+        0o640,
+    );
+    s.check(
+        "the ACL reads back",
+        getxattr(&f, ACL_ACCESS, 256),
+        Ok(grant),
+    );
+    s.check(
+        "listxattr names it",
+        listxattr(&f).map(|l| l.contains(&ACL_ACCESS.to_string())),
+        Ok(true),
+    );
+    s.check("chmod g-r clears the mask", chmod(&f, 0o600), Ok(()));
+    s.check("and with it bob's reading", bob_reads(), Err(libc::EACCES));
+    s.check(
+        "the ACL's mask follows the mode",
+        getxattr(&f, ACL_ACCESS, 256),
+        Ok(acl(&[
+            (USER_OBJ, 6, ANY),
+            (USER, 4, BOB.uid),
+            (GROUP_OBJ, 0, ANY),
+            (MASK, 0, ANY),
+            (OTHER, 0, ANY),
+        ])),
+    );
+    let ff = f.clone();
+    s.check(
+        "another user may not set an ACL",
+        as_user(BOB, move || {
+            setxattr(
+                &ff,
+                ACL_ACCESS,
+                &acl(&[(USER_OBJ, 7, ANY), (GROUP_OBJ, 7, ANY), (OTHER, 7, ANY)]),
+                0,
+            )
+        }),
+        Err(libc::EPERM),
+    );
+    s.check(
+        "an ACL without an owning group entry gives EINVAL",
+        setxattr(
+            &f,
+            ACL_ACCESS,
+            &acl(&[(USER_OBJ, 6, ANY), (OTHER, 0, ANY)]),
+            0,
+        ),
+        Err(libc::EINVAL),
+    );
+    s.check(
+        "a default ACL on a file gives EACCES",
+        setxattr(
+            &f,
+            ACL_DEFAULT,
+            &acl(&[(USER_OBJ, 6, ANY), (GROUP_OBJ, 4, ANY), (OTHER, 0, ANY)]),
+            0,
+        ),
+        Err(libc::EACCES),
+    );
+    s.check(
+        "an ACL the mode can say is only the mode",
+        setxattr(
+            &f,
+            ACL_ACCESS,
+            &acl(&[(USER_OBJ, 6, ANY), (GROUP_OBJ, 4, ANY), (OTHER, 4, ANY)]),
+            0,
+        )
+        .map(|()| (mode(&f) & 0o777, getxattr(&f, ACL_ACCESS, 256))),
+        Ok((0o644, Err(libc::ENODATA))),
+    );
+    // A shared directory: everything made in it is the group's to read and write.
+    let shared = d.join("shared");
+    dir(&shared, ALICE.uid, ALICE.gid, 0o755);
+    let inherit = acl(&[
+        (USER_OBJ, 7, ANY),
+        (GROUP_OBJ, 5, ANY),
+        (GROUP, 7, SHARED),
+        (MASK, 7, ANY),
+        (OTHER, 5, ANY),
+    ]);
+    s.check(
+        "the owner sets a default ACL",
+        setxattr(&shared, ACL_DEFAULT, &inherit, 0),
+        Ok(()),
+    );
+    s.check(
+        "and one that lets the group in",
+        setxattr(&shared, ACL_ACCESS, &inherit, 0),
+        Ok(()),
+    );
+    let made = shared.join("made-by-alice");
+    let mm = made.clone();
+    let created = as_user(ALICE, move || {
+        // SAFETY: umask has no preconditions; it is this process's, set back below.
+        let old = unsafe { libc::umask(0o077) };
+        let r = std::fs::write(&mm, b"x").map_err(|e| e.raw_os_error().unwrap_or(0));
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        r
+    });
+    s.check("alice makes a file with umask 077", created, Ok(()));
+    s.check(
+        "it inherits the default ACL, masked by the mode, not the umask",
+        (mode(&made) & 0o777, getxattr(&made, ACL_ACCESS, 256)),
+        (
+            0o664,
+            Ok(acl(&[
+                (USER_OBJ, 6, ANY),
+                (GROUP_OBJ, 5, ANY),
+                (GROUP, 7, SHARED),
+                (MASK, 6, ANY),
+                (OTHER, 4, ANY),
+            ])),
+        ),
+    );
+    let mm = made.clone();
+    s.check(
+        "so bob, of the shared group, writes it",
+        as_user(BOB, move || open(&mm, libc::O_WRONLY)),
+        Ok(()),
+    );
+    let sub = shared.join("sub");
+    s.check("a directory made in it", mkdir(&sub, 0o700), Ok(()));
+    s.check(
+        "inherits the default ACL as its own",
+        getxattr(&sub, ACL_DEFAULT, 256),
+        Ok(inherit.clone()),
+    );
+    s.check(
+        "and as its access ACL, masked by its mode",
+        (
+            mode(&sub) & 0o777,
+            getxattr(&sub, ACL_ACCESS, 256).map(|a| a.len()),
+        ),
+        (0o700, Ok(4 + 5 * 8)),
+    );
+    let plain = d.join("plain");
+    let pp = plain.clone();
+    let created = as_user(ALICE, move || {
+        // SAFETY: as above.
+        let old = unsafe { libc::umask(0o027) };
+        let r = std::fs::write(&pp, b"x").map_err(|e| e.raw_os_error().unwrap_or(0));
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        r
+    });
+    s.check(
+        "without a default ACL the umask applies",
+        created.map(|()| mode(&plain) & 0o777),
+        Ok(0o640),
+    );
+    s.check(
+        "removing the default ACL",
+        removexattr(&shared, ACL_DEFAULT).map(|()| getxattr(&shared, ACL_DEFAULT, 256)),
+        Ok(Err(libc::ENODATA)),
+    );
+}
+
+fn acls_after_remount(s: &mut Suite, root: &Path) {
+    let made = root.join("acl/shared/made-by-alice");
+    s.check(
+        "ACLs survive a remount, and still grant",
+        (
+            getxattr(&made, ACL_ACCESS, 256).map(|a| a.len()),
+            as_user(BOB, move || open(&made, libc::O_WRONLY)),
+        ),
+        (Ok(4 + 5 * 8), Ok(())),
     );
 }
 

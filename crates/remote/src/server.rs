@@ -802,10 +802,12 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                 target,
                 uid,
                 gid,
+                umask,
                 hold,
             } => {
                 let owner = Owner { uid, gid };
-                let (ino, stat) = Inodes::make(s, parent, &name, mode, rdev, &target, owner)?;
+                let made = Inodes::make(s, parent, &name, mode, rdev, &target, owner, umask);
+                let (ino, stat) = made?;
                 self.held(peer, ino, hold);
                 entry((ino, stat))
             }

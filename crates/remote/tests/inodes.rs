@@ -26,7 +26,7 @@ fn a_directory_made_by_another_client_shows_in_its_parent_at_once() {
     let a = Client::connect(server.addr, &server.key, true).unwrap();
     let b = Client::connect(server.addr, &server.key, true).unwrap();
     let before = Inodes::stat(&a, ROOT).unwrap();
-    b.make(ROOT, b"d", S_IFDIR | 0o755, 0, &[], Owner::current())
+    b.make(ROOT, b"d", S_IFDIR | 0o755, 0, &[], Owner::current(), 0)
         .unwrap();
     let after = Inodes::stat(&a, ROOT).unwrap();
     assert_eq!(after.attr.nlink, before.attr.nlink + 1);
@@ -126,7 +126,7 @@ fn run_op<I: Inodes>(fs: &I, dirs: [u64; 2], op: &Op) -> Seen {
     };
     seen(match *op {
         Op::Make(p, n, kind) => fs
-            .make(dirs[p], NAMES[n], kind | 0o755, 0, b"target", owner)
+            .make(dirs[p], NAMES[n], kind | 0o755, 0, b"target", owner, 0)
             .map(|(ino, _)| {
                 fs.forget(ino, 1);
                 Seen::Done
@@ -183,7 +183,7 @@ fn run_op<I: Inodes>(fs: &I, dirs: [u64; 2], op: &Op) -> Seen {
 
 fn with_dir<I: Inodes>(fs: &I) -> [u64; 2] {
     let (d, _) = fs
-        .make(ROOT, b"d", S_IFDIR | 0o755, 0, &[], Owner::current())
+        .make(ROOT, b"d", S_IFDIR | 0o755, 0, &[], Owner::current(), 0)
         .unwrap();
     [ROOT, d]
 }

@@ -57,6 +57,8 @@ impl Errno {
     pub const ESTALE: Errno = Errno(libc::ESTALE);
     /// No such device or address (`lseek` past the last data or the end).
     pub const ENXIO: Errno = Errno(libc::ENXIO);
+    /// Permission denied.
+    pub const EACCES: Errno = Errno(libc::EACCES);
 
     /// The symbolic name, e.g. `"ENOENT"`.
     pub fn name(self) -> &'static str {

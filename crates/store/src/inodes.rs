@@ -59,7 +59,10 @@ pub trait Inodes: Send + Sync + 'static {
     /// A symlink's target.
     fn readlink(&self, ino: u64) -> Result<Vec<u8>, Errno>;
     /// Makes `name` in `parent`, held: the type bits of `mode` choose a regular file, a
-    /// directory, a symlink to `target`, or a special file (device number `rdev`).
+    /// directory, a symlink to `target`, or a special file (device number `rdev`). The
+    /// creator's `umask` applies to `mode` unless `parent` has a default ACL, which the new
+    /// inode inherits instead ([`crate::acl`]).
+    #[allow(clippy::too_many_arguments)]
     fn make(
         &self,
         parent: u64,
@@ -68,6 +71,7 @@ pub trait Inodes: Send + Sync + 'static {
         rdev: u64,
         target: &[u8],
         owner: Owner,
+        umask: u32,
     ) -> Result<(u64, Stat), Errno>;
     /// Gives `ino` the new name `name` in `parent`, and holds it once more.
     fn link(&self, ino: u64, parent: u64, name: &[u8]) -> Result<Stat, Errno>;
@@ -205,12 +209,12 @@ impl Inodes for Store {
         rdev: u64,
         target: &[u8],
         owner: Owner,
+        umask: u32,
     ) -> Result<(u64, Stat), Errno> {
-        use crate::format::{S_IFDIR, S_IFLNK, S_IFMT};
+        use crate::format::{S_IFLNK, S_IFMT};
         let (ino, _) = match mode & S_IFMT {
-            S_IFDIR => self.mkdir(parent, name, mode, owner)?,
             S_IFLNK => self.symlink(parent, name, target, owner)?,
-            _ => self.mknod(parent, name, mode, rdev, owner)?,
+            _ => self.mknod_masked(parent, name, mode, rdev, owner, umask)?,
         };
         self.hold(ino)?;
         Ok((ino, self.held_stat(ino)?))

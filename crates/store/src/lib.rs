@@ -13,6 +13,7 @@
 //! - `crash` (feature `testing`): the crash-state harness, with the faults it must catch.
 
 #![warn(missing_docs)]
+pub mod acl;
 pub mod aio;
 pub mod alloc;
 pub mod changes;

@@ -2,14 +2,16 @@
 //! `XattrRemove` entries, format version 4) and in DRAM next to its other state.
 //!
 //! Namespaces, as Linux file systems keep them: `user.`, `trusted.` and `security.` are
-//! stored; anything else (`system.`, which would be POSIX ACLs, or no namespace) is refused
-//! with `EOPNOTSUPP`. Who may read or write which namespace is checked by the kernel before a
+//! stored, and of `system.` the two POSIX ACLs ([`crate::acl`], which also keep the mode in
+//! step); anything else (another `system.` name, or no namespace) is refused with
+//! `EOPNOTSUPP`. Who may read or write which namespace is checked by the kernel before a
 //! request reaches the mount (xattr(7)); the store checks names, sizes and the create/replace
 //! flags. A change commits like any single-inode change (its entries, then the tail) and
 //! updates the inode's ctime, as setxattr(2) does.
 
+use crate::acl::{self, Acl};
 use crate::error::{Errno, Error, Op};
-use crate::format::{Entry, XATTR_NAME_MAX, XATTR_VALUE_MAX};
+use crate::format::{Attr, Entry, S_IFDIR, XATTR_NAME_MAX, XATTR_VALUE_MAX};
 use crate::inode::Inode;
 use crate::store::{now_ns, Store};
 
@@ -35,7 +37,9 @@ fn check_name(name: &[u8]) -> Result<(), Errno> {
     }
     let known = [&b"user."[..], b"trusted.", b"security."]
         .iter()
-        .any(|ns| name.len() > ns.len() && name.starts_with(ns));
+        .any(|ns| name.len() > ns.len() && name.starts_with(ns))
+        || name == acl::ACCESS
+        || name == acl::DEFAULT;
     if !known || name.contains(&0) {
         return Err(Errno::EOPNOTSUPP);
     }
@@ -72,11 +76,14 @@ impl Store {
             if total - old.unwrap_or(0) + name.len() + value.len() > XATTR_TOTAL_MAX {
                 return Err(Errno::ENOSPC);
             }
+            if name == acl::ACCESS || name == acl::DEFAULT {
+                return self.set_acl(inode, name, value);
+            }
             let e = Entry::XattrSet {
                 name: name.to_vec(),
                 value: value.to_vec(),
             };
-            self.commit_xattr(inode, e)
+            self.commit_xattr(inode, e, inode.attr)
         })()
         .map_err(Error::on(Op::Setxattr, ino))
     }
@@ -121,14 +128,54 @@ impl Store {
             let e = Entry::XattrRemove {
                 name: name.to_vec(),
             };
-            self.commit_xattr(inode, e)
+            self.commit_xattr(inode, e, inode.attr)
         })()
         .map_err(Error::on(Op::Removexattr, ino))
     }
 
-    /// Commits one extended attribute entry of `inode` with its new ctime.
-    fn commit_xattr(&self, inode: &mut Inode, e: Entry) -> Result<(), Errno> {
+    /// Sets an ACL (`name` is [`acl::ACCESS`] or [`acl::DEFAULT`]) of `inode` from its xattr
+    /// encoding `value`, as ext4 does: `EINVAL` for one that is not valid, `EACCES` for a
+    /// default ACL on anything but a directory; an access ACL sets the mode's permission bits
+    /// in the same commit, and is kept only where it says more than they do. An empty one
+    /// removes it.
+    fn set_acl(&self, inode: &mut Inode, name: &[u8], value: &[u8]) -> Result<(), Errno> {
+        let acl = Acl::decode(value)?;
         let mut attr = inode.attr;
+        if name == acl::DEFAULT && attr.kind() != S_IFDIR {
+            return if acl.is_some() {
+                Err(Errno::EACCES)
+            } else {
+                Ok(())
+            };
+        }
+        if let (Some(a), true) = (&acl, name == acl::ACCESS) {
+            attr.mode = (attr.mode & !0o777) | a.mode_bits();
+        }
+        let kept = acl.filter(|a| name == acl::DEFAULT || !a.is_minimal());
+        let e = match kept {
+            Some(a) => Entry::XattrSet {
+                name: name.to_vec(),
+                value: a.encode(),
+            },
+            None if inode.xattrs.contains_key(name) => Entry::XattrRemove {
+                name: name.to_vec(),
+            },
+            None if attr.mode == inode.attr.mode => return Ok(()),
+            None => {
+                return self.commit_change(
+                    inode,
+                    &[Entry::Attr(Attr {
+                        ctime: now_ns(),
+                        ..attr
+                    })],
+                )
+            }
+        };
+        self.commit_xattr(inode, e, attr)
+    }
+
+    /// Commits one extended attribute entry of `inode` with `attr` and a new ctime.
+    fn commit_xattr(&self, inode: &mut Inode, e: Entry, mut attr: Attr) -> Result<(), Errno> {
         attr.ctime = now_ns();
         self.commit_change(inode, &[e, Entry::Attr(attr)])
     }

@@ -21,7 +21,7 @@ use switchyard_store::{
     DirEntry, Errno, Falloc, Inodes, Owner, RecordLock, Rename, Seek, SetAttr, Stat, XattrMode,
 };
 
-use crate::{configure, masked, open_flags, with_read_buffer, FuseConfig, Replies};
+use crate::{configure, open_flags, with_read_buffer, FuseConfig, Replies};
 
 mod create;
 mod kernel;
@@ -166,6 +166,11 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Large requests: a 1 MiB write is one request, one commit.
         configure(config, self.replies);
+        // POSIX ACLs: the kernel checks them (it reads an inode's access ACL for a caller
+        // who is not its owner) and the store keeps them and the mode in step; the umask is
+        // the store's to apply, since a directory's default ACL overrides it.
+        let _ = config
+            .add_capabilities(fuser::InitFlags::FUSE_POSIX_ACL | fuser::InitFlags::FUSE_DONT_MASK);
         if self.inodes.record_locks() {
             // POSIX record locks go to the inodes (shared by every client), not the kernel's
             // own table (this mount's alone).
@@ -257,7 +262,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
     ) {
         // FIFOs, sockets and device nodes are inodes of the store; the kernel serves their
         // I/O (devices only on a mount with `dev`, which this one is not).
-        let mode = (mode & S_IFMT) | masked(mode, umask);
+        let mode = (mode & S_IFMT) | (mode & 0o7777);
         let r = self.inodes.make(
             parent.0,
             name.as_bytes(),
@@ -265,6 +270,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
             u64::from(rdev),
             &[],
             owner(req),
+            umask,
         );
         self.entry(reply, (parent.0, name.as_bytes()), r);
     }
@@ -278,10 +284,10 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let mode = S_IFDIR | masked(mode, umask);
+        let mode = S_IFDIR | (mode & 0o7777);
         let r = self
             .inodes
-            .make(parent.0, name.as_bytes(), mode, 0, &[], owner(req));
+            .make(parent.0, name.as_bytes(), mode, 0, &[], owner(req), umask);
         self.entry(reply, (parent.0, name.as_bytes()), r);
     }
 
@@ -309,6 +315,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
                 0,
                 target.as_os_str().as_bytes(),
                 owner(req),
+                0,
             )
         });
         self.entry(reply, (parent.0, link_name.as_bytes()), r);
@@ -699,9 +706,12 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let mode = S_IFREG | masked(mode, umask);
+        let mode = S_IFREG | (mode & 0o7777);
         let name = name.as_bytes();
-        let made = match self.inodes.make(parent.0, name, mode, 0, &[], owner(req)) {
+        let made = match self
+            .inodes
+            .make(parent.0, name, mode, 0, &[], owner(req), umask)
+        {
             // Someone else (another client of a served store) made the name since the
             // kernel's lookup: without O_EXCL, open(2) opens what is there.
             Err(e) if e == Errno::EEXIST && flags & libc::O_EXCL == 0 => {

@@ -2,6 +2,7 @@
 //! `newfstatat` system call — `statx` and the older `__xstat` entry points) and `access`.
 
 use libc::{c_char, c_int};
+use switchyard_store::acl::{self, Acl};
 use switchyard_store::format::S_IFDIR;
 use switchyard_store::{Errno, Inodes, Stat};
 
@@ -346,9 +347,10 @@ pub unsafe extern "C" fn statx(
     )
 }
 
-/// Whether the caller may access `s` as `mode` (`R_OK`, `W_OK`, `X_OK` bits), by the real or
-/// effective ids.
-fn may_access(s: &Stat, mode: c_int, effective: bool) -> Result<(), Errno> {
+/// Whether the caller may access inode `ino` (attributes `s`) as `mode` (`R_OK`, `W_OK`,
+/// `X_OK` bits), by the real or effective ids and the supplementary groups, through its access
+/// ACL where it has one, as the kernel checks a mounted file.
+fn may_access(ino: u64, s: &Stat, mode: c_int, effective: bool) -> Result<(), Errno> {
     if mode & !(libc::R_OK | libc::W_OK | libc::X_OK) != 0 {
         return Err(Errno(libc::EINVAL));
     }
@@ -366,14 +368,17 @@ fn may_access(s: &Stat, mode: c_int, effective: bool) -> Result<(), Errno> {
         // Root may read and write anything, and run what anyone may run (or any directory).
         bits & 1 == 0 || a.mode & 0o111 != 0 || a.kind() == S_IFDIR
     } else {
-        let have = if a.uid == uid {
-            (a.mode >> 6) & 7
-        } else if a.gid == gid {
-            (a.mode >> 3) & 7
-        } else {
-            a.mode & 7
-        };
-        have & bits == bits
+        let mut groups = vec![0 as libc::gid_t; 256];
+        // SAFETY: `groups` holds as many ids as the count says.
+        let n = unsafe { libc::getgroups(groups.len() as c_int, groups.as_mut_ptr()) };
+        groups.truncate(n.max(0) as usize);
+        groups.push(gid);
+        // Only a caller who is not the owner meets an ACL's other entries.
+        let acl = (uid != a.uid)
+            .then(|| conn::client().ok()?.getxattr(ino, acl::ACCESS).ok())
+            .flatten()
+            .and_then(|v| Acl::decode(&v).ok().flatten());
+        acl::permits(a.mode, (a.uid, a.gid), acl.as_ref(), uid, &groups, bits)
     };
     if ok {
         Ok(())
@@ -399,7 +404,7 @@ pub unsafe extern "C" fn faccessat(
         dirfd,
         path,
         |p| real::faccessat()(dirfd, p, mode, flags),
-        |s| path_stat(&s, follow).and_then(|(_, st)| may_access(&st, mode, effective))
+        |s| path_stat(&s, follow).and_then(|(ino, st)| may_access(ino, &st, mode, effective))
     )
 }
 

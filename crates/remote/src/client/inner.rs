@@ -230,7 +230,8 @@ impl Inner {
         self.call(req).map(|_| ())
     }
 
-    /// Makes `name` in `parent` owned by `owner`; `hold` takes a hold for this client.
+    /// Makes `name` in `parent` owned by `owner`, made by a creator with `umask`; `hold`
+    /// takes a hold for this client.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn make_in(
         &mut self,
@@ -239,7 +240,7 @@ impl Inner {
         mode: u32,
         rdev: u64,
         target: Vec<u8>,
-        owner: Owner,
+        (owner, umask): (Owner, u32),
         hold: bool,
     ) -> Result<(u64, Stat), Errno> {
         match self.call(&Request::Make {
@@ -250,6 +251,7 @@ impl Inner {
             target,
             uid: owner.uid,
             gid: owner.gid,
+            umask,
             hold,
         })? {
             Reply::Entry { ino, stat } => Ok((ino, stat)),
@@ -653,7 +655,7 @@ impl Inner {
                 Err(e) if e == Errno::ENOENT && flags.create => {
                     let mode = S_IFREG | (mode & 0o7777);
                     let owner = Owner::current();
-                    self.make_in(parent, name, mode, 0, Vec::new(), owner, false)?
+                    self.make_in(parent, name, mode, 0, Vec::new(), (owner, 0), false)?
                         .0
                 }
                 Err(e) => return Err(e),
@@ -680,7 +682,9 @@ impl Inner {
     pub(super) fn make(&mut self, path: &str, mode: u32, target: Vec<u8>) -> Result<u64, Errno> {
         let (parent, name) = self.parent_and_name(path)?;
         let owner = Owner::current();
-        Ok(self.make_in(parent, name, mode, 0, target, owner, false)?.0)
+        Ok(self
+            .make_in(parent, name, mode, 0, target, (owner, 0), false)?
+            .0)
     }
 
     pub(super) fn remove(&mut self, path: &str, dir: bool) -> Result<(), Errno> {

@@ -41,6 +41,7 @@ impl Inodes for Client {
         rdev: u64,
         target: &[u8],
         owner: Owner,
+        umask: u32,
     ) -> Result<(u64, Stat), Errno> {
         self.with(|i| {
             let (ino, st) = i.make_in(
@@ -49,7 +50,7 @@ impl Inodes for Client {
                 mode,
                 rdev,
                 target.to_vec(),
-                owner,
+                (owner, umask),
                 true,
             )?;
             i.took(ino);

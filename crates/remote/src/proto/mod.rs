@@ -16,7 +16,7 @@ mod request;
 mod wire;
 
 /// The protocol's version: a client and a server must agree on it.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Longest byte string a message may carry (names, link targets, data of the in-message data
 /// path): larger requests are cut by the client.
@@ -89,6 +89,8 @@ pub enum Request {
         uid: u32,
         /// Group of the new inode.
         gid: u32,
+        /// The creator's umask: applied to `mode` unless `parent` has a default ACL.
+        umask: u32,
         /// Take a hold on the new inode (as [`Request::Lookup`]).
         hold: bool,
     },

@@ -103,6 +103,7 @@ impl Request {
                 target,
                 uid,
                 gid,
+                umask,
                 hold,
             } => {
                 w.u64(*parent)
@@ -110,7 +111,7 @@ impl Request {
                     .u32(*mode)
                     .u64(*rdev)
                     .bytes(target);
-                w.u32(*uid).u32(*gid).u8(*hold as u8);
+                w.u32(*uid).u32(*gid).u32(*umask).u8(*hold as u8);
             }
             Request::Link {
                 ino,
@@ -234,6 +235,7 @@ impl Request {
                 target: r.bytes()?,
                 uid: r.u32()?,
                 gid: r.u32()?,
+                umask: r.u32()?,
                 hold: r.bool()?,
             },
             6 => Request::Link {

@@ -77,10 +77,10 @@ fn request() -> impl Strategy<Value = Request> {
             any::<(u64, u32, u64)>(),
             bytes(),
             bytes(),
-            any::<(u32, u32, bool)>()
+            any::<(u32, u32, u32, bool)>()
         )
-            .prop_map(|((parent, mode, rdev), name, target, (uid, gid, hold))| {
-                Request::Make {
+            .prop_map(
+                |((parent, mode, rdev), name, target, (uid, gid, umask, hold))| Request::Make {
                     parent,
                     name,
                     mode,
@@ -88,9 +88,10 @@ fn request() -> impl Strategy<Value = Request> {
                     target,
                     uid,
                     gid,
+                    umask,
                     hold,
-                }
-            }),
+                },
+            ),
         (
             any::<u64>(),
             bytes(),

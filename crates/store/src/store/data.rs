@@ -2,6 +2,7 @@
 //! Writes are in [`super::write`].
 
 use super::*;
+use crate::acl::{self, Acl};
 
 /// Splits the `n` bytes of a file at `off` into runs, each either mapped to contiguous blocks
 /// (one mover request; `f` gets the region offset) or a hole (`None`); `f` also gets the run's
@@ -189,6 +190,15 @@ impl Store {
             }
             if let Some(m) = s.mode {
                 attr.mode = (attr.mode & S_IFMT) | (m & 0o7777);
+                // An access ACL follows the mode in the same commit (its owner, mask and
+                // other entries are the mode's bits).
+                let acl = inode.xattrs.get(acl::ACCESS).map(|v| Acl::decode(v));
+                if let Some(Ok(Some(acl))) = acl {
+                    entries.push(Entry::XattrSet {
+                        name: acl::ACCESS.to_vec(),
+                        value: acl.chmod(m).encode(),
+                    });
+                }
             }
             attr.uid = s.uid.unwrap_or(attr.uid);
             attr.gid = s.gid.unwrap_or(attr.gid);

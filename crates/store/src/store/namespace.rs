@@ -1,6 +1,7 @@
 //! The namespace: lookups and listings, making inodes, links, unlinks and renames.
 
 use super::*;
+use crate::acl::{self, Acl};
 
 /// What [`Store::make`] makes besides the inode its mode names.
 #[derive(Clone, Copy)]
@@ -190,8 +191,15 @@ impl Store {
         mode: u32,
         owner: Owner,
     ) -> Result<(u64, Attr), Error> {
-        self.make(parent, name, S_IFREG | (mode & 0o7777), owner, Made::Plain)
-            .map_err(Error::at(Op::Create, parent, name))
+        self.make(
+            parent,
+            name,
+            S_IFREG | (mode & 0o7777),
+            owner,
+            Made::Plain,
+            0,
+        )
+        .map_err(Error::at(Op::Create, parent, name))
     }
 
     /// Creates a FIFO, socket, or character or block device node `name` in `parent` (`mode`
@@ -206,11 +214,29 @@ impl Store {
         rdev: u64,
         owner: Owner,
     ) -> Result<(u64, Attr), Error> {
+        self.mknod_masked(parent, name, mode, rdev, owner, 0)
+    }
+
+    /// [`Store::mknod`] for a creator whose umask is `umask`: applied to `mode` unless
+    /// `parent` has a default ACL, which the new inode inherits instead ([`crate::acl`]). A
+    /// directory type is made as by [`Store::mkdir_masked`].
+    pub fn mknod_masked(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        rdev: u64,
+        owner: Owner,
+        umask: u32,
+    ) -> Result<(u64, Attr), Error> {
+        if mode & S_IFMT == S_IFDIR {
+            return self.mkdir_masked(parent, name, mode, owner, umask);
+        }
         (|| -> Result<(u64, Attr), Errno> {
             let kind = mode & S_IFMT;
             if kind == S_IFREG || kind == 0 {
                 let mode = S_IFREG | (mode & 0o7777);
-                return self.make(parent, name, mode, owner, Made::Plain);
+                return self.make(parent, name, mode, owner, Made::Plain, umask);
             }
             if !is_special(kind) {
                 return Err(Errno::EINVAL);
@@ -226,6 +252,7 @@ impl Store {
                 kind | (mode & 0o7777),
                 owner,
                 Made::Special { rdev },
+                umask,
             )
         })()
         .map_err(Error::at(Op::Mknod, parent, name))
@@ -239,8 +266,29 @@ impl Store {
         mode: u32,
         owner: Owner,
     ) -> Result<(u64, Attr), Error> {
-        self.make(parent, name, S_IFDIR | (mode & 0o7777), owner, Made::Plain)
-            .map_err(Error::at(Op::Mkdir, parent, name))
+        self.mkdir_masked(parent, name, mode, owner, 0)
+    }
+
+    /// [`Store::mkdir`] for a creator whose umask is `umask`: applied to `mode` unless
+    /// `parent` has a default ACL, which the directory inherits instead, as its access ACL
+    /// (masked by `mode`) and as its own default ACL ([`crate::acl`]).
+    pub fn mkdir_masked(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        owner: Owner,
+        umask: u32,
+    ) -> Result<(u64, Attr), Error> {
+        self.make(
+            parent,
+            name,
+            S_IFDIR | (mode & 0o7777),
+            owner,
+            Made::Plain,
+            umask,
+        )
+        .map_err(Error::at(Op::Mkdir, parent, name))
     }
 
     /// Creates symlink `name` → `target` in `parent`.
@@ -258,7 +306,14 @@ impl Store {
             if target.len() > SYMLINK_MAX {
                 return Err(Errno::ENAMETOOLONG);
             }
-            self.make(parent, name, S_IFLNK | 0o777, owner, Made::Symlink(target))
+            self.make(
+                parent,
+                name,
+                S_IFLNK | 0o777,
+                owner,
+                Made::Symlink(target),
+                0,
+            )
         })()
         .map_err(Error::at(Op::Symlink, parent, name))
     }
@@ -266,6 +321,8 @@ impl Store {
     /// Makes an inode of `mode` named `name` in `parent`: checks the name is free, takes an
     /// inode number and a first log page, writes what the inode holds (a symlink's target),
     /// then appends both logs and commits them together ([`Store::publish_made`]).
+    /// The umask `umask` applies to `mode`, unless `parent` has a default ACL: the inode
+    /// then inherits it ([`crate::acl`]) in the same commit.
     fn make(
         &self,
         parent: u64,
@@ -273,12 +330,25 @@ impl Store {
         mode: u32,
         owner: Owner,
         what: Made<'_>,
+        umask: u32,
     ) -> Result<(u64, Attr), Errno> {
         self.check_writable()?;
         check_name(name)?;
         let mut pg = self.lock(parent)?;
         let dir = pg.as_mut().ok_or(Errno::ENOENT)?;
         let is_dir = mode & S_IFMT == S_IFDIR;
+        let default = dir
+            .xattrs
+            .get(acl::DEFAULT)
+            .and_then(|v| Acl::decode(v).ok().flatten())
+            .filter(|_| mode & S_IFMT != S_IFLNK);
+        let (mode, inherited) = match default {
+            Some(d) => {
+                let (access, mode) = d.inherit(mode);
+                (mode, Some((d, access)))
+            }
+            None => (mode & !(umask & 0o777), None),
+        };
         check_new_name(dir, name, is_dir)?;
         let ino = self.free_inodes.lock().take().ok_or(Errno::ENOSPC)?;
         let give_back = |e| {
@@ -293,6 +363,20 @@ impl Store {
         child.tail = page.start * BLOCK + LOG_ENTRIES_AT;
         self.pm.write(page.start * BLOCK, &log_page_header(ino));
         let mut child_entries = vec![Entry::Attr(attr)];
+        if let Some((default, access)) = inherited {
+            if !access.is_minimal() {
+                child_entries.push(Entry::XattrSet {
+                    name: acl::ACCESS.to_vec(),
+                    value: access.encode(),
+                });
+            }
+            if is_dir {
+                child_entries.push(Entry::XattrSet {
+                    name: acl::DEFAULT.to_vec(),
+                    value: default.encode(),
+                });
+            }
+        }
         let data = match what {
             Made::Symlink(target) => match self.write_target(target, t, &mut child_entries) {
                 Ok(e) => e,
