@@ -206,3 +206,41 @@ proptest! {
         }
     }
 }
+
+/// A served store that filled up: the client's write that fills it is short (as write(2)
+/// says), and overwrites still go: a one-sided write the server has no room to prepare is
+/// sent inside a message, and the server writes it in pieces (it failed with ENOSPC).
+#[test]
+fn a_full_served_store_takes_short_writes_and_overwrites() {
+    let server = common::start(false);
+    let c = Client::connect(server.addr, &server.key, true).unwrap();
+    let me = Owner::current();
+    let (a, _) = Inodes::make(&c, ROOT, b"a", S_IFREG | 0o644, 0, &[], me, 0).unwrap();
+    assert_eq!(
+        Inodes::write(&c, a, 0, &vec![1u8; 256 << 10]).unwrap(),
+        256 << 10
+    );
+    let (b, _) = Inodes::make(&c, ROOT, b"b", S_IFREG | 0o644, 0, &[], me, 0).unwrap();
+    let (mut at, mut short) = (0u64, false);
+    loop {
+        match Inodes::write(&c, b, at, &vec![2u8; 1 << 20]) {
+            Ok(n) => {
+                short |= n < 1 << 20;
+                at += n as u64;
+            }
+            Err(e) => {
+                assert_eq!(e, Errno::ENOSPC);
+                break;
+            }
+        }
+    }
+    assert!(short, "the write that filled the store was short");
+    assert_eq!(Inodes::stat(&c, b).unwrap().attr.size, at);
+    assert_eq!(
+        Inodes::write(&c, a, 0, &vec![3u8; 256 << 10]).unwrap(),
+        256 << 10
+    );
+    let mut buf = vec![0u8; 256 << 10];
+    assert_eq!(Inodes::read(&c, a, 0, &mut buf).unwrap(), 256 << 10);
+    assert!(buf.iter().all(|&x| x == 3));
+}

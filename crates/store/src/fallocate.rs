@@ -17,9 +17,12 @@
 //! So what a program can read changes atomically, as with every other operation; only the
 //! allocation of holes, which read as zeros before and after, may take several commits.
 //!
-//! What allocating cannot promise here: every later overwrite is copy-on-write, so it takes a
-//! fresh block before it frees the old one, and a store that is full may still refuse it with
-//! ENOSPC (as btrfs and ZFS can).
+//! Every later overwrite is copy-on-write, so it takes a fresh block before it frees the old
+//! one: on a store that filled up meanwhile the write goes in pieces, the last on a block
+//! borrowed from the log pages' reserve ([`Store::write`]), so writing into what was
+//! allocated still succeeds, as on ext4; only a write through the two-phase API (a remote
+//! client's one-sided put) is refused whole with ENOSPC then, and its client writes the piece
+//! inside a message instead.
 
 use crate::alloc::Extent;
 use crate::error::{Errno, Error, Op};

@@ -335,8 +335,9 @@ impl Fs {
             let at = self.store.append(f.ino, data)?;
             *off = at + data.len() as u64;
         } else {
-            self.store.write(f.ino, *off, data)?;
-            *off += data.len() as u64;
+            let n = self.store.write(f.ino, *off, data)?;
+            *off += n as u64;
+            return Ok(n);
         }
         Ok(data.len())
     }

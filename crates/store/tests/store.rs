@@ -249,9 +249,10 @@ fn a_full_region_gives_enospc_and_keeps_everything_written_before() {
     let dir = tempfile::tempdir().unwrap();
     let fs = fresh(&dir, 4 << 20);
     let mut written = Vec::new();
+    let mut short = None;
     let chunk = vec![0xEE; 64 << 10];
     let err = loop {
-        let name = format!("/f{}", written.len());
+        let name = format!("/f{}", written.len() + short.iter().count());
         let fd = match fs.open(&name, OpenFlags::CREATE, 0o644) {
             Ok(fd) => fd,
             Err(e) => break e,
@@ -259,7 +260,12 @@ fn a_full_region_gives_enospc_and_keeps_everything_written_before() {
         let r = fs.write(fd, &chunk);
         fs.close(fd).unwrap();
         match r {
-            Ok(_) => written.push(name),
+            Ok(n) if n == chunk.len() => written.push(name),
+            // As write(2) says: as many bytes as there was room for, once.
+            Ok(n) => {
+                assert!(short.is_none(), "a second short write");
+                short = Some((name, n));
+            }
             Err(e) => break e,
         }
     };
@@ -269,12 +275,66 @@ fn a_full_region_gives_enospc_and_keeps_everything_written_before() {
     for name in &written {
         assert_eq!(fs.read_all(name).unwrap(), chunk, "{name}");
     }
+    if let Some((name, n)) = short {
+        assert_eq!(fs.read_all(&name).unwrap(), chunk[..n], "{name}");
+    }
     let report = switchyard_store::fsck::check(&image(&dir));
     assert!(report.healthy(), "{:?}", report.problems);
     // Space comes back after deleting.
     fs.unlink(&written[0]).unwrap();
     let fd = fs.open("/again", OpenFlags::CREATE, 0o644).unwrap();
     fs.write(fd, &chunk).unwrap();
+}
+
+/// A full store still takes overwrites of what files hold: copy-on-write takes a block and
+/// gives one back, so the write goes in pieces, the last of them on a block borrowed from the
+/// log pages' reserve, as ext4 overwrites in place (a database rewriting its pages, or a file
+/// allocated with fallocate, on a disk that filled up meanwhile: they failed with ENOSPC).
+#[test]
+fn a_full_store_still_takes_overwrites_and_a_short_write_says_what_fit() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 8 << 20);
+    let s = fs.store();
+    let (a, _) = s.create(1, b"a", 0o644, Owner::current()).unwrap();
+    s.write(a, 0, &vec![1u8; 256 << 10]).unwrap();
+    let (k, _) = s.create(1, b"k", 0o644, Owner::current()).unwrap();
+    s.fallocate(k, 0, 64 << 10, Falloc::Allocate { keep_size: true })
+        .unwrap();
+    // Fill the store: the last write is short, then nothing more fits.
+    let (b, _) = s.create(1, b"b", 0o644, Owner::current()).unwrap();
+    let (mut at, mut short) = (0u64, false);
+    loop {
+        match s.write(b, at, &vec![2u8; 1 << 20]) {
+            Ok(n) => {
+                short |= n < 1 << 20;
+                at += n as u64;
+            }
+            Err(e) => {
+                assert_eq!(e.errno, Errno::ENOSPC);
+                break;
+            }
+        }
+    }
+    assert!(short, "the write that filled the store was short");
+    assert_eq!(
+        s.getattr(b).unwrap().size,
+        at,
+        "the size is what was written"
+    );
+    let grow = s.write(b, at, &[3u8; 4096]).err().map(|e| e.errno);
+    assert_eq!(grow, Some(Errno::ENOSPC), "no room for new blocks");
+    // Overwrites still go: of written data, and of blocks allocated past the end.
+    assert_eq!(s.write(a, 100, &vec![4u8; 200 << 10]).unwrap(), 200 << 10);
+    assert_eq!(s.write(k, 0, &vec![5u8; 64 << 10]).unwrap(), 64 << 10);
+    let fs = remount(&dir, fs);
+    let mut want = vec![1u8; 256 << 10];
+    want[100..100 + (200 << 10)].fill(4);
+    assert_eq!(fs.read_all("/a").unwrap(), want);
+    assert_eq!(fs.read_all("/k").unwrap(), vec![5u8; 64 << 10]);
+    assert_eq!(fs.read_all("/b").unwrap().len() as u64, at);
+    fs.unmount().unwrap();
+    let report = switchyard_store::fsck::check(&image(&dir));
+    assert!(report.healthy(), "{:?}", report.problems);
 }
 
 #[test]

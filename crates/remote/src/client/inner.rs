@@ -507,21 +507,40 @@ impl Inner {
         while done < data.len() {
             let piece = &data[done..(done + MAX_BYTES).min(data.len())];
             let at = off + done as u64;
-            let n = if self.one_sided() && piece.len() > SMALL_WRITE {
-                self.write_one_sided(ino, at, piece)?
+            let written = if self.one_sided() && piece.len() > SMALL_WRITE {
+                match self.write_one_sided(ino, at, piece) {
+                    // No room for the whole piece's blocks: the server writes what fits.
+                    Err(e) if e == Errno::ENOSPC => self.write_in_message(ino, at, piece),
+                    r => r,
+                }
             } else {
-                self.seq += 1;
-                let msg = Request::encode_write(self.seq, ino, at, piece);
-                let n = match self.call_encoded(&msg)? {
-                    Reply::Written(n) => n as usize,
-                    _ => return Err(Errno::EIO),
-                };
-                self.stats.message_bytes += n as u64;
-                n
+                self.write_in_message(ino, at, piece)
+            };
+            let n = match written {
+                Ok(n) => n,
+                // As write(2): the bytes written before the store filled up.
+                Err(e) if e == Errno::ENOSPC && done > 0 => break,
+                Err(e) => return Err(e),
             };
             done += n;
+            if n < piece.len() {
+                break;
+            }
         }
         Ok(done)
+    }
+
+    /// Writes `data` at `off` inside one message; the bytes the server wrote (fewer where
+    /// the store had no room for all of them).
+    fn write_in_message(&mut self, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
+        self.seq += 1;
+        let msg = Request::encode_write(self.seq, ino, off, data);
+        let n = match self.call_encoded(&msg)? {
+            Reply::Written(n) => (n as usize).min(data.len()),
+            _ => return Err(Errno::EIO),
+        };
+        self.stats.message_bytes += n as u64;
+        Ok(n)
     }
 
     /// Reserve, put, flush, commit.

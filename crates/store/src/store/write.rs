@@ -160,14 +160,81 @@ impl std::fmt::Debug for PreparedWrite<'_> {
 
 impl Store {
     /// Writes `data` at `off` (copy-on-write: new blocks, then one commit). Returns the bytes
-    /// written (all of them, or an error with nothing changed).
+    /// written: all of them, or an error with nothing changed; or, where the store has no
+    /// room for the whole write's new blocks, as many as fit, as write(2) says (each piece
+    /// one commit; an overwrite goes even on a full store, a page at a time on a block
+    /// borrowed from the log pages' reserve, since it gives one back).
     pub fn write(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize, Error> {
         (|| -> Result<usize, Errno> {
-            let mut p = self.prepare_write(ino, off, data.len() as u64)?;
+            let mut p = match self.prepare_write(ino, off, data.len() as u64) {
+                Ok(p) => p,
+                Err(e) if e.errno == Errno::ENOSPC => return self.write_in_pieces(ino, off, data),
+                Err(e) => return Err(e.errno),
+            };
             p.fill(data)?;
             Ok(self.commit_write(p)?)
         })()
         .map_err(Error::on(Op::Write, ino))
+    }
+
+    /// A write the store has no room for in one piece, as POSIX write(2) says: "only as many
+    /// bytes as there is room for shall be written". It goes in pieces of the room there is,
+    /// each atomic and durable (one commit), and returns the bytes written (`ENOSPC` if none
+    /// were). An overwrite takes a block and gives one back with each piece, so on a store
+    /// with no room left it still goes, a page at a time on a block borrowed from the log
+    /// pages' reserve (at most half of it), as ext4 overwrites a full disk's files in place: a
+    /// program that fills the store can still rewrite a file it had written or allocated.
+    /// Before, such a write failed whole with ENOSPC.
+    fn write_in_pieces(&self, ino: u64, off: u64, data: &[u8]) -> Result<usize, Errno> {
+        let mut done = 0usize;
+        while done < data.len() {
+            let at = off + done as u64;
+            let room = self.data_room();
+            let borrow = room == 0
+                && self.alloc.free_blocks() > self.metadata_blocks() / 2
+                && self.maps_page(ino, at / BLOCK)?;
+            let pages = match (room, borrow) {
+                (0, false) => break,
+                (0, true) => 1,
+                (n, _) => n,
+            };
+            let end = (at / BLOCK).saturating_add(pages).saturating_mul(BLOCK);
+            let n = (end.saturating_sub(at) as usize).min(data.len() - done);
+            let prepared = (|| -> Result<PreparedWrite<'_>, Errno> {
+                self.check_writable()?;
+                let g = self.slot(ino)?.read();
+                let inode = g.as_ref().ok_or(Errno::ENOENT)?;
+                let res = self.reserve_from(inode, at, n as u64, borrow)?;
+                Ok(PreparedWrite {
+                    store: self,
+                    ino,
+                    generation: self.slot_generation(ino),
+                    res: Some(res),
+                    filled: false,
+                })
+            })();
+            let mut p = match prepared {
+                Ok(p) => p,
+                Err(Errno::ENOSPC) => break, // taken meanwhile
+                Err(e) => return Err(e),
+            };
+            p.fill(&data[done..done + n])?;
+            self.commit_prepared(p)?;
+            done += n;
+        }
+        if done == 0 {
+            return Err(Errno::ENOSPC);
+        }
+        Ok(done)
+    }
+
+    /// Whether file `ino` maps page `page` (a write there replaces a block).
+    fn maps_page(&self, ino: u64, page: u64) -> Result<bool, Errno> {
+        let g = self.slot(ino)?.read();
+        match &g.as_ref().ok_or(Errno::ENOENT)?.content {
+            Content::File(pages) => Ok(pages.contains_key(&page)),
+            Content::Dir(_) => Err(Errno::EISDIR),
+        }
     }
 
     /// Appends `data` at the end of the file, atomically with finding the end. Returns the
@@ -273,6 +340,18 @@ impl Store {
     /// Checks that `inode` takes a write of `len` bytes at `off` and reserves a fresh block
     /// for every page the range touches.
     fn reserve(&self, inode: &Inode, off: u64, len: u64) -> Result<Reservation, Errno> {
+        self.reserve_from(inode, off, len, false)
+    }
+
+    /// [`Store::reserve`], from the log pages' reserve too with `borrow` (a write that gives
+    /// back as many blocks as it takes).
+    fn reserve_from(
+        &self,
+        inode: &Inode,
+        off: u64,
+        len: u64,
+        borrow: bool,
+    ) -> Result<Reservation, Errno> {
         if !matches!(inode.content, Content::File(_)) {
             return Err(Errno::EISDIR);
         }
@@ -287,7 +366,12 @@ impl Store {
                 .checked_add(len)
                 .filter(|&e| e <= MAX_FILE_SIZE)
                 .ok_or(Errno::EFBIG)?;
-            self.alloc_data((end - 1) / BLOCK - off / BLOCK + 1)?
+            let pages = (end - 1) / BLOCK - off / BLOCK + 1;
+            if borrow {
+                self.alloc.alloc(pages)?
+            } else {
+                self.alloc_data(pages)?
+            }
         };
         Ok(Reservation {
             off,
