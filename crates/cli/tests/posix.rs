@@ -1335,26 +1335,11 @@ fn xattrs_after_remount(s: &mut Suite, root: &Path) {
     );
 }
 
-/// An ACL in the kernel's xattr encoding (acl(5) entries: tag, permissions, id).
-fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
-    let mut out = 2u32.to_le_bytes().to_vec();
-    for &(tag, perm, id) in entries {
-        out.extend_from_slice(&tag.to_le_bytes());
-        out.extend_from_slice(&perm.to_le_bytes());
-        out.extend_from_slice(&id.to_le_bytes());
-    }
-    out
-}
+use switchyard_store::acl::{encode as acl, GROUP, GROUP_OBJ, MASK, NO_ID as ANY, OTHER};
+use switchyard_store::acl::{USER, USER_OBJ};
 
 const ACL_ACCESS: &str = "system.posix_acl_access";
 const ACL_DEFAULT: &str = "system.posix_acl_default";
-const ANY: u32 = u32::MAX;
-const USER_OBJ: u16 = 1;
-const USER: u16 = 2;
-const GROUP_OBJ: u16 = 4;
-const GROUP: u16 = 8;
-const MASK: u16 = 0x10;
-const OTHER: u16 = 0x20;
 
 /// POSIX ACLs (acl(5), setfacl(1)), as ext4 keeps them: a named user or group gets the access
 /// its entry and the mask give, where the mode alone would refuse it, and loses it as the mask

@@ -24,12 +24,33 @@ pub const ACCESS: &[u8] = b"system.posix_acl_access";
 pub const DEFAULT: &[u8] = b"system.posix_acl_default";
 
 const VERSION: u32 = 2;
-const USER_OBJ: u16 = 0x01;
-const USER: u16 = 0x02;
-const GROUP_OBJ: u16 = 0x04;
-const GROUP: u16 = 0x08;
-const MASK: u16 = 0x10;
-const OTHER: u16 = 0x20;
+/// The tag of the owner's entry.
+pub const USER_OBJ: u16 = 0x01;
+/// The tag of a named user's entry.
+pub const USER: u16 = 0x02;
+/// The tag of the owning group's entry.
+pub const GROUP_OBJ: u16 = 0x04;
+/// The tag of a named group's entry.
+pub const GROUP: u16 = 0x08;
+/// The tag of the mask entry (the most any named entry or the owning group gets).
+pub const MASK: u16 = 0x10;
+/// The tag of the entry for everyone else.
+pub const OTHER: u16 = 0x20;
+/// The id field of the entries that name nobody (owner, owning group, mask, other), as the
+/// kernel writes it.
+pub const NO_ID: u32 = u32::MAX;
+
+/// The xattr encoding of `entries` (tag, `rwx` permissions, id), unchecked: what `setfacl`
+/// hands to setxattr(2).
+pub fn encode(entries: &[(u16, u16, u32)]) -> Vec<u8> {
+    let mut out = VERSION.to_le_bytes().to_vec();
+    for &(tag, perm, id) in entries {
+        out.extend_from_slice(&tag.to_le_bytes());
+        out.extend_from_slice(&perm.to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+    }
+    out
+}
 
 /// One entry: a tag (who), its permissions (`rwx` bits) and, for named users and groups,
 /// an id.
@@ -107,13 +128,8 @@ impl Acl {
 
     /// The xattr encoding.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = VERSION.to_le_bytes().to_vec();
-        for e in &self.entries {
-            out.extend_from_slice(&e.tag.to_le_bytes());
-            out.extend_from_slice(&e.perm.to_le_bytes());
-            out.extend_from_slice(&e.id.to_le_bytes());
-        }
-        out
+        let entries: Vec<_> = self.entries.iter().map(|e| (e.tag, e.perm, e.id)).collect();
+        encode(&entries)
     }
 
     fn find(&mut self, tag: u16) -> Option<&mut Entry> {
@@ -241,17 +257,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn acl(entries: &[(u16, u16, u32)]) -> Vec<u8> {
-        let mut out = VERSION.to_le_bytes().to_vec();
-        for &(tag, perm, id) in entries {
-            out.extend_from_slice(&tag.to_le_bytes());
-            out.extend_from_slice(&perm.to_le_bytes());
-            out.extend_from_slice(&id.to_le_bytes());
-        }
-        out
-    }
-
-    const U: u32 = u32::MAX; // the id field of unnamed entries, as the kernel writes it
+    use super::encode as acl;
+    const U: u32 = NO_ID;
 
     #[test]
     fn only_valid_acls_decode() {

@@ -527,29 +527,20 @@ fn fallocate_allocates_holes_and_punching_gives_blocks_back() {
 /// subdirectory inherits it; all of it survives a remount, and fsck finds nothing.
 #[test]
 fn acls_keep_the_mode_in_step_and_are_inherited() {
-    use switchyard_store::acl::{self, Acl};
+    use switchyard_store::acl::{self, encode as enc, Acl, GROUP, GROUP_OBJ, MASK, OTHER, USER};
+    use switchyard_store::acl::{NO_ID as any, USER_OBJ};
     use switchyard_store::XattrMode;
-    let enc = |entries: &[(u16, u16, u32)]| {
-        let mut out = 2u32.to_le_bytes().to_vec();
-        for &(tag, perm, id) in entries {
-            out.extend_from_slice(&tag.to_le_bytes());
-            out.extend_from_slice(&perm.to_le_bytes());
-            out.extend_from_slice(&id.to_le_bytes());
-        }
-        out
-    };
-    let any = u32::MAX;
     let dir = tempfile::tempdir().unwrap();
     let fs = fresh(&dir, 16 << 20);
     let s = fs.store();
     let me = Owner::current();
     let (f, _) = s.create(1, b"f", 0o600, me).unwrap();
     let named = enc(&[
-        (1, 6, any),
-        (2, 4, 1001),
-        (4, 0, any),
-        (0x10, 4, any),
-        (0x20, 0, any),
+        (USER_OBJ, 6, any),
+        (USER, 4, 1001),
+        (GROUP_OBJ, 0, any),
+        (MASK, 4, any),
+        (OTHER, 0, any),
     ]);
     s.setxattr(f, acl::ACCESS, &named, XattrMode::Set).unwrap();
     assert_eq!(
@@ -566,18 +557,18 @@ fn acls_keep_the_mode_in_step_and_are_inherited() {
         .unwrap()
         .unwrap();
     assert_eq!(now.mode_bits(), 0o600, "chmod rewrote the mask");
-    let bad = enc(&[(1, 6, any), (0x20, 0, any)]);
+    let bad = enc(&[(USER_OBJ, 6, any), (OTHER, 0, any)]);
     let e = s
         .setxattr(f, acl::ACCESS, &bad, XattrMode::Set)
         .err()
         .map(|e| e.errno);
     assert_eq!(e, Some(Errno::EINVAL));
     let default = enc(&[
-        (1, 7, any),
-        (4, 5, any),
-        (8, 7, 2000),
-        (0x10, 7, any),
-        (0x20, 5, any),
+        (USER_OBJ, 7, any),
+        (GROUP_OBJ, 5, any),
+        (GROUP, 7, 2000),
+        (MASK, 7, any),
+        (OTHER, 5, any),
     ]);
     let e = s
         .setxattr(f, acl::DEFAULT, &default, XattrMode::Set)

@@ -200,20 +200,7 @@ impl Store {
             };
             let end = (at / BLOCK).saturating_add(pages).saturating_mul(BLOCK);
             let n = (end.saturating_sub(at) as usize).min(data.len() - done);
-            let prepared = (|| -> Result<PreparedWrite<'_>, Errno> {
-                self.check_writable()?;
-                let g = self.slot(ino)?.read();
-                let inode = g.as_ref().ok_or(Errno::ENOENT)?;
-                let res = self.reserve_from(inode, at, n as u64, borrow)?;
-                Ok(PreparedWrite {
-                    store: self,
-                    ino,
-                    generation: self.slot_generation(ino),
-                    res: Some(res),
-                    filled: false,
-                })
-            })();
-            let mut p = match prepared {
+            let mut p = match self.prepare_from(ino, at, n as u64, borrow) {
                 Ok(p) => p,
                 Err(Errno::ENOSPC) => break, // taken meanwhile
                 Err(e) => return Err(e),
@@ -256,20 +243,29 @@ impl Store {
     /// published with [`Store::commit_write`]. The file does not change until then; errors
     /// are those of a write (`EISDIR`, `EINVAL` for a special file, `EFBIG`, `ENOSPC`, `EROFS`).
     pub fn prepare_write(&self, ino: u64, off: u64, len: u64) -> Result<PreparedWrite<'_>, Error> {
-        (|| -> Result<PreparedWrite<'_>, Errno> {
-            self.check_writable()?;
-            let g = self.slot(ino)?.read();
-            let inode = g.as_ref().ok_or(Errno::ENOENT)?;
-            let res = self.reserve(inode, off, len)?;
-            Ok(PreparedWrite {
-                store: self,
-                ino,
-                generation: self.slot_generation(ino),
-                res: Some(res),
-                filled: false,
-            })
-        })()
-        .map_err(Error::on(Op::PrepareWrite, ino))
+        self.prepare_from(ino, off, len, false)
+            .map_err(Error::on(Op::PrepareWrite, ino))
+    }
+
+    /// [`Store::prepare_write`], its blocks also from the log pages' reserve with `borrow`.
+    fn prepare_from(
+        &self,
+        ino: u64,
+        off: u64,
+        len: u64,
+        borrow: bool,
+    ) -> Result<PreparedWrite<'_>, Errno> {
+        self.check_writable()?;
+        let g = self.slot(ino)?.read();
+        let inode = g.as_ref().ok_or(Errno::ENOENT)?;
+        let res = self.reserve_from(inode, off, len, borrow)?;
+        Ok(PreparedWrite {
+            store: self,
+            ino,
+            generation: self.slot_generation(ino),
+            res: Some(res),
+            filled: false,
+        })
     }
 
     /// The second phase: completes the partly covered pages from the file as it is now,
