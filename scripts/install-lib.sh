@@ -25,7 +25,14 @@ install -Dm755 "$lib/libswitchyard.so" "$prefix/lib/libswitchyard.so.1"
 ln -sf libswitchyard.so.1 "$prefix/lib/libswitchyard.so"
 install -Dm644 "$lib/libswitchyard.a" "$prefix/lib/libswitchyard.a"
 install -Dm644 crates/capi/include/switchyard.h "$prefix/include/switchyard.h"
+# The UCX the library was built against, found as crates/ucx/build.rs finds it: a static link
+# needs its directory (and a program linked so needs it at run time), unless it is the
+# system's.
+ucx=${SWITCHYARD_UCX:-}
+[[ -z $ucx && -f /opt/switchyard/ucx/include/ucp/api/ucp.h ]] && ucx=/opt/switchyard/ucx
+ucx_ldflags=""
+[[ -n $ucx ]] && ucx_ldflags="-L$ucx/lib -Wl,-rpath,$ucx/lib "
 mkdir -p "$prefix/lib/pkgconfig"
-sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" crates/capi/switchyard.pc.in \
-  >"$prefix/lib/pkgconfig/switchyard.pc"
+sed -e "s|@PREFIX@|$prefix|" -e "s|@VERSION@|$version|" -e "s|@UCX_LDFLAGS@|$ucx_ldflags|" \
+  crates/capi/switchyard.pc.in >"$prefix/lib/pkgconfig/switchyard.pc"
 echo "installed libswitchyard $version under $prefix"
