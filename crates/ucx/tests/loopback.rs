@@ -242,3 +242,72 @@ fn a_lent_body_is_fetched_by_the_receiver_and_only_then_sent() {
     assert!(got.iter().enumerate().all(|(i, &b)| b == (i % 253) as u8));
     sender.join().unwrap();
 }
+
+/// The eager protocol's ranges in UCX's description of an endpoint (its table "active
+/// message … with reply flag(egr)", UCX 1.22's protocol selection): each `(first, last,
+/// what)`, sizes in bytes.
+fn eager_ranges(described: &str) -> Vec<(u64, u64, String)> {
+    let size = |s: &str| -> u64 {
+        let s = s.trim();
+        match s.strip_suffix('K') {
+            Some(k) => k.parse::<u64>().unwrap() << 10,
+            None => s.parse().unwrap_or(u64::MAX),
+        }
+    };
+    described
+        .lines()
+        .skip_while(|l| !l.contains("with reply flag(egr)"))
+        .skip(4)
+        .take_while(|l| l.contains(".."))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let (a, b) = cells[1].split_once("..").unwrap();
+            (size(a), size(b), cells[2].to_string())
+        })
+        .collect()
+}
+
+/// Over `tcp`, a 1 MiB body (a mount's largest request, and its reply) goes eagerly in one
+/// zero-copy piece: from where the sender's bytes lie into the socket, and into one receive
+/// buffer that the receiver reads in place. Cut into pieces, UCX would copy each into a send
+/// buffer or into a buffer it assembles the message in (UCX 1.22 chose that, "multi-frag
+/// copy-in" from 16 KiB, on loopback and 64 KiB pieces on a veth pair, before the node set
+/// the receive segment and the zero-copy threshold).
+#[test]
+fn a_mebibyte_goes_over_tcp_in_one_zero_copy_piece() {
+    let listener = Node::without_shared_memory().unwrap();
+    let addr = listener
+        .listen("127.0.0.1:0".parse::<SocketAddr>().unwrap())
+        .unwrap();
+    let sender = std::thread::spawn(move || {
+        let node = Node::without_shared_memory().unwrap();
+        let ep = node.connect(addr).unwrap();
+        node.send(&ep, b"big", &vec![5u8; 1 << 20]).unwrap();
+        (node.one_sided_over_bulk_lanes(), node.describe(&ep))
+    });
+    let _ep = loop {
+        listener.wait(Duration::from_millis(50));
+        if let Some(r) = listener.next_connection() {
+            break listener.accept(r).unwrap();
+        }
+    };
+    let mut m = next_message(&listener);
+    assert_eq!(m.header, b"big");
+    assert!(listener
+        .with_body(&mut m, |b| b.len() == 1 << 20 && b.iter().all(|&x| x == 5))
+        .unwrap());
+    let (v2, described) = sender.join().unwrap();
+    if !v2 {
+        // UCX before 1.22 (or its protocol selection v1) prints no such table.
+        return;
+    }
+    let ranges = eager_ranges(&described);
+    assert!(!ranges.is_empty(), "no eager table in:\n{described}");
+    let whole = (1u64 << 20) + 64;
+    assert!(
+        ranges
+            .iter()
+            .any(|(a, b, what)| what == "zero-copy" && *a <= 16 << 10 && *b >= whole),
+        "1 MiB is not sent in one zero-copy piece: {ranges:?}"
+    );
+}

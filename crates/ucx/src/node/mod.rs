@@ -60,15 +60,31 @@ enum Body {
 type OpenEndpoint = (sys::ucp_ep_h, bool, Option<bool>);
 
 /// UCX settings this crate changes from UCX's defaults, each only where the environment does
-/// not set it: the variable, the name `ucp_config_modify` takes (a transport's setting goes
-/// without its transport's prefix; only `tcp` has these), the value. Over `tcp`, UCX 1.13
-/// cuts messages into 8 KiB sends and receives into 64 KiB buffers; larger ones cost fewer
-/// system calls per byte (measured by `bench remote --sshfs`: 1 MiB transfers over a veth
-/// pair, see docs/remote.md).
+/// not set it: the variable, the name `ucp_config_modify` takes (the variable less `UCX_`: a
+/// transport's setting keeps its transport's prefix — UCX 1.22 accepts the bare name and
+/// applies it nowhere), the value.
+///
+/// Both shape how a large message goes over `tcp`, where messages go eagerly (see
+/// `Node::eager`). UCX 1.22's own choice, from its model of the interface, was to cut one
+/// into 8 KiB pieces copied into send buffers from 16 KiB on loopback, and into 64 KiB
+/// zero-copy pieces on a veth pair (its receive segment, 64 KiB, bounds an eager zero-copy
+/// piece); the receiver then copies every piece again, into a buffer it assembles the message
+/// in. With a receive segment of [`TCP_WHOLE_MESSAGE`] and zero-copy from 16 KiB, a 1 MiB
+/// body (a mount's largest request, and its reply) goes in one piece, which the kernel
+/// copies from where the sender's bytes lie into the socket and from the socket into one
+/// buffer the receiver reads in place (`UCX_PROTO_INFO=y`: "zero-copy" from 16K to 1114096;
+/// `bench remote --sshfs`, see docs/remote.md). The threshold is UCX's for every transport;
+/// elsewhere than `tcp` this crate sends large bodies by rendezvous or moves data
+/// one-sided, which it does not change.
 const DEFAULTS: [(&str, &std::ffi::CStr, &std::ffi::CStr); 2] = [
-    ("UCX_TCP_TX_SEG_SIZE", c"TX_SEG_SIZE", c"64K"),
-    ("UCX_TCP_RX_SEG_SIZE", c"RX_SEG_SIZE", c"256K"),
+    ("UCX_TCP_RX_SEG_SIZE", c"TCP_RX_SEG_SIZE", TCP_WHOLE_MESSAGE),
+    ("UCX_ZCOPY_THRESH", c"ZCOPY_THRESH", c"16K"),
 ];
+
+/// The `tcp` receive segment: 1 MiB and room for the headers of UCX and of the message. A
+/// connection holds one such buffer while a message arrives, and one more for each large
+/// body its reader still holds in place.
+const TCP_WHOLE_MESSAGE: &std::ffi::CStr = c"1088K";
 
 /// A UCP context and one worker, driven by one thread at a time (the worker runs in UCX's
 /// serialized mode; `Node` is `Send` but not `Sync`, so a `Mutex<Node>` shares it).
