@@ -7,13 +7,23 @@ use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use switchyard_ucx::{Failures, Message, Node};
+use switchyard_ucx::{Endpoint, Failures, Message, Node};
 
 fn next_message(node: &Node) -> Message<'_> {
     loop {
         node.wait(Duration::from_millis(50));
         if let Some(m) = node.next_message() {
             return m;
+        }
+    }
+}
+
+/// The endpoint of the next peer that connects to `node`'s listener.
+fn accept_next(node: &Node) -> Endpoint {
+    loop {
+        node.wait(Duration::from_millis(50));
+        if let Some(r) = node.next_connection() {
+            return node.accept(r).unwrap();
         }
     }
 }
@@ -30,12 +40,7 @@ fn serve_once(ready: mpsc::Sender<SocketAddr>, done: mpsc::Receiver<()>) -> Vec<
     // read and write it throughout.
     let reg = unsafe { node.register(area.as_mut_ptr(), area.len(), true) }.unwrap();
     let key = node.pack_rkey(reg).unwrap();
-    let ep = loop {
-        node.wait(Duration::from_millis(50));
-        if let Some(r) = node.next_connection() {
-            break node.accept(r).unwrap();
-        }
-    };
+    let ep = accept_next(&node);
     // Hello: the client's greeting.
     let mut hello = next_message(&node);
     assert_eq!(hello.header, b"hello");
@@ -139,12 +144,7 @@ fn a_server_that_is_gone_fails_the_client_instead_of_hanging() {
         let node = Node::new().unwrap();
         tx.send(node.listen("127.0.0.1:0".parse().unwrap()).unwrap())
             .unwrap();
-        let _ep = loop {
-            node.wait(Duration::from_millis(50));
-            if let Some(r) = node.next_connection() {
-                break node.accept(r).unwrap();
-            }
-        };
+        let _ep = accept_next(&node);
         // Wait for one message, then vanish without answering.
         drop(next_message(&node));
     });
@@ -285,12 +285,7 @@ fn a_mebibyte_goes_over_tcp_in_one_zero_copy_piece() {
         node.send(&ep, b"big", &vec![5u8; 1 << 20]).unwrap();
         (node.one_sided_over_bulk_lanes(), node.describe(&ep))
     });
-    let _ep = loop {
-        listener.wait(Duration::from_millis(50));
-        if let Some(r) = listener.next_connection() {
-            break listener.accept(r).unwrap();
-        }
-    };
+    let _ep = accept_next(&listener);
     let mut m = next_message(&listener);
     assert_eq!(m.header, b"big");
     assert!(listener
