@@ -279,10 +279,16 @@ fn a_mebibyte_goes_over_tcp_in_one_zero_copy_piece() {
     let addr = listener
         .listen("127.0.0.1:0".parse::<SocketAddr>().unwrap())
         .unwrap();
+    let (taken_tx, taken_rx) = mpsc::channel();
     let sender = std::thread::spawn(move || {
         let node = Node::without_shared_memory().unwrap();
         let ep = node.connect(addr).unwrap();
         node.send(&ep, b"big", &vec![5u8; 1 << 20]).unwrap();
+        // The node stays (and progresses) until the message is taken: a send can finish
+        // locally before the peer has even accepted the connection.
+        while taken_rx.try_recv().is_err() {
+            node.wait(Duration::from_millis(5));
+        }
         (node.one_sided_over_bulk_lanes(), node.describe(&ep))
     });
     let _ep = accept_next(&listener);
@@ -291,6 +297,7 @@ fn a_mebibyte_goes_over_tcp_in_one_zero_copy_piece() {
     assert!(listener
         .with_body(&mut m, |b| b.len() == 1 << 20 && b.iter().all(|&x| x == 5))
         .unwrap());
+    taken_tx.send(()).unwrap();
     let (v2, described) = sender.join().unwrap();
     if !v2 {
         // UCX before 1.22 (or its protocol selection v1) prints no such table.
