@@ -373,3 +373,45 @@ fn a_wait_for_a_lock_that_closes_a_cycle_of_clients_gets_edeadlk() {
     b.set_lock(ino, 1, unlock, false).unwrap();
     a.set_lock(ino, 1, byte(1, 100), true).unwrap();
 }
+
+/// Two clients opening the same new names with `O_CREAT` (not `O_EXCL`) at once: one creates
+/// each, the other opens what it made, and neither fails with EEXIST, as open(2) promises
+/// (a client that found no name and then lost the create to the other once gave EEXIST: the
+/// preload's C test of two processes crossing locks on a file both create saw it).
+#[test]
+fn clients_creating_one_name_at_once_both_open_it() {
+    let srv = common::start(false);
+    let clients: Vec<Client> = (0..2)
+        .map(|_| Client::connect(srv.addr, &srv.key, true).unwrap())
+        .collect();
+    let start = std::sync::Barrier::new(2);
+    // Every open's failure, by name; a thread that fails goes on, so that the other is never
+    // left waiting at the barrier.
+    let failed: Vec<(String, Errno)> = std::thread::scope(|s| {
+        let racers: Vec<_> = clients
+            .iter()
+            .map(|c| {
+                let start = &start;
+                s.spawn(move || {
+                    let mut failed = Vec::new();
+                    for i in 0..200 {
+                        start.wait();
+                        let name = format!("/race{i}");
+                        match Files::open(c, &name, OpenFlags::CREATE, 0o644) {
+                            Ok(fd) => Files::close(c, fd).unwrap(),
+                            Err(e) => failed.push((name, e)),
+                        }
+                    }
+                    failed
+                })
+            })
+            .collect();
+        racers.into_iter().flat_map(|r| r.join().unwrap()).collect()
+    });
+    assert!(failed.is_empty(), "opens with O_CREAT failed: {failed:?}");
+    let names = Files::readdir(&clients[0], "/").unwrap();
+    assert_eq!(
+        names.iter().filter(|e| e.name.starts_with(b"race")).count(),
+        200
+    );
+}

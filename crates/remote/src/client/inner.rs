@@ -661,24 +661,7 @@ impl Inner {
         let (parent, name) = self.parent_of(path, &mut 0)?;
         let ino = match name {
             None => ROOT,
-            Some(name) => match self.lookup(parent, &name) {
-                Ok(_) if flags.create && flags.exclusive => return Err(Errno::EEXIST),
-                Ok(ino) => {
-                    let a = self.getattr(ino)?;
-                    if a.kind() == S_IFLNK {
-                        self.follow(parent, ino, &mut 0)?
-                    } else {
-                        ino
-                    }
-                }
-                Err(e) if e == Errno::ENOENT && flags.create => {
-                    let mode = S_IFREG | (mode & 0o7777);
-                    let owner = Owner::current();
-                    self.make_in(parent, name, mode, 0, Vec::new(), (owner, 0), false)?
-                        .0
-                }
-                Err(e) => return Err(e),
-            },
+            Some(name) => self.open_in(parent, name, flags, mode)?,
         };
         let mut stat = stat_of(self.call(&Request::Open { ino })?)?;
         let attr = stat.attr;
@@ -696,6 +679,47 @@ impl Inner {
             }
         }
         Ok((ino, stat))
+    }
+
+    /// The inode that `name` in `parent` names for an open, created where it is missing and
+    /// `flags` say so. Another process may create the name between this lookup and this
+    /// create: an open without `O_EXCL` then opens what it made, as open(2) does (it never
+    /// fails with EEXIST), looking the name up again a few times if it keeps changing.
+    fn open_in(
+        &mut self,
+        parent: u64,
+        name: Vec<u8>,
+        flags: OpenFlags,
+        mode: u32,
+    ) -> Result<u64, Errno> {
+        const TRIES: u32 = 8;
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.lookup(parent, &name) {
+                Ok(_) if flags.create && flags.exclusive => return Err(Errno::EEXIST),
+                Ok(ino) => {
+                    let a = self.getattr(ino)?;
+                    return if a.kind() == S_IFLNK {
+                        self.follow(parent, ino, &mut 0)
+                    } else {
+                        Ok(ino)
+                    };
+                }
+                Err(e) if e == Errno::ENOENT && flags.create => {
+                    let mode = S_IFREG | (mode & 0o7777);
+                    let owner = Owner::current();
+                    let made =
+                        self.make_in(parent, name.clone(), mode, 0, Vec::new(), (owner, 0), false);
+                    match made {
+                        Ok((ino, _)) => return Ok(ino),
+                        Err(e) if e == Errno::EEXIST && !flags.exclusive && tries < TRIES => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     pub(super) fn make(&mut self, path: &str, mode: u32, target: Vec<u8>) -> Result<u64, Errno> {
