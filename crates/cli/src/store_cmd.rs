@@ -371,7 +371,21 @@ fn reader<'a>(from: &Place<'a>, label: &str) -> anyhow::Result<(u64, Reader<'a>)
         Place::Host(p) => {
             let mut f = std::fs::File::open(p).with_context(|| label.to_string())?;
             let len = f.metadata()?.len();
-            (len, Box::new(move |b: &mut [u8]| Ok(f.read(b)?)))
+            // A pipe or a FIFO gives at most its buffer (64 KiB) per read: fill the whole
+            // buffer, so the store sees the same large writes as from a regular file.
+            let fill = move |b: &mut [u8]| {
+                let mut n = 0;
+                while n < b.len() {
+                    match f.read(&mut b[n..]) {
+                        Ok(0) => break,
+                        Ok(k) => n += k,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Ok(n)
+            };
+            (len, Box::new(fill))
         }
     })
 }

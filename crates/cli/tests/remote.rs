@@ -184,26 +184,66 @@ fn holds_a_prefix(dir: &Path, from: &str, data: &[u8]) -> usize {
     back.len()
 }
 
+/// A FIFO at `dir/in` that `cp` reads from, fed by a thread: `data`'s first `held` bytes at
+/// once, the rest only after [`Feed::release`]. A copy from it cannot finish before the test
+/// has done what it must do while the copy runs (a kill), however fast the copy is.
+struct Feed {
+    release: std::sync::mpsc::Sender<()>,
+}
+
+impl Feed {
+    fn start(dir: &Path, data: &[u8], held: usize) -> Feed {
+        let path = dir.join("in");
+        let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that lives across the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+        let (release, wait) = std::sync::mpsc::channel();
+        let data = data.to_vec();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            // Blocks until `cp` opens the other end; a reader that dies makes writes fail
+            // (EPIPE), which ends the feed.
+            let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            if f.write_all(&data[..held]).is_err() || wait.recv().is_err() {
+                return;
+            }
+            let _ = f.write_all(&data[held..]);
+        });
+        Feed { release }
+    }
+
+    /// Lets the rest of the data through.
+    fn release(&self) {
+        let _ = self.release.send(());
+    }
+}
+
+/// `cp` from the FIFO `dir/in` to `to`.
+fn cp_from_feed(dir: &Path, to: &str) -> Child {
+    Std::cargo_bin("switchyard")
+        .unwrap()
+        .current_dir(dir)
+        .args(["cp", "in", to])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 #[test]
 fn a_client_killed_mid_write_leaves_committed_writes_and_nothing_else() {
     let d = tempfile::tempdir().unwrap();
     let srv = Server::start(d.path(), &[]);
     let data = pattern(600 << 20);
-    std::fs::write(d.path().join("in"), &data).unwrap();
-    let mut cp = Std::cargo_bin("switchyard")
-        .unwrap()
-        .current_dir(d.path())
-        .args(["cp", "in", &srv.path("/big")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let feed = Feed::start(d.path(), &data, 300 << 20);
+    let mut cp = cp_from_feed(d.path(), &srv.path("/big"));
     until_writing(d.path(), &srv);
     cp.kill().unwrap();
     cp.wait().unwrap();
+    feed.release();
     let n = holds_a_prefix(d.path(), &srv.path("/big"), &data);
     assert!(n.is_multiple_of(1 << 20), "a torn write: {n} bytes");
-    assert!(n < data.len(), "the copy finished before it was killed");
+    assert!(n <= 300 << 20, "more was written than was fed: {n} bytes");
     let said = srv.stop();
     assert!(said.contains("stopping"), "{said}");
     sy(d.path()).args(["fsck"]).assert().success();
@@ -211,50 +251,28 @@ fn a_client_killed_mid_write_leaves_committed_writes_and_nothing_else() {
 
 #[test]
 fn a_server_killed_mid_write_fails_the_client_and_recovers_every_acknowledged_write() {
+    let d = tempfile::tempdir().unwrap();
+    let mut srv = Server::start(d.path(), &[]);
     let data = pattern(600 << 20);
-    // The kill must land while the copy runs: a copy that won the race (it finished between
-    // the poll that saw it start and the kill) is tried again, on a fresh store.
-    let mut tries = 0;
-    let d = loop {
-        tries += 1;
-        let d = tempfile::tempdir().unwrap();
-        let mut srv = Server::start(d.path(), &[]);
-        std::fs::write(d.path().join("in"), &data).unwrap();
-        let cp = Std::cargo_bin("switchyard")
-            .unwrap()
-            .current_dir(d.path())
-            .args(["cp", "in", &srv.path("/big")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        until_writing(d.path(), &srv);
-        srv.child.kill().unwrap();
-        srv.child.wait().unwrap();
-        let t = Instant::now();
-        let out = cp.wait_with_output().unwrap();
-        assert!(t.elapsed() < Duration::from_secs(60), "cp hung");
-        if out.status.success() {
-            // Every write was acknowledged: all of them are in the store.
-            assert_eq!(holds_a_prefix(d.path(), "store:/big", &data), data.len());
-            assert!(
-                tries < 5,
-                "the copy finished before the kill in {tries} tries"
-            );
-            continue;
-        }
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!err.is_empty());
-        break d;
-    };
+    // The kill lands while the first half is being copied or after it, never after the
+    // whole: the second half waits for the kill.
+    let feed = Feed::start(d.path(), &data, 300 << 20);
+    let cp = cp_from_feed(d.path(), &srv.path("/big"));
+    until_writing(d.path(), &srv);
+    srv.child.kill().unwrap();
+    srv.child.wait().unwrap();
+    feed.release();
+    let t = Instant::now();
+    let out = cp.wait_with_output().unwrap();
+    assert!(t.elapsed() < Duration::from_secs(60), "cp hung");
+    assert!(!out.status.success(), "cp wrote to a killed server");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.is_empty());
     // Recovery on the next open; the file holds whole 1 MiB writes, in order.
     sy(d.path()).args(["fsck"]).assert().success();
     let n = holds_a_prefix(d.path(), "store:/big", &data);
     assert!(n.is_multiple_of(1 << 20), "a torn write: {n} bytes");
-    assert!(
-        n < data.len(),
-        "the copy finished before the server was killed"
-    );
+    assert!(n <= 300 << 20, "more was written than was fed: {n} bytes");
 }
 
 #[test]
