@@ -39,8 +39,10 @@
 //! **Bands go where the traffic is.** A threshold far above every request (a "never" from a
 //! tune that missed the crossing) has bands no request falls in, so no trial would ever test
 //! it. When a direction's bands time nothing for `starved` epochs, the direction is watched:
-//! requests from [`MIN_SAMPLED`] up reach the band check, which notes the largest passing
-//! below the bands, and the band below the threshold is brought down to that size's bin. Its
+//! requests from [`MIN_SAMPLED`] up reach the band check, which notes how many bins below its
+//! own threshold the largest passing lies, and the band below the thresholds is brought down
+//! that many bins (counted from each request's own threshold: those of aligned and unaligned
+//! copies differ). Its
 //! trial then compares the CPU with offloading (engine or split, whose share is explored too)
 //! on the traffic itself, and a win moves the threshold straight to the band's floor; from
 //! there it moves bin by bin as usual. On a machine where the CPU wins everywhere, the probe
@@ -110,9 +112,10 @@ pub(crate) struct Adapt {
     /// Per direction: how many bins below its threshold the band below reaches (1: `[T/2,
     /// T)`; more once a probe brought the band down to where the traffic is).
     depth: [AtomicUsize; 3],
-    /// Per direction: the largest request seen below the band during this epoch (sampled,
-    /// while the direction is watched; 0 otherwise).
-    largest_below: [AtomicUsize; 3],
+    /// Per direction: how deep the band below would have to reach for the requests seen
+    /// below it during this epoch (sampled, while the direction is watched; 0 otherwise), in
+    /// bins below each request's own threshold.
+    needed_depth: [AtomicUsize; 3],
     /// Per adapted direction, the trials of its bands.
     trials: [Trials; 2],
     /// Estimates the split ratio is computed from.
@@ -231,7 +234,7 @@ impl Adapt {
             base: base.map(|d| d.map(|r| r.map(AtomicUsize::new))),
             thresholds_adapt: std::sync::atomic::AtomicBool::new(settings.thresholds),
             depth: base.map(|_| AtomicUsize::new(1)),
-            largest_below: base.map(|_| AtomicUsize::new(0)),
+            needed_depth: base.map(|_| AtomicUsize::new(0)),
             trials: Default::default(),
             split,
             settings,
@@ -308,9 +311,16 @@ impl Adapt {
             if len >= shifted(threshold, -depth) {
                 return Some(Band::Below);
             }
-            // Only requests of a watched direction get here (see `cpu_below`).
+            // Only requests of a watched direction get here (see `cpu_below`). The depth is
+            // counted from this request's own threshold: a direction's thresholds differ by
+            // alignment and locality, and aligned traffic far below an aligned "4M" was
+            // measured against a smaller unaligned threshold, and never reached.
             if once_in(&WATCHED, self.settings.pace.watch_every) {
-                self.largest_below[dir.index()].fetch_max(len, Ordering::Relaxed);
+                let mut bins = depth + 1;
+                while bins < LOWEST && shifted(threshold, -bins) > len {
+                    bins += 1;
+                }
+                self.needed_depth[dir.index()].fetch_max(bins as usize, Ordering::Relaxed);
             }
             None
         } else {
@@ -502,8 +512,9 @@ impl Adapt {
     }
 
     /// A direction whose bands timed nothing for `starved` epochs is watched: requests down
-    /// to [`MIN_SAMPLED`] reach [`Adapt::band`], which notes the largest passing below the
-    /// band; the next epoch brings the band below the threshold down to that size's bin, so
+    /// to [`MIN_SAMPLED`] reach [`Adapt::band`], which notes how many bins below its own
+    /// threshold the largest passing lies; the next epoch brings the band below the
+    /// thresholds down that many bins, so
     /// that trials run where the traffic is (a "never" threshold, or one far above every
     /// request, is otherwise never put to the test).
     fn follow_traffic(&self, st: &mut State, i: usize, d: Direction) {
@@ -513,22 +524,17 @@ impl Adapt {
             return;
         }
         st.starved[i] = st.starved[i].saturating_add(1);
-        let largest = self.largest_below[d.index()].swap(0, Ordering::Relaxed);
+        let needed = self.needed_depth[d.index()].swap(0, Ordering::Relaxed);
         if st.starved[i] < self.settings.pace.starved {
             return;
         }
-        let min = self.min_threshold(d);
-        if largest == 0 {
+        if needed == 0 {
             // Watch: let every request from MIN_SAMPLED up reach `band`.
+            let min = self.min_threshold(d);
             self.cpu_below[d.index()].store(MIN_SAMPLED.min(min), Ordering::Relaxed);
             return;
         }
-        // Bins from the smallest threshold down to the largest request's bin.
-        let mut depth = 1;
-        while depth < LOWEST && shifted(min, -depth) > largest {
-            depth += 1;
-        }
-        self.reach(d, depth as usize);
+        self.reach(d, needed);
         st.starved[i] = 0;
     }
 

@@ -527,3 +527,31 @@ fn trials_start_over_the_range_the_tune_left_undecided() {
         "{with} epochs, {without} without the range"
     );
 }
+
+/// A quick profile's writes: 4 MiB for aligned copies, 728 KiB for unaligned ones, on steady
+/// aligned 64–448 KiB writes where offloading wins from 64 KiB. The probe must count the
+/// traffic's distance from the aligned threshold it is judged against: counted from the
+/// smallest threshold (the unaligned one), the band was brought down to 364 KiB below 728
+/// KiB, which the aligned band below 4 MiB never reached, and no trial ever ran (`bench mix
+/// --grid` measured such a profile at 0.79× the grid's best on bulk writes).
+#[test]
+fn the_probe_counts_from_the_threshold_of_the_traffic_s_own_class() {
+    let mut t = Thresholds::all(NEVER);
+    t.to_slow = Locality {
+        local_aligned: 4 << 20,
+        local_unaligned: 728 << 10,
+        remote_aligned: 4 << 20,
+        remote_unaligned: 728 << 10,
+    };
+    let a = Adapt::new(&t, [1; 3], &profiled(), settings());
+    let c = Counters::default();
+    let crossing = 64 << 10;
+    let sizes = [64 << 10, 128 << 10, 256 << 10, 448 << 10];
+    steady(&a, &c, Direction::ToSlow, &sizes, 300, crossing, 14.0);
+    let w = a.threshold(Direction::ToSlow, false, false);
+    assert!(
+        (crossing / 2..=crossing * 2).contains(&w),
+        "the aligned write threshold ended at {w}, the crossing is at {crossing}: {:?}",
+        c.snapshot()
+    );
+}
