@@ -7,7 +7,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::adapt::Band;
+use crate::adapt::{Band, Explore};
 use crate::config::Policy;
 use crate::counters::Counter;
 use crate::hints::{Direction, Hints};
@@ -121,6 +121,8 @@ pub(crate) struct Trial {
     pub band: Option<Band>,
     /// Sent down the other path.
     pub explored: bool,
+    /// Sent down the other path, and timed for the trial (not the first of a run).
+    pub timed: bool,
 }
 
 impl Trial {
@@ -129,6 +131,7 @@ impl Trial {
         threshold: 0,
         band: None,
         explored: false,
+        timed: false,
     };
 
     /// Whether the request goes to the CPU on account of its size: below the threshold and
@@ -285,14 +288,15 @@ impl Mover {
         } else {
             None
         };
-        let explored = self.adapt.explore(band);
-        if explored {
+        let explore = self.adapt.explore(band);
+        if explore.explored() {
             self.counters.add(Counter::explored, 1);
         }
         Trial {
             threshold,
             band,
-            explored,
+            explored: explore.explored(),
+            timed: explore == Explore::Timed,
         }
     }
 

@@ -133,7 +133,8 @@ impl Mover {
             return Report::started(Path::Cpu, len);
         }
         // Requests in a band around their threshold are timed end to end for the band's A/B
-        // trial: every one that went the unusual way, one in a few of the rest.
+        // trial: every one that went the unusual way but the first of its run (which found
+        // that path idle), one in a few of the rest.
         let band = trial.band;
         let arm = if decision.path == Path::Cpu {
             Arm::Cpu
@@ -141,7 +142,13 @@ impl Mover {
             Arm::Offload
         };
         let began = band
-            .is_some_and(|b| b.usual() != arm || self.adapt.sample_band())
+            .is_some_and(|b| {
+                if b.usual() != arm {
+                    trial.timed
+                } else {
+                    self.adapt.sample_band()
+                }
+            })
             .then(Instant::now);
         let head = decision.head;
         let mut report = Report::started(decision.path, head);

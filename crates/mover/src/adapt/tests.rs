@@ -126,7 +126,7 @@ fn alternating_bands_are_each_explored() {
     let mut got = [0; 2];
     for i in 0..64 * EXPLORE {
         let band = if i % 2 == 0 { Band::Below } else { Band::Above };
-        if a.explore(Some(band)) {
+        if a.explore(Some(band)).explored() {
             got[band as usize] += 1;
         }
     }
@@ -136,11 +136,33 @@ fn alternating_bands_are_each_explored() {
 #[test]
 fn one_request_in_explore_of_a_band_is_explored() {
     let a = Adapt::new(&tuned(), [1; 3], &profiled(), settings());
-    let n = (0..10 * EXPLORE)
-        .filter(|_| a.explore(Some(Band::Above)))
+    let n = (0..10 * BURST * EXPLORE)
+        .filter(|_| a.explore(Some(Band::Above)).explored())
         .count();
-    assert_eq!(n, 10);
-    assert!(!(0..2 * EXPLORE).any(|_| a.explore(None)));
+    assert_eq!(n, 10 * BURST as usize);
+    assert!(!(0..2 * EXPLORE).any(|_| a.explore(None).explored()));
+}
+
+/// Explored requests come in runs of BURST consecutive requests of the band, the first of
+/// each not timed (it finds the other path idle).
+#[test]
+fn explored_requests_come_in_runs_whose_first_is_not_timed() {
+    let a = Adapt::new(&tuned(), [1; 3], &profiled(), settings());
+    let got: Vec<Explore> = (0..2 * BURST * EXPLORE)
+        .map(|_| a.explore(Some(Band::Below)))
+        .collect();
+    let runs: Vec<usize> = got
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| **e == Explore::Untimed)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(runs.len(), 2, "{got:?}");
+    for start in runs {
+        let run = &got[start..start + BURST as usize];
+        assert!(run[1..].iter().all(|e| *e == Explore::Timed), "{run:?}");
+        assert_ne!(got.get(start + BURST as usize), Some(&Explore::Timed));
+    }
 }
 
 /// Paths that do as well as each other, exactly or within noise of ±3%, move nothing
@@ -309,7 +331,8 @@ fn steady(
             let t = a.threshold(dir, false, false);
             let band = a.band(dir, t, len);
             let usual = if len >= t { Arm::Offload } else { Arm::Cpu };
-            let arm = if a.explore(band) {
+            let explore = a.explore(band);
+            let arm = if explore.explored() {
                 match usual {
                     Arm::Cpu => Arm::Offload,
                     Arm::Offload => Arm::Cpu,
@@ -318,7 +341,9 @@ fn steady(
                 usual
             };
             if let Some(b) = band {
-                if arm != b.usual() || a.sample_band() {
+                if (arm != b.usual() && explore == Explore::Timed)
+                    || (arm == b.usual() && a.sample_band())
+                {
                     a.record(dir, b, arm, len, simulated(len, arm, crossing, fast));
                 }
             }
