@@ -11,6 +11,7 @@ pub mod apps;
 pub mod copy;
 mod cpu_time;
 pub mod decide;
+pub mod explore;
 mod fio;
 pub mod fs;
 pub mod idle;

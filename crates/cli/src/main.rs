@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use switchyard_bench::{
-    aio, apps, copy, decide, fs, idle, large, memcpy, meta, mix, mount as mount_bench, preload,
-    qos, remote, report, tune,
+    aio, apps, copy, decide, explore, fs, idle, large, memcpy, meta, mix, mount as mount_bench,
+    preload, qos, remote, report, tune,
 };
 
 /// Switchyard: a userspace storage stack for slow memory that moves data with the cheapest
@@ -116,6 +116,10 @@ enum Bench {
     Remote(remote::RemoteArgs),
     /// Cost of one scheduling decision (median over batches).
     Decide(decide::DecideArgs),
+    /// What an adaptation trial sees of a path the traffic does not usually take: bulk
+    /// writes split one in N, or in runs, each timed, against the CPU's in the same slice,
+    /// and against splitting every request.
+    Explore(explore::ExploreArgs),
     /// CPU used by an idle engine after a burst of work.
     Idle(idle::IdleArgs),
 }
@@ -135,6 +139,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Large(a)) => large::run(&a),
         Command::Bench(Bench::Mix(a)) => mix::run(&a),
         Command::Bench(Bench::Decide(a)) => decide::run(&a),
+        Command::Bench(Bench::Explore(a)) => explore::run(&a),
         Command::Bench(Bench::Remote(a)) => remote::run(&a),
         Command::Bench(Bench::Qos(a)) => qos::run(&a),
         Command::Bench(Bench::Memcpy(a)) => memcpy::run(&a),

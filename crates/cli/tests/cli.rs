@@ -234,6 +234,41 @@ fn decide_and_idle_report_their_figures() {
 }
 
 #[test]
+fn explore_reports_every_pattern_against_steady_splitting() {
+    let d = tempfile::tempdir().unwrap();
+    let out = sy(d.path())
+        .args(["bench", "explore", "--rounds", "1", "--slice-ms", "20"])
+        .args(["--dir", d.path().to_str().unwrap()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let out = String::from_utf8(out).unwrap();
+    for p in [
+        "every request",
+        "one in 32",
+        "one in 160",
+        "one in 512",
+        "runs of 8 per 256, first untimed",
+        "runs of 8 per 1280, first untimed",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(p))
+            .unwrap_or_else(|| panic!("no line for {p:?}: {out}"));
+        let ratio: f64 = line
+            .split_whitespace()
+            .rev()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(ratio > 0.0, "{line}");
+    }
+}
+
+#[test]
 fn store_commands_round_trip_a_file_and_check_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {

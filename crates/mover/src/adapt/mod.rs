@@ -357,12 +357,12 @@ impl Adapt {
     ///
     /// Runs, because a path the band's requests do not usually take is idle when one of them
     /// comes along: an engine whose helper has parked must be woken, which takes longer than
-    /// copying a few hundred KiB. Explored one at a time, one in 160 requests (bulk writes with
-    /// a quarter of them in the band), a split measured 0.33× the CPU's rate where steady
-    /// splitting was 1.16× faster (same run, `bench mix` bulk writes), so the trials never
-    /// lowered a threshold the offload beat. Within a run the path is as warm as it would be
-    /// with the threshold moved: the run's requests are the band's own, as far apart as the
-    /// traffic has them.
+    /// copying a few hundred KiB. `switchyard bench explore` measured splits of bulk writes
+    /// explored one in 160 requests at 0.38× the rate of splits when every request splits,
+    /// and in runs of 8 with the first untimed at 0.95–1.03×, so trials of scattered requests
+    /// never lowered a threshold that steady splitting beat. Within a run the path is as warm
+    /// as it would be with the threshold moved: the run's requests are the band's own, as far
+    /// apart as the traffic has them.
     #[inline]
     pub(crate) fn explore(&self, band: Option<Band>) -> Explore {
         // A counter per band: with one shared counter, traffic that alternates between the
