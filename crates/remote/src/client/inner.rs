@@ -366,9 +366,11 @@ impl Inner {
         let n = m.attr.size.saturating_sub(off).min(buf.len() as u64) as usize;
         let out = &mut buf[..n];
         let (start, base) = (self.welcome.data_start, self.welcome.data_addr);
-        let mut pieces: Vec<(&mut [u8], u64)> = Vec::new();
-        let mut rest = &mut out[..];
-        let mut at = off;
+        // (offset in `out`, length, remote address) of each range to get: runs that follow
+        // each other both in the file and in the region are one get (a file written in large
+        // pieces is mapped in many runs that lie end to end, and every get is a transfer of
+        // its own: a system call each over cma).
+        let mut ranges: Vec<(usize, usize, u64)> = Vec::new();
         // Runs are in file order: start at the first that ends past `off`.
         let first = m.runs.partition_point(|r| r.file_offset + r.len <= off);
         for r in &m.runs[first..] {
@@ -376,17 +378,27 @@ impl Inner {
                 break;
             }
             let (lo, hi) = (
-                r.file_offset.max(at),
+                r.file_offset.max(off),
                 (r.file_offset + r.len).min(off + n as u64),
             );
-            // A hole reads as zeros.
-            let (hole, tail) = std::mem::take(&mut rest).split_at_mut((lo - at) as usize);
-            hole.fill(0);
-            let (piece, tail) = tail.split_at_mut((hi - lo) as usize);
+            let (at, len) = ((lo - off) as usize, (hi - lo) as usize);
             let remote = base + (r.region_offset - start) + (lo - r.file_offset);
+            match ranges.last_mut() {
+                Some((a, l, rem)) if *a + *l == at && *rem + *l as u64 == remote => *l += len,
+                _ => ranges.push((at, len, remote)),
+            }
+        }
+        let mut pieces: Vec<(&mut [u8], u64)> = Vec::with_capacity(ranges.len());
+        let mut rest = &mut out[..];
+        let mut at = 0;
+        for (a, len, remote) in ranges {
+            // A hole reads as zeros.
+            let (hole, tail) = std::mem::take(&mut rest).split_at_mut(a - at);
+            hole.fill(0);
+            let (piece, tail) = tail.split_at_mut(len);
             pieces.push((piece, remote));
             rest = tail;
-            at = hi;
+            at = a + len;
         }
         rest.fill(0);
         let change = m.change;
