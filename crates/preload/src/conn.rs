@@ -113,13 +113,18 @@ fn connect() -> Result<Client, String> {
     let t = TARGET.get().ok_or("not set up")?;
     let addr = t.addr.clone()?;
     let key = Key::load(&t.key).map_err(|e| format!("key {}: {e}", t.key.display()))?;
-    match Client::connect(addr, &key, true) {
-        Ok(c) => Ok(c),
+    let c = match Client::connect(addr, &key, true) {
+        Ok(c) => c,
         Err(e) if e.0.contains("read-only") => {
-            Client::connect(addr, &key, false).map_err(|e| format!("{addr}: {e}"))
+            Client::connect(addr, &key, false).map_err(|e| format!("{addr}: {e}"))?
         }
-        Err(e) => Err(format!("{addr}: {e}")),
+        Err(e) => return Err(format!("{addr}: {e}")),
+    };
+    // Absolute symlink targets the program wrote name paths under the prefix.
+    if let Some(prefix) = crate::route::prefix() {
+        c.set_link_root(prefix);
     }
+    Ok(c)
 }
 
 /// The connection, with `open`'s inode open on it (a child after `fork` opens its inherited

@@ -70,7 +70,9 @@
 //! - **Working directory:** `chdir` into the prefix keeps a working directory inside the
 //!   store (the kernel's stays where it was); relative paths and `getcwd` use it.
 //! - Paths are resolved lexically (`..` removes the previous name), and a symlink in the
-//!   store is resolved inside the store (an absolute target from the store's root).
+//!   store is resolved inside the store: an absolute target under the prefix names the
+//!   store's path beneath it (as through a mount at the prefix), any other absolute target
+//!   is read from the store's root.
 //!
 //! Why by hand: interposing libc's functions needs `#[no_mangle]` definitions and `dlsym`;
 //! no crate interposes file calls onto a client of our server.

@@ -38,6 +38,11 @@ pub fn init() {
     }
 }
 
+/// The prefix, normalised; `None` while the library is off.
+pub fn prefix() -> Option<&'static [u8]> {
+    PREFIX.get().and_then(|p| p.as_deref())
+}
+
 /// The prefix as the user gave it, for messages.
 pub fn prefix_display() -> String {
     match PREFIX.get() {

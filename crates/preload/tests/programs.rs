@@ -274,3 +274,22 @@ fn shell_redirections_reach_the_programs_they_run() {
         )
     );
 }
+
+/// `ln -s` with an absolute target through the prefix (as `ln -s "$PWD/f" link` makes in a
+/// working directory under it) names the file in the store, as the kernel would resolve it
+/// through a mount at the prefix: links to a file, to a directory and to the prefix itself.
+#[test]
+fn absolute_symlinks_through_the_prefix_reach_the_store() {
+    let s = Served::start(32);
+    let script = format!(
+        "mkdir {p}/d && echo hi > {p}/d/f && ln -s {p}/d/f {p}/lf && ln -s {p}/d {p}/ld \
+         && ln -s {p} {p}/top && cat {p}/lf && cat {p}/ld/f && cat {p}/top/d/f \
+         && readlink {p}/lf && ls {p}/top/ld",
+        p = s.prefix
+    );
+    let out = s.run("sh", &["-c", &script]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("hi\nhi\nhi\n{}/d/f\nf\n", s.prefix)
+    );
+}

@@ -783,6 +783,15 @@ impl Inner {
         }
         let target = String::from_utf8(self.readlink(link)?).map_err(|_| Errno::EINVAL)?;
         let mut cur = if target.starts_with('/') { ROOT } else { dir };
+        // An absolute target through where the store appears names a path in the store.
+        let target = match &self.link_root {
+            Some(root) => match target.as_bytes().strip_prefix(root.as_slice()) {
+                Some([]) => "/".to_string(),
+                Some(rest) if rest.starts_with(b"/") => target[root.len()..].to_string(),
+                _ => target,
+            },
+            None => target,
+        };
         for c in components(&target)? {
             if self.getattr(cur)?.kind() != S_IFDIR {
                 return Err(Errno::ENOTDIR);

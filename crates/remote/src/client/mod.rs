@@ -158,6 +158,9 @@ struct Inner {
     fds: BTreeMap<u32, Open>,
     next_fd: u32,
     stats: ClientStats,
+    /// Where the store's root appears to the program ([`Client::set_link_root`]); `None`:
+    /// an absolute symlink target is read from the store's root.
+    link_root: Option<Vec<u8>>,
 }
 
 /// How long each step of connecting waits for the server.
@@ -303,8 +306,22 @@ impl Client {
                 fds: BTreeMap::new(),
                 next_fd: 3,
                 stats: ClientStats::default(),
+                link_root: None,
             })),
         })
+    }
+
+    /// Says where the store's root appears to the program (`/sy` for a file preload with
+    /// that prefix), as an absolute path without a trailing slash. An absolute symlink target
+    /// under it then resolves as the kernel would resolve it through that path: `/sy/a/f`
+    /// names the store's `/a/f`, as `ln -s /sy/a/f link` meant. Other absolute targets are
+    /// still read from the store's root.
+    pub fn set_link_root(&self, root: &[u8]) {
+        let root = root.strip_suffix(b"/").unwrap_or(root).to_vec();
+        let _ = self.with(|i| {
+            i.link_root = Some(root);
+            Ok(())
+        });
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> Result<T, Errno>) -> Result<T, Errno> {
