@@ -15,7 +15,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use common::Mount;
+use common::{Mount, Rng};
 
 /// The file's size stays below this (fsx's default `maxfilelen` is 256 KiB; a larger one
 /// crosses the store's extent and split sizes).
@@ -23,36 +23,20 @@ const MAX_LEN: u64 = 3 << 20;
 /// The largest single write, read or copy.
 const MAX_OP: u64 = 320 << 10;
 
-/// A small xorshift generator: the whole run follows from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+/// An offset below `max_off` and a length: mostly small and unaligned, sometimes
+/// page-aligned, sometimes large, as fsx's mix of odd sizes finds boundary bugs.
+fn range(rng: &mut Rng, max_off: u64) -> (u64, u64) {
+    let mut off = rng.below(max_off);
+    let mut len = match rng.below(4) {
+        0 => rng.below(64) + 1,
+        1 => rng.below(16 << 10) + 1,
+        _ => rng.below(MAX_OP) + 1,
+    };
+    if rng.below(4) == 0 {
+        off &= !4095;
+        len = (len + 4095) & !4095;
     }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// An offset and a length: mostly small and unaligned, sometimes page-aligned, sometimes
-    /// large, as fsx's mix of odd sizes finds boundary bugs.
-    fn range(&mut self, max_off: u64) -> (u64, u64) {
-        let mut off = self.below(max_off);
-        let mut len = match self.below(4) {
-            0 => self.below(64) + 1,
-            1 => self.below(16 << 10) + 1,
-            _ => self.below(MAX_OP) + 1,
-        };
-        if self.below(4) == 0 {
-            off &= !4095;
-            len = (len + 4095) & !4095;
-        }
-        (off, len)
-    }
+    (off, len)
 }
 
 /// The file under test, its model, and the log of what was done to it.
@@ -130,7 +114,7 @@ impl Fsx {
     }
 
     fn write(&mut self) {
-        let (off, len) = self.rng.range(MAX_LEN - MAX_OP);
+        let (off, len) = range(&mut self.rng, MAX_LEN - MAX_OP);
         let data = self.bytes(off, len);
         self.log.push(format!("write {off}+{len}"));
         self.file.write_all_at(&data, off).unwrap();
@@ -142,7 +126,7 @@ impl Fsx {
 
     fn read(&mut self) {
         let size = self.model.len() as u64;
-        let (off, len) = self.rng.range(size + 4096);
+        let (off, len) = range(&mut self.rng, size + 4096);
         self.log.push(format!("read {off}+{len}"));
         let mut buf = vec![0u8; len as usize];
         let mut n = 0;
@@ -173,7 +157,7 @@ impl Fsx {
     }
 
     fn fallocate(&mut self) {
-        let (off, len) = self.rng.range(MAX_LEN - MAX_OP);
+        let (off, len) = range(&mut self.rng, MAX_LEN - MAX_OP);
         let (mode, name) = match self.rng.below(5) {
             0 => (0, "allocate"),
             1 => (libc::FALLOC_FL_KEEP_SIZE, "allocate keep-size"),
@@ -237,7 +221,7 @@ impl Fsx {
         if size == 0 {
             return;
         }
-        let (off, len) = self.rng.range(size);
+        let (off, len) = range(&mut self.rng, size);
         let len = len.min(size - off);
         self.log.push(format!("mapread {off}+{len}"));
         let p = self.map(size as usize, libc::PROT_READ);
@@ -250,7 +234,7 @@ impl Fsx {
     }
 
     fn map_write(&mut self) {
-        let (off, len) = self.rng.range(MAX_LEN - MAX_OP);
+        let (off, len) = range(&mut self.rng, MAX_LEN - MAX_OP);
         let end = off + len;
         self.log.push(format!("mapwrite {off}+{len}"));
         // As fsx: a mapped write past the end first extends the file.
@@ -281,7 +265,7 @@ impl Fsx {
         } else {
             self.source.1.len() as u64
         };
-        let (from, len) = self.rng.range(from_len);
+        let (from, len) = range(&mut self.rng, from_len);
         let len = len.min(from_len - from);
         let to = self.rng.below(MAX_LEN - MAX_OP);
         if len == 0 || (within && to < from + len && from < to + len) {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Mount;
+use common::{Mount, Rng};
 
 const WORKERS: usize = 4;
 const SHARED: usize = 3;
@@ -33,21 +33,6 @@ fn err(r: libc::c_int) -> i32 {
         std::io::Error::last_os_error().raw_os_error().unwrap_or(-1)
     } else {
         0
-    }
-}
-
-/// A small xorshift generator: each worker's sequence follows from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
     }
 }
 

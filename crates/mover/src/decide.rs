@@ -119,10 +119,8 @@ pub(crate) struct Trial {
     pub threshold: usize,
     /// The band around it the request falls in, while thresholds adapt.
     pub band: Option<Band>,
-    /// Sent down the other path.
-    pub explored: bool,
-    /// Sent down the other path, and timed for the trial (not the first of a run).
-    pub timed: bool,
+    /// Whether it is sent down the other path, and timed for the trial there.
+    pub explore: Explore,
 }
 
 impl Trial {
@@ -130,15 +128,20 @@ impl Trial {
     pub const NONE: Trial = Trial {
         threshold: 0,
         band: None,
-        explored: false,
-        timed: false,
+        explore: Explore::No,
     };
 
     /// Whether the request goes to the CPU on account of its size: below the threshold and
     /// not explored, or at or above it and explored.
     #[inline]
     pub fn cpu(&self, len: usize) -> bool {
-        (len >= self.threshold) == self.explored
+        (len >= self.threshold) == self.explored()
+    }
+
+    /// Sent down the other path.
+    #[inline]
+    pub fn explored(&self) -> bool {
+        self.explore.explored()
     }
 }
 
@@ -295,8 +298,7 @@ impl Mover {
         Trial {
             threshold,
             band,
-            explored: explore.explored(),
-            timed: explore == Explore::Timed,
+            explore,
         }
     }
 
@@ -329,7 +331,7 @@ impl Mover {
             return self.cpu(Reason::Fixed);
         }
         if trial.cpu(len) {
-            return self.cpu(if trial.explored {
+            return self.cpu(if trial.explored() {
                 Reason::Trial
             } else {
                 Reason::BelowThreshold

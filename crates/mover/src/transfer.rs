@@ -7,7 +7,7 @@ use std::time::Instant;
 use switchyard_engine::{clock, Batch, DurableRecord, Flags, Outcome, Status, SubmitError, Ticket};
 use switchyard_media::CopyMode;
 
-use crate::adapt::Arm;
+use crate::adapt::{Arm, Explore};
 use crate::bandwidth::{bin, sample_cpu_copy, Bandwidth, MIN_SAMPLED};
 use crate::config::Policy;
 use crate::counters::Counter;
@@ -144,7 +144,7 @@ impl Mover {
         let began = band
             .is_some_and(|b| {
                 if b.usual() != arm {
-                    trial.timed
+                    trial.explore == Explore::Timed
                 } else {
                     self.adapt.sample_band()
                 }

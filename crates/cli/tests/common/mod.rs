@@ -348,3 +348,20 @@ pub fn as_other_user(program: impl AsRef<std::ffi::OsStr>) -> Command {
     c.uid(OTHER_USER).gid(OTHER_USER);
     c
 }
+
+/// A small xorshift generator: a test's random sequence follows from its seed (odd, non-zero).
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform enough below `n` (0 for `n` = 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
