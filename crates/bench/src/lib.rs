@@ -27,3 +27,4 @@ pub mod qos;
 pub mod remote;
 pub mod report;
 pub mod tune;
+pub mod tunes;

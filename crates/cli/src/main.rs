@@ -12,7 +12,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use switchyard_bench::{
     aio, apps, copy, decide, explore, fs, idle, large, memcpy, meta, mix, mount as mount_bench,
-    preload, qos, remote, report, tune,
+    preload, qos, remote, report, tune, tunes,
 };
 
 /// Switchyard: a userspace storage stack for slow memory that moves data with the cheapest
@@ -122,6 +122,10 @@ enum Bench {
     Explore(explore::ExploreArgs),
     /// CPU used by an idle engine after a burst of work.
     Idle(idle::IdleArgs),
+    /// How far quick tunes' thresholds lie from full tunes': full and quick tunes run
+    /// alternately (full, quick, full, …, full), each quick one compared with the full tune
+    /// before and after it, and each full tune with the next (the host's own drift).
+    Tunes(tunes::TunesArgs),
 }
 
 fn main() -> ExitCode {
@@ -145,6 +149,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Memcpy(a)) => memcpy::run(&a),
         Command::Bench(Bench::Preload(a)) => preload::run(&a),
         Command::Bench(Bench::Idle(a)) => idle::run(&a),
+        Command::Bench(Bench::Tunes(a)) => tunes::run(&a),
         Command::Stat(a) => stat::run(&a),
         Command::Config(a) => config_cmd::run(&a),
         Command::Mkfs(a) => store_cmd::mkfs(&a),
