@@ -37,6 +37,7 @@
 pub mod budget;
 pub mod clock;
 mod completion;
+pub mod cpus;
 mod descriptor;
 #[cfg(not(loom))]
 pub mod durable;

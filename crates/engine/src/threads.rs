@@ -21,6 +21,7 @@ use switchyard_media::Persist;
 
 use crate::budget::{self, Budget, BudgetCell, Meter};
 use crate::completion::{CompletionRecord, RecordSnapshot, Status};
+use crate::cpus;
 use crate::descriptor::{Batch, Flags};
 use crate::fault::{Fault, FaultPlan};
 use crate::ring::Ring;
@@ -39,7 +40,8 @@ pub struct ThreadsConfig {
     pub spin: Duration,
     /// How long it then polls between yields of its core before it parks.
     pub linger: Duration,
-    /// Pin worker `i` to CPU `n - 1 - (i mod n)` where the OS allows.
+    /// Pin worker `i` to the `i`-th allowed CPU from the last (`cpus::worker_cpu`) where the
+    /// OS allows.
     pub pin: bool,
     /// Largest descriptor the mover should build, in bytes (the granule at which a batch can
     /// stop early).
@@ -417,15 +419,7 @@ fn execute(
 }
 
 fn pin_to(index: usize) {
-    let n = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let cpu = n - 1 - (index % n);
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity(0) affects
-    // only the calling thread. A failure (e.g. a restricted cpuset) leaves the thread unpinned.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    if let Some(cpu) = cpus::worker_cpu(&cpus::allowed(), index) {
+        cpus::pin_current(cpu);
     }
 }
