@@ -30,8 +30,9 @@
 //! direction, M, the split share and the smallest split: every setting is screened once, then
 //! the best three are measured again in rounds paired with `tuned`, and the best of those is
 //! the grid's best static configuration (re-measuring avoids crowning the luckiest screening
-//! sample). Its figures come from a third, fresh set of rounds, the chosen setting against
-//! `tuned` and `default`: the rounds that chose the best of three favour whichever had the
+//! sample). Its figures come from a third, fresh set of rounds (three times as many: where
+//! the settings tie, the ratio is all noise), the chosen setting against `tuned` and
+//! `default`: the rounds that chose the best of three favour whichever had the
 //! luckiest rounds (a 2-core EPYC crowned a 256 KiB threshold at 1.09× cpu-only that measured
 //! 0.95× on its own), so the confirmation's ratio is the one reported, and the finalists' is
 //! kept beside it.
