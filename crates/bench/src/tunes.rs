@@ -135,13 +135,10 @@ struct Run {
     answers: Vec<Answer>,
 }
 
-/// A quick tune against its neighbours, or a full tune against the next, in one direction.
+/// Quick tune `index` against full tunes `index - 1` and `index`, in one direction.
 #[derive(Serialize)]
 struct Comparison {
     record: &'static str,
-    /// `quick` (quick `index` against full `index - 1` and `index`) or `drift` (full
-    /// `index - 1` against full `index`).
-    kind: &'static str,
     index: usize,
     direction: &'static str,
     /// Bins from the earlier full tune and from the later one.
@@ -149,6 +146,15 @@ struct Comparison {
     after: f64,
     /// The quick tune said it could not decide.
     undecided: bool,
+}
+
+/// Full tune `index - 1` against full tune `index`, in one direction: the host's drift.
+#[derive(Serialize)]
+struct Drift {
+    record: &'static str,
+    index: usize,
+    direction: &'static str,
+    bins: f64,
 }
 
 impl Comparison {
@@ -209,7 +215,7 @@ pub fn run(a: &TunesArgs) -> anyhow::Result<()> {
             fulls.push(run);
         }
     }
-    let comparisons = compare(&fulls, &quicks);
+    let (comparisons, drifts) = compare(&fulls, &quicks);
     if a.json {
         for r in fulls.iter().chain(&quicks) {
             println!("{}", serde_json::to_string(r)?);
@@ -217,21 +223,23 @@ pub fn run(a: &TunesArgs) -> anyhow::Result<()> {
         for c in &comparisons {
             println!("{}", serde_json::to_string(c)?);
         }
+        for d in &drifts {
+            println!("{}", serde_json::to_string(d)?);
+        }
         return Ok(());
     }
-    print(&fulls, &quicks, &comparisons);
+    print(&fulls, &quicks, &comparisons, &drifts);
     Ok(())
 }
 
 /// Each quick tune against the full tunes either side, and each full tune against the next.
-fn compare(fulls: &[Run], quicks: &[Run]) -> Vec<Comparison> {
-    let mut out = Vec::new();
+fn compare(fulls: &[Run], quicks: &[Run]) -> (Vec<Comparison>, Vec<Drift>) {
+    let (mut out, mut drifts) = (Vec::new(), Vec::new());
     for (di, &(direction, _, _)) in DIRECTIONS.iter().enumerate() {
         for q in quicks {
             let (b, f) = (&fulls[q.index - 1], &fulls[q.index]);
             out.push(Comparison {
                 record: "comparison",
-                kind: "quick",
                 index: q.index,
                 direction,
                 before: bins_apart(q.answers[di], b.answers[di]),
@@ -240,19 +248,15 @@ fn compare(fulls: &[Run], quicks: &[Run]) -> Vec<Comparison> {
             });
         }
         for w in fulls.windows(2) {
-            let d = bins_apart(w[0].answers[di], w[1].answers[di]);
-            out.push(Comparison {
-                record: "comparison",
-                kind: "drift",
+            drifts.push(Drift {
+                record: "drift",
                 index: w[1].index,
                 direction,
-                before: d,
-                after: d,
-                undecided: false,
+                bins: bins_apart(w[0].answers[di], w[1].answers[di]),
             });
         }
     }
-    out
+    (out, drifts)
 }
 
 fn show_bins(b: f64) -> String {
@@ -263,7 +267,7 @@ fn show_bins(b: f64) -> String {
     }
 }
 
-fn print(fulls: &[Run], quicks: &[Run], comparisons: &[Comparison]) {
+fn print(fulls: &[Run], quicks: &[Run], comparisons: &[Comparison], drifts: &[Drift]) {
     println!(
         "tunes in the order run (each direction's threshold; ~from-to: left undecided, the \
          paths tie there):"
@@ -304,7 +308,7 @@ fn print(fulls: &[Run], quicks: &[Run], comparisons: &[Comparison]) {
         print!("{:>8}", format!("quick{}", q.index));
         for (name, _, _) in DIRECTIONS {
             let c = (comparisons.iter())
-                .find(|c| c.kind == "quick" && c.index == q.index && c.direction == name)
+                .find(|c| c.index == q.index && c.direction == name)
                 .expect("every quick tune is compared in every direction");
             print!(" {:>18}", cell(c));
         }
@@ -313,15 +317,14 @@ fn print(fulls: &[Run], quicks: &[Run], comparisons: &[Comparison]) {
     for w in fulls.windows(2) {
         print!("{:>8}", format!("full{}-{}", w[0].index, w[1].index));
         for (name, _, _) in DIRECTIONS {
-            let c = (comparisons.iter())
-                .find(|c| c.kind == "drift" && c.index == w[1].index && c.direction == name)
+            let d = (drifts.iter())
+                .find(|d| d.index == w[1].index && d.direction == name)
                 .expect("every pair of full tunes is compared in every direction");
-            print!(" {:>18}", show_bins(c.before));
+            print!(" {:>18}", show_bins(d.bins));
         }
         println!();
     }
-    let quick: Vec<&Comparison> = comparisons.iter().filter(|c| c.kind == "quick").collect();
-    let drift: Vec<&Comparison> = comparisons.iter().filter(|c| c.kind == "drift").collect();
+    let quick = comparisons;
     println!(
         "\nquick tunes (u: undecided) within one bin of a full tune either side, or undecided: \
          {} of {}; within one bin of both, or undecided: {} of {}; undecided: {}",
@@ -335,8 +338,8 @@ fn print(fulls: &[Run], quicks: &[Run], comparisons: &[Comparison]) {
     );
     println!(
         "consecutive full tunes within one bin of each other: {} of {}",
-        drift.iter().filter(|c| c.before <= 1.0).count(),
-        drift.len()
+        drifts.iter().filter(|d| d.bins <= 1.0).count(),
+        drifts.len()
     );
 }
 
@@ -405,12 +408,8 @@ mod tests {
             true,
             [at(512 * k), tie(64 * k, 128 * k), at(32 * k), at(NEVER)],
         )];
-        let c = compare(&fulls, &quicks);
-        let q = |d: &str| {
-            c.iter()
-                .find(|c| c.kind == "quick" && c.direction == d)
-                .unwrap()
-        };
+        let (c, drifts) = compare(&fulls, &quicks);
+        let q = |d: &str| c.iter().find(|c| c.direction == d).unwrap();
         // Far from the one before, a bin from the one after.
         assert!(q("writes").before.is_infinite());
         assert_eq!(q("writes").after, 1.0);
@@ -419,10 +418,7 @@ mod tests {
         assert_eq!((q("reads").before, q("reads").after), (3.0, 2.0));
         assert!(!q("reads").agrees());
         assert!(!q("reads unaligned").agrees());
-        let drift: Vec<f64> = (c.iter())
-            .filter(|c| c.kind == "drift")
-            .map(|c| c.before)
-            .collect();
+        let drift: Vec<f64> = drifts.iter().map(|d| d.bins).collect();
         assert!(drift[0].is_infinite());
         assert_eq!(&drift[1..], [2.0, 1.0, 1.0]);
     }

@@ -38,16 +38,16 @@ pub fn free_cpus(allowed: &[usize], workers: usize) -> Vec<usize> {
     allowed[..allowed.len() - taken].to_vec()
 }
 
-/// Pins the calling thread to `cpu`; a failure (a cpuset without it) leaves it as it was.
-pub fn pin_current(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it (cpu < CPU_SETSIZE, checked);
-    // sched_setaffinity(0) affects only the calling thread.
+/// Pins the calling thread to the CPUs `cpus` (those past `CPU_SETSIZE` are ignored); a
+/// failure (a cpuset without any of them) leaves it as it was.
+pub fn pin_current(cpus: &[usize]) {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it (each cpu < CPU_SETSIZE,
+    // checked); sched_setaffinity(0) affects only the calling thread.
     unsafe {
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return;
-        }
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
+        for &cpu in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+            libc::CPU_SET(cpu, &mut set);
+        }
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
 }

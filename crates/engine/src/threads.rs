@@ -420,6 +420,6 @@ fn execute(
 
 fn pin_to(index: usize) {
     if let Some(cpu) = cpus::worker_cpu(&cpus::allowed(), index) {
-        cpus::pin_current(cpu);
+        cpus::pin_current(&[cpu]);
     }
 }

@@ -3,7 +3,8 @@
 //! for a fixed time, and the aggregate bandwidth is what they moved over the longest
 //! caller's wall time. Where the engine's workers leave enough CPUs free, each caller is
 //! pinned to one of them, so that no caller shares a core with a worker (see
-//! `switchyard_engine::cpus` for what that costs). [`rotated`] interleaves the systems compared, and [`median`] summarises.
+//! `switchyard_engine::cpus` for what that costs). [`rotated`] interleaves the systems
+//! compared, and [`median`] summarises.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
@@ -154,7 +155,7 @@ impl<'r> Lab<'r> {
                     let (barrier, stop) = (&barrier, &stop);
                     s.spawn(move || {
                         if let Some(p) = places {
-                            cpus::pin_current(p[t]);
+                            cpus::pin_current(&p[t..=t]);
                         }
                         let hints = Hints {
                             direction: dir,

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use switchyard_engine::cpus;
 use switchyard_rt::Executor;
 use switchyard_store::{Errno, Fd, Fs};
 
@@ -260,13 +261,7 @@ async fn worker<A: App>(
 
 /// The application core: the first CPU (the engine pins its workers from the last one down).
 fn pin_to_app_core() {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity(0) affects
-    // only the calling thread. A failure (a restricted cpuset) leaves the thread unpinned.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(0, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
+    cpus::pin_current(&[0]);
 }
 
 /// Runs `app` once in `mode` with `workers` workers, on the application core.

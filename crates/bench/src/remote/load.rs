@@ -10,6 +10,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use switchyard_engine::cpus;
 use switchyard_remote::Client;
 use switchyard_store::{Fd, Files};
 
@@ -20,19 +21,9 @@ const SIZE: usize = 1 << 20;
 
 /// Pins the calling thread to `core` (all cores with `None`).
 pub(super) fn pin(core: Option<usize>) {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity(0) changes
-    // only the calling thread's placement.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        match core {
-            Some(c) => libc::CPU_SET(c, &mut set),
-            None => {
-                for c in 0..cores() {
-                    libc::CPU_SET(c, &mut set);
-                }
-            }
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    match core {
+        Some(c) => cpus::pin_current(&[c]),
+        None => cpus::pin_current(&(0..cores()).collect::<Vec<_>>()),
     }
 }
 
