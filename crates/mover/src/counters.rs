@@ -56,6 +56,7 @@ counters! {
     fallback_queue_depth: "Asynchronous reads copied by the CPU because every channel had 2 or more batches queued (EasyIO's read admission, Listing 2).",
     no_engine_share: "Bulk synchronous requests the CPU copied whole because the split estimates gave the engine less than a page.",
     reclaimed: "Split engine shares the CPU took back because the engine had not started them.",
+    taken_back: "Latency tenants' synchronous engine copies the caller took back and copied itself because no worker had started them by the time the CPU would have finished.",
     partial_completions: "Engine completions that were partial (the mover finished the rest).",
     engine_errors: "Engine completions with an error (the mover redid the rest on the CPU).",
     repaired_bytes: "Bytes the CPU copied after a partial or failed engine completion.",

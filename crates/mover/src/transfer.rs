@@ -170,6 +170,12 @@ impl Mover {
                 self.counters.add(Counter::engine_requests, 1);
                 // SAFETY: forwarded; we wait for the engine part below.
                 match unsafe { self.start_engine(d, s, body, hints, decision, &[]) } {
+                    Some(f) if self.take_back(&f) => {
+                        // SAFETY: the cancelled batch will never touch the buffers
+                        // (completion rule 2), so they are ours again.
+                        unsafe { self.cpu_copy(d, s, body, &hints) };
+                        report.cpu_bytes += body;
+                    }
                     Some(f) => self.finish(f, &mut report),
                     None => {
                         // SAFETY: the engine never received the buffers.
@@ -191,6 +197,34 @@ impl Mover {
             self.active_bulk.fetch_sub(1, Ordering::Relaxed);
         }
         report
+    }
+
+    /// A latency tenant's synchronous engine copy that no worker has started by the time the
+    /// CPU would have copied it (its bin's CPU estimate) is cancelled, to be copied by the
+    /// caller: `true` then (the decision released). On a virtual machine a parked worker
+    /// wakes 50 µs to milliseconds late, and a caller that waits on the core its channel's
+    /// worker is pinned to keeps that worker from starting at all; once the CPU would have
+    /// finished, waiting on can only be slower. Other classes wait as before: a bulk copy
+    /// must stay on its throttled channel, and an unmanaged one leaves the choice to the
+    /// thresholds and the split.
+    fn take_back(&self, f: &InFlight) -> bool {
+        if !matches!(self.class(&f.hints), Class::Latency(_)) {
+            return false;
+        }
+        let cpu = self.bandwidth.of(f.hints.direction).cpu[bin(f.len)].get();
+        let until = f.submitted_ns + (f.len as f64 / cpu.max(0.1)) as u64;
+        while !f.ticket.started() {
+            if clock::now_ns() >= until {
+                if !f.ticket.try_cancel() {
+                    return false;
+                }
+                self.counters.add(Counter::taken_back, 1);
+                self.release(&f.decision);
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        false
     }
 
     /// Carries out a split decision: the engine copies its share of the `body` first while
@@ -507,7 +541,15 @@ impl Mover {
     /// Waits for an engine part, updates the estimates, and repairs a partial or failed
     /// completion on the CPU.
     fn finish(&self, mut f: InFlight, report: &mut Report) {
-        let o = f.ticket.wait(self.wait_spin);
+        // A bulk tenant's copy waits on its budget: polling it would only take a core from
+        // the latency tenants' copies (on a 2-core VM, a bulk caller's 2,000 polls on the
+        // latency worker's core held a 64 KiB latency copy for 60 µs), so it parks at once.
+        let spin = if self.class(&f.hints).is_bulk() {
+            0
+        } else {
+            self.wait_spin
+        };
+        let o = f.ticket.wait(spin);
         self.complete(&f, o, report);
     }
 

@@ -212,3 +212,41 @@ fn a_bulk_tenants_asynchronous_reads_wait_in_their_queue() {
     assert_eq!(dst, src);
     assert_eq!(m.stats().fallback_queue_depth, 0);
 }
+
+/// A latency tenant's synchronous copy queued behind a long unclassed one on its channel is
+/// taken back once the CPU would have finished it: the caller copies it itself instead of
+/// waiting for the worker, the counter says so, and both copies arrive whole.
+#[test]
+fn a_latency_copy_the_worker_cannot_start_is_taken_back() {
+    let m = mover(1_000_000.0);
+    let big = data(128 << 20, 5);
+    let mut big_out = vec![0u8; big.len()];
+    let small = data(64 << 10, 6);
+    let mut out = vec![0u8; small.len()];
+    // SAFETY: both buffers outlive the transfer, which is waited for below, and nothing else
+    // touches them meanwhile.
+    let mut t = unsafe {
+        m.submit(
+            big_out.as_mut_ptr(),
+            big.as_ptr(),
+            big.len(),
+            Hints {
+                tenant: 99,
+                ..Hints::read()
+            },
+        )
+    };
+    let r = m.copy(&mut out, &small, read(WEB)).unwrap();
+    let unfinished = !t.poll();
+    let report = t.wait();
+    assert_eq!(out, small);
+    assert!(big_out == big, "the long copy arrived whole");
+    assert_eq!(report.engine_bytes + report.cpu_bytes, big.len());
+    assert!(
+        unfinished,
+        "the long copy should still run when the short one is done"
+    );
+    assert_eq!(r.path, Path::Engine { channel: 1 });
+    assert_eq!((r.engine_bytes, r.cpu_bytes), (0, small.len()), "{r:?}");
+    assert_eq!(m.stats().taken_back, 1);
+}
