@@ -24,6 +24,14 @@ pub fn allowed() -> Vec<usize> {
     }
 }
 
+/// The CPU the calling thread is running on now (it may move right after), or `None` where
+/// the kernel cannot say.
+pub fn current() -> Option<usize> {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    usize::try_from(cpu).ok()
+}
+
 /// The CPU worker `index` is pinned to, of the `allowed` CPUs: the `index`-th from the end
 /// (wrapping); `None` without any.
 pub fn worker_cpu(allowed: &[usize], index: usize) -> Option<usize> {

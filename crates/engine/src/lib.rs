@@ -153,6 +153,14 @@ pub trait Engine: Send + Sync {
         None
     }
 
+    /// The CPU `channel`'s worker is pinned to, for an engine whose channels are threads on
+    /// the application's cores; `None` otherwise. A caller on that CPU that polls for its
+    /// copy keeps the worker from running it.
+    fn worker_cpu(&self, channel: usize) -> Option<usize> {
+        let _ = channel;
+        None
+    }
+
     /// How often and how long `channel` paused for its budget.
     fn pauses(&self, channel: usize) -> Pauses {
         let _ = channel;

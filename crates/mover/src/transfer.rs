@@ -212,7 +212,12 @@ impl Mover {
             return false;
         }
         let cpu = self.bandwidth.of(f.hints.direction).cpu[bin(f.len)].get();
-        let until = f.submitted_ns + (f.len as f64 / cpu.max(0.1)) as u64;
+        // On the worker's own core, polling cannot let it start: take it back at once.
+        let until = if self.on_worker_cpu(f.channel) {
+            0
+        } else {
+            f.submitted_ns + (f.len as f64 / cpu.max(0.1)) as u64
+        };
         while !f.ticket.started() {
             if clock::now_ns() >= until {
                 if !f.ticket.try_cancel() {
@@ -225,6 +230,13 @@ impl Mover {
             std::hint::spin_loop();
         }
         false
+    }
+
+    /// Whether the calling thread runs on the CPU `channel`'s worker is pinned to.
+    fn on_worker_cpu(&self, channel: usize) -> bool {
+        self.engine
+            .worker_cpu(channel)
+            .is_some_and(|w| switchyard_engine::cpus::current() == Some(w))
     }
 
     /// Carries out a split decision: the engine copies its share of the `body` first while
@@ -544,10 +556,13 @@ impl Mover {
         // A bulk tenant's copy waits on its budget: polling it would only take a core from
         // the latency tenants' copies (on a 2-core VM, a bulk caller's 2,000 polls on the
         // latency worker's core held a 64 KiB latency copy for 60 µs), so it parks at once.
-        let spin = if self.class(&f.hints).is_bulk() {
-            0
-        } else {
-            self.wait_spin
+        // A latency tenant's caller on the very core its channel's worker is pinned to parks
+        // at once too: polling there kept the worker, once it had started the copy, off the
+        // core until the polls ran out (64 KiB latency copies took 60–80 µs).
+        let spin = match self.class(&f.hints) {
+            Class::Bulk(_) => 0,
+            Class::Latency(_) if self.on_worker_cpu(f.channel) => 0,
+            _ => self.wait_spin,
         };
         let o = f.ticket.wait(spin);
         self.complete(&f, o, report);

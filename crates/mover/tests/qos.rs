@@ -250,3 +250,47 @@ fn a_latency_copy_the_worker_cannot_start_is_taken_back() {
     assert_eq!((r.engine_bytes, r.cpu_bytes), (0, small.len()), "{r:?}");
     assert_eq!(m.stats().taken_back, 1);
 }
+
+/// A latency tenant's caller on the very core its channel's worker is pinned to (a small
+/// machine's web server beside the engine): the engine says which core that is, and every
+/// copy arrives whole, taken back or run by the worker, without the caller polling the worker
+/// off its core.
+#[test]
+fn a_latency_caller_on_its_workers_core_gets_every_copy() {
+    use switchyard_engine::{cpus, Engine};
+    let mut c = Config::default();
+    c.engine.channels = 2;
+    c.mover.thresholds = Thresholds::all(64 << 10);
+    c.qos.tenants = vec![
+        TenantConfig::latency("web", 1_000_000.0),
+        TenantConfig::bulk("gc"),
+    ];
+    c.validate().unwrap();
+    let persist = Persist::detect();
+    let engine = ThreadsEngine::start(ThreadsConfig {
+        channels: 2,
+        pin: true,
+        persist,
+        ..ThreadsConfig::default()
+    })
+    .unwrap();
+    let allowed = cpus::allowed();
+    let worker = engine.worker_cpu(1);
+    assert_eq!(worker, cpus::worker_cpu(&allowed, 1));
+    let m = Mover::with_engine(&c, Arc::new(engine), persist);
+    let caller = std::thread::spawn(move || {
+        if let Some(cpu) = worker {
+            cpus::pin_current(&[cpu]);
+        }
+        for i in 0..200u64 {
+            let src = data(64 << 10, i);
+            let mut dst = vec![0u8; src.len()];
+            let r = m.copy(&mut dst, &src, read(WEB)).unwrap();
+            assert!(dst == src, "copy {i} arrived whole");
+            assert_eq!(r.engine_bytes + r.cpu_bytes, src.len());
+        }
+        m.stats()
+    });
+    let s = caller.join().unwrap();
+    assert_eq!(s.engine_requests + s.cpu_requests, 200, "{s:?}");
+}
