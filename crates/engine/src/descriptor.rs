@@ -130,6 +130,9 @@ pub struct Batch {
     /// Where the worker records this batch's completion durably, if anywhere.
     #[cfg(not(loom))]
     pub(crate) durable: Option<crate::durable::DurableRecord>,
+    /// Whether the engine notes that its submitter runs on the worker's core
+    /// ([`Batch::waited_for_beside`]).
+    pub(crate) note_core: bool,
 }
 
 // SAFETY: the raw pointers in the descriptors are only dereferenced by the engine under the
@@ -147,6 +150,7 @@ impl Batch {
                 completion,
                 #[cfg(not(loom))]
                 durable: None,
+                note_core: false,
             },
             ticket,
         )
@@ -175,6 +179,16 @@ impl Batch {
     /// it (a throttled tenant's work must not move to a waiting CPU).
     pub fn closed_to_helpers(self) -> Batch {
         self.completion.forbid_help();
+        self
+    }
+
+    /// Has a helper-thread engine note, at submission, whether the submitter runs on the core
+    /// its worker is pinned to (a `sched_getcpu`, about 20 ns): for a caller that waits for
+    /// the batch with its latency at stake. A worker that finishes such a batch from its own
+    /// core yields that core once before idling, so the caller, preempted there while it
+    /// waited, does not wait through the worker's idle spin.
+    pub fn waited_for_beside(mut self) -> Batch {
+        self.note_core = true;
         self
     }
 

@@ -2,9 +2,9 @@
 //! media copy kernels. The default engine everywhere, and the reference for the contract's
 //! semantics that hardware engines must match.
 //!
-//! A worker drains its ring, yields its core once if a batch came from a caller on that core
-//! (preempted while it waited for the batch just finished, it runs now and not after the
-//! spin), then spins for [`ThreadsConfig::spin`] watching for more work (so back-to-back
+//! A worker drains its ring, yields its core once if a batch that asked
+//! ([`Batch::waited_for_beside`]) came from a caller on that core (preempted while it waited
+//! for the batch just finished, it runs now and not after the spin), then spins for [`ThreadsConfig::spin`] watching for more work (so back-to-back
 //! requests do not pay a wake-up), then lingers for [`ThreadsConfig::linger`]
 //! polling between `sched_yield`s (still quick to pick up work, but any runnable thread on its
 //! core goes first), then parks: an idle engine costs no CPU.
@@ -82,7 +82,8 @@ struct Channel {
     worker: OnceLock<std::thread::Thread>,
     /// The CPU the worker is pinned to (`None`: not pinned).
     cpu: Option<usize>,
-    /// A batch was submitted from the worker's own CPU since the worker last looked.
+    /// A batch that asked ([`Batch::waited_for_beside`]) was submitted from the worker's own
+    /// CPU since the worker last looked.
     submitted_beside: AtomicBool,
 }
 
@@ -221,9 +222,10 @@ impl Engine for ThreadsEngine {
         if ch.suspended.load(Ordering::Acquire) {
             return Err(SubmitError::Suspended(batch));
         }
+        let beside = batch.note_core && ch.cpu.is_some() && ch.cpu == cpus::current();
         match ch.ring.push(batch) {
             Ok(pos) => {
-                if ch.cpu.is_some() && ch.cpu == cpus::current() {
+                if beside {
                     ch.submitted_beside.store(true, Ordering::Relaxed);
                 }
                 ch.kick();
@@ -321,7 +323,9 @@ fn run(ch: &Channel, cfg: &ThreadsConfig) {
             // A caller on this very core submitted: before the idle spin, the core goes to
             // whoever else wants it. That caller, preempted while it waited for the batch
             // just finished, otherwise waited through the spin (64 KiB latency copies took
-            // 60 µs instead of 3). Only then: a yield after every batch cost bench copy 5%.
+            // 60 µs instead of 3). Only then, and only for batches that asked
+            // (`Batch::waited_for_beside`): a yield after every batch cost bench copy 5%, and
+            // a `sched_getcpu` at every submission 3%.
             std::thread::yield_now();
         }
         let ready = || {

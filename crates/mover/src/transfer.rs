@@ -515,9 +515,15 @@ impl Mover {
         }
         // A bulk tenant's batch runs on the engine alone, and waits out a full queue (module
         // `qos`): no waiting thread may carry throttled work.
-        let bulk = self.class(&hints).is_bulk();
+        let class = self.class(&hints);
+        let bulk = class.is_bulk();
         if bulk {
             batch = batch.closed_to_helpers();
+        }
+        // A latency tenant waits for its copy: the worker yields to it if it submitted from
+        // the worker's own core.
+        if matches!(class, Class::Latency(_)) {
+            batch = batch.waited_for_beside();
         }
         let submitted_ns = clock::now_ns();
         loop {
