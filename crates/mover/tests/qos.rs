@@ -15,6 +15,11 @@ const GC: u16 = 2;
 /// A mover over a 2-channel engine with a latency tenant `web` (p99 under `bound_us`) and a
 /// bulk tenant `gc`; every copy from 64 KiB is offloaded.
 fn mover(bound_us: f64) -> Mover {
+    mover_pinned(bound_us, false)
+}
+
+/// [`mover`], its engine's workers pinned to cores if `pin`.
+fn mover_pinned(bound_us: f64, pin: bool) -> Mover {
     let mut c = Config::default();
     c.engine.channels = 2;
     c.mover.thresholds = Thresholds::all(64 << 10);
@@ -27,7 +32,7 @@ fn mover(bound_us: f64) -> Mover {
     let persist = Persist::detect();
     let engine = ThreadsEngine::start(ThreadsConfig {
         channels: 2,
-        pin: false,
+        pin,
         persist,
         ..ThreadsConfig::default()
     })
@@ -257,27 +262,10 @@ fn a_latency_copy_the_worker_cannot_start_is_taken_back() {
 /// off its core.
 #[test]
 fn a_latency_caller_on_its_workers_core_gets_every_copy() {
-    use switchyard_engine::{cpus, Engine};
-    let mut c = Config::default();
-    c.engine.channels = 2;
-    c.mover.thresholds = Thresholds::all(64 << 10);
-    c.qos.tenants = vec![
-        TenantConfig::latency("web", 1_000_000.0),
-        TenantConfig::bulk("gc"),
-    ];
-    c.validate().unwrap();
-    let persist = Persist::detect();
-    let engine = ThreadsEngine::start(ThreadsConfig {
-        channels: 2,
-        pin: true,
-        persist,
-        ..ThreadsConfig::default()
-    })
-    .unwrap();
-    let allowed = cpus::allowed();
-    let worker = engine.worker_cpu(1);
-    assert_eq!(worker, cpus::worker_cpu(&allowed, 1));
-    let m = Mover::with_engine(&c, Arc::new(engine), persist);
+    use switchyard_engine::cpus;
+    let m = mover_pinned(1_000_000.0, true);
+    let worker = m.engine().worker_cpu(1);
+    assert_eq!(worker, cpus::worker_cpu(&cpus::allowed(), 1));
     let caller = std::thread::spawn(move || {
         if let Some(cpu) = worker {
             cpus::pin_current(&[cpu]);
