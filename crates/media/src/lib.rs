@@ -36,4 +36,4 @@ pub mod trace;
 pub use error::MediaError;
 pub use kernels::{CopyMode, Simd};
 pub use persist::{FlushKind, Persist, CACHE_LINE};
-pub use region::{Region, RegionKind, MIN_REGION};
+pub use region::{Granularity, Region, RegionKind, Syncer, MIN_REGION};

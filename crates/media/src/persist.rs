@@ -139,7 +139,7 @@ impl Persist {
 
     /// Records `event` if this value is traced.
     #[inline]
-    fn record(&self, event: trace::Event) {
+    pub(crate) fn record(&self, event: trace::Event) {
         if let Some(tap) = self.tap {
             trace::record(tap, event);
         }

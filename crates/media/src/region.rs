@@ -1,11 +1,16 @@
 //! A region of slow memory mapped into the process.
 //!
-//! | kind                  | how it is mapped                         | durable after           |
-//! |-----------------------|------------------------------------------|-------------------------|
-//! | [`RegionKind::File`]  | `MAP_SHARED` over the page cache         | flush + fence survives a process crash; [`Region::sync`] (msync) for power loss |
-//! | [`RegionKind::Dax`]   | `MAP_SHARED_VALIDATE \| MAP_SYNC`        | flush + fence           |
-//! | [`RegionKind::DevDax`]| `MAP_SHARED` of `/dev/daxX.Y`            | flush + fence           |
-//! | [`RegionKind::Memory`]| anonymous `MAP_PRIVATE` (tests, crash images) | never (gone at exit) |
+//! | kind                  | how it is mapped                         | [`Granularity`] | durable after |
+//! |-----------------------|------------------------------------------|-----------------|---------------|
+//! | [`RegionKind::File`] on a disk file system | `MAP_SHARED` over the page cache | `Page` | flush + fence survives a process crash; only [`Region::sync`] (`msync`) reaches the disk, and the page cache writes dirty pages back whenever it likes, in any order |
+//! | [`RegionKind::File`] on tmpfs or ramfs | `MAP_SHARED` over the page cache | `Volatile` | survives a process crash, never a power cut |
+//! | [`RegionKind::Dax`]   | `MAP_SHARED_VALIDATE \| MAP_SYNC`        | `CacheLine` | flush + fence |
+//! | [`RegionKind::DevDax`]| `MAP_SHARED` of `/dev/daxX.Y`            | `CacheLine` | flush + fence |
+//! | [`RegionKind::Memory`]| anonymous `MAP_PRIVATE` (tests, crash images) | `Volatile` (or what the test says) | never (gone at exit) |
+//!
+//! The granularity is libpmem2's (`pmem2_get_persist_fn`, `PMEM2_GRANULARITY_PAGE` against
+//! `PMEM2_GRANULARITY_CACHE_LINE`), plus a third answer for memory that no power cut leaves
+//! anything of: there, durability against a crash of the process is all there is.
 //!
 //! The embedded default is a regular file in the working directory: real memory-mapped
 //! storage on machines without persistent memory.
@@ -57,6 +62,54 @@ impl RegionKind {
     }
 }
 
+/// What survives a power cut, and what makes a store to the region survive it (libpmem2's
+/// persistence granularity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Granularity {
+    /// Flush + fence make a store durable: the CPU caches are the only volatile stage
+    /// (DAX mapped `MAP_SYNC`, device DAX).
+    CacheLine,
+    /// A file through the page cache on a disk: flush + fence only reach the page cache,
+    /// which survives a crash of the process but not of the machine. [`Region::sync`]
+    /// (`msync`) reaches the disk; until then the kernel writes dirty pages back whenever it
+    /// likes, in any order, so a power cut can leave any subset of them on the disk.
+    Page,
+    /// Memory that nothing survives a power cut in (tmpfs, ramfs, anonymous memory): stores
+    /// survive a crash of the process (or not even that, for anonymous memory), and syncing
+    /// has nothing to reach.
+    Volatile,
+}
+
+impl Granularity {
+    /// Lowercase name for reports: `cache-line`, `page`, `volatile`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Granularity::CacheLine => "cache-line",
+            Granularity::Page => "page",
+            Granularity::Volatile => "volatile",
+        }
+    }
+
+    /// What an operation that returned survives on this medium, in words for banners and
+    /// `stat`.
+    pub fn guarantee(self) -> &'static str {
+        match self {
+            Granularity::CacheLine => {
+                "every operation is durable when it returns (flush + fence reach the medium)"
+            }
+            Granularity::Page => {
+                "an operation survives a crash of the owner when it returns, and a power cut \
+                 once fsync (or the store's periodic sync) returns; after any power cut the \
+                 store recovers to its last completed sync"
+            }
+            Granularity::Volatile => {
+                "an operation survives a crash of the owner when it returns; nothing survives \
+                 a power cut (memory file system)"
+            }
+        }
+    }
+}
+
 /// A mapped region of slow memory.
 ///
 /// The region hands out raw pointers: callers that write through [`Region::as_mut_ptr`] must
@@ -70,6 +123,9 @@ pub struct Region {
     /// Held open for the mapping's lifetime (none for memory regions).
     _file: Option<File>,
     persist: Persist,
+    granularity: Granularity,
+    /// A memory region's identity ([`Region::cache_identity`]); 0 for files and devices.
+    memory_id: u64,
 }
 
 // SAFETY: (1) the mapping stays valid until Drop, which needs exclusive ownership; (2) the
@@ -135,7 +191,25 @@ impl Region {
             path,
             _file: None,
             persist,
+            granularity: Granularity::Volatile,
+            memory_id: {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            },
         })
+    }
+
+    /// [`Region::memory`] that reports `granularity`: a test or the crash harness stands in
+    /// for a medium of that kind (a traced [`Region::sync`] is recorded as
+    /// [`Event::Sync`](crate::trace::Event::Sync) whatever the granularity).
+    pub fn memory_as(
+        size: u64,
+        persist: Persist,
+        granularity: Granularity,
+    ) -> Result<Region, MediaError> {
+        let mut r = Region::memory(size, persist)?;
+        r.granularity = granularity;
+        Ok(r)
     }
 
     /// Opens an existing region: a regular file (mapped `MAP_SYNC` when on DAX) or a device-DAX
@@ -178,6 +252,8 @@ impl Region {
                 path,
                 _file: Some(file),
                 persist,
+                granularity: Granularity::CacheLine,
+                memory_id: 0,
             });
         }
         if meta.len() < needed {
@@ -201,12 +277,19 @@ impl Region {
                 path,
                 _file: Some(file),
                 persist,
+                granularity: Granularity::CacheLine,
+                memory_id: 0,
             }),
             Err(e)
                 if e.raw_os_error() == Some(libc::EOPNOTSUPP)
                     || e.raw_os_error() == Some(libc::EINVAL) =>
             {
                 let ptr = map(&file, len, libc::MAP_SHARED).map_err(io_err(&path, "mmap"))?;
+                let granularity = if in_memory_fs(&file) {
+                    Granularity::Volatile
+                } else {
+                    Granularity::Page
+                };
                 Ok(Region {
                     ptr,
                     len,
@@ -214,6 +297,8 @@ impl Region {
                     path,
                     _file: Some(file),
                     persist,
+                    granularity,
+                    memory_id: 0,
                 })
             }
             Err(source) => Err(MediaError::Io {
@@ -376,6 +461,34 @@ impl Region {
         self.persist
     }
 
+    /// What survives a power cut, and what makes a store survive it.
+    pub fn granularity(&self) -> Granularity {
+        self.granularity
+    }
+
+    /// Who this mapping's page cache belongs to: a word that is the same for every open of
+    /// this file on this boot of this host, and differs after a reboot (a power cut) or for
+    /// any other file, device or image. A store writes it at mount: finding its own value at
+    /// the next mount means the page cache its last owner wrote through is still the one
+    /// behind the file (the owner crashed, the machine did not), so stores that never reached
+    /// the disk are still there. A memory region answers with a number no other region of
+    /// the process has (a crash image copied into a new one is a power cut's).
+    pub fn cache_identity(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        match &self._file {
+            Some(f) => {
+                use std::os::unix::fs::MetadataExt;
+                boot_id().hash(&mut h);
+                if let Ok(m) = f.metadata() {
+                    (m.dev(), m.ino(), m.rdev()).hash(&mut h);
+                }
+            }
+            None => self.memory_id.hash(&mut h),
+        }
+        h.finish() | 1
+    }
+
     /// First byte of the mapping, for reads.
     pub fn as_ptr(&self) -> *const u8 {
         self.ptr.as_ptr()
@@ -427,23 +540,36 @@ impl Region {
         Ok(())
     }
 
-    /// Writes dirty page-cache pages back to the file (`msync`). Needed for power-loss
-    /// durability of [`RegionKind::File`] regions only; a no-op for DAX kinds.
+    /// Writes the dirty page-cache pages of the whole region back to the disk and waits
+    /// for them (`msync(MS_SYNC)`, which on Linux also flushes the disk's write cache).
+    /// What the region held when the call began is on the disk when it returns. Needed for
+    /// power-cut durability of [`Granularity::Page`] regions only; a no-op for the others
+    /// (recorded as an [`Event::Sync`](crate::trace::Event::Sync) when traced).
     pub fn sync(&self) -> Result<(), MediaError> {
-        if !matches!(self.kind, RegionKind::File) {
-            return Ok(());
-        }
-        // SAFETY: ptr/len describe our own live mapping.
-        let rc = unsafe { libc::msync(self.ptr.as_ptr().cast(), self.len, libc::MS_SYNC) };
-        if rc != 0 {
-            let source = std::io::Error::last_os_error();
-            return Err(MediaError::Io {
+        self.sync_range(0, self.len as u64)
+    }
+
+    /// [`Region::sync`] for the pages overlapping `[off, off + len)` only.
+    pub fn sync_range(&self, off: u64, len: u64) -> Result<(), MediaError> {
+        self.check(off, len as usize)?;
+        self.syncer()
+            .sync_range(off, len)
+            .map_err(|source| MediaError::Io {
                 path: self.path.clone(),
                 op: "msync",
                 source,
-            });
+            })
+    }
+
+    /// A handle that syncs this region from any thread (a background writer): valid while
+    /// the region lives, which its holder must ensure.
+    pub fn syncer(&self) -> Syncer {
+        Syncer {
+            base: self.ptr.as_ptr() as usize,
+            len: self.len,
+            page: self.granularity == Granularity::Page && self.kind == RegionKind::File,
+            persist: self.persist,
         }
-        Ok(())
     }
 }
 
@@ -463,6 +589,75 @@ impl std::fmt::Debug for Region {
             .field("kind", &self.kind)
             .finish()
     }
+}
+
+/// Syncs a [`Region`] from another thread: see [`Region::syncer`].
+#[derive(Debug, Clone, Copy)]
+pub struct Syncer {
+    base: usize,
+    len: usize,
+    /// Whether syncing reaches anything (a page-granularity file).
+    page: bool,
+    persist: Persist,
+}
+
+impl Syncer {
+    /// [`Region::sync_range`]: the pages overlapping `[off, off + len)` of the region, which
+    /// the caller keeps inside it, are on the disk when this returns.
+    pub fn sync_range(&self, off: u64, len: u64) -> std::io::Result<()> {
+        assert!(
+            off.checked_add(len).is_some_and(|e| e <= self.len as u64),
+            "sync of {off}+{len} outside a region of {}",
+            self.len
+        );
+        self.persist.record(crate::trace::Event::Sync {
+            addr: self.base + off as usize,
+            len: len as usize,
+        });
+        if !self.page || len == 0 {
+            return Ok(());
+        }
+        let start = off & !(FILE_ALIGN - 1);
+        let end = (off + len)
+            .next_multiple_of(FILE_ALIGN)
+            .min(self.len as u64);
+        // SAFETY: `[start, end)` is page aligned and inside the live mapping (the holder keeps
+        // the region alive); msync reads no memory of ours.
+        let rc = unsafe {
+            libc::msync(
+                (self.base + start as usize) as *mut libc::c_void,
+                (end - start) as usize,
+                libc::MS_SYNC,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Whether syncing reaches a disk (the region has [`Granularity::Page`]).
+    pub fn reaches_disk(&self) -> bool {
+        self.page
+    }
+}
+
+/// Whether `file` lives on a file system that keeps everything in memory (tmpfs, ramfs).
+fn in_memory_fs(file: &File) -> bool {
+    // SAFETY: statfs is plain data; fstatfs fills it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor we hold and a valid, writable statfs.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    matches!(st.f_type as i64, TMPFS_MAGIC | RAMFS_MAGIC)
+}
+
+/// This boot's identity (`/proc/sys/kernel/random/boot_id`); empty when unreadable.
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default()
 }
 
 fn io_err(path: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> MediaError {

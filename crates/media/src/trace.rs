@@ -35,6 +35,16 @@ pub enum Event {
     },
     /// A store fence.
     Fence,
+    /// `[addr, addr + len)` of a region was synced to its disk ([`Region::sync_range`]):
+    /// every page of it holds on the disk what it held in memory when the sync began.
+    ///
+    /// [`Region::sync_range`]: crate::Region::sync_range
+    Sync {
+        /// First byte of the synced range.
+        addr: usize,
+        /// Length of the synced range.
+        len: usize,
+    },
 }
 
 /// An [`Event`] with the thread that issued it.
@@ -208,7 +218,7 @@ impl Recorder {
                     let e = (a + l).div_ceil(LINE) * LINE;
                     (s, e - s, true)
                 }
-                Event::Fence => continue,
+                Event::Fence | Event::Sync { .. } => continue,
             };
             let lo = a.max(addr);
             let hi = (a + l).min(addr + len);

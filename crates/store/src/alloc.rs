@@ -9,9 +9,13 @@
 //! the store's locks (a remote client fetching blocks of its map from a server's memory) reads
 //! the bytes those blocks held when it found them, because data is copy-on-write and a block's
 //! bytes change only once it is taken again.
+//!
+//! On page media ([`Allocator::defer_frees`]) a freed block is not taken again until the sync
+//! that makes its freeing durable: until then the image on the disk may still map it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use parking_lot::Mutex;
 
@@ -39,6 +43,16 @@ pub struct Allocator {
     limbo: Mutex<Limbo>,
     /// Graces in force (what `free` reads before it takes the limbo's lock).
     graces: AtomicUsize,
+    /// Set on page media ([`Allocator::defer_frees`]): freed extents wait in `deferred`
+    /// until the sync that makes their freeing durable hands them back.
+    deferring: AtomicBool,
+    deferred: Mutex<Vec<Extent>>,
+    /// Blocks in `deferred`.
+    deferred_blocks: AtomicU64,
+
+    /// Called when an allocation finds too few free blocks while freed ones are deferred
+    /// (a sync, which hands them back); the allocation is then tried once more.
+    on_short: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// Extents freed while graces were in force, until every grace that began before them ends.
@@ -122,17 +136,76 @@ impl Allocator {
             free: AtomicU64::new(free),
             limbo: Mutex::default(),
             graces: AtomicUsize::new(0),
+            deferring: AtomicBool::new(false),
+            deferred: Mutex::default(),
+            deferred_blocks: AtomicU64::new(0),
+
+            on_short: OnceLock::new(),
         }
     }
 
-    /// Free blocks.
+    /// From now on (page media), or no longer, every freed extent waits until
+    /// [`Allocator::release_deferred`] gives it back: a block the durable image on the disk
+    /// still maps is not written again before the change that freed it is durable too.
+    /// `on_short` runs when an allocation would fail while extents wait (it should sync, and
+    /// release them). Turning it off releases nothing: call `release_deferred` with
+    /// [`Allocator::take_deferred`]'s batch.
+    pub fn defer_frees(&self, on: bool, on_short: Option<Box<dyn Fn() + Send + Sync>>) {
+        if let Some(f) = on_short {
+            let _ = self.on_short.set(f);
+        }
+        self.deferring.store(on, Ordering::SeqCst);
+    }
+
+    /// The extents freed since the last call (page media): the caller releases them once the
+    /// changes that freed them are durable.
+    pub fn take_deferred(&self) -> Vec<Extent> {
+        let batch = std::mem::take(&mut *self.deferred.lock());
+        let n: u64 = batch.iter().map(|e| e.len).sum();
+        self.deferred_blocks.fetch_sub(n, Ordering::Relaxed);
+        // Counted as free until given back, so the count never dips in between.
+        self.free.fetch_add(n, Ordering::Relaxed);
+        batch
+    }
+
+    /// Puts a batch [`Allocator::take_deferred`] returned back among the deferred extents (a
+    /// sync that failed: what the disk holds may still map them).
+    pub fn restore_deferred(&self, batch: Vec<Extent>) {
+        let n: u64 = batch.iter().map(|e| e.len).sum();
+        self.free.fetch_sub(n, Ordering::Relaxed);
+        self.deferred_blocks.fetch_add(n, Ordering::Relaxed);
+        self.deferred.lock().extend(batch);
+    }
+
+    /// Frees extents [`Allocator::take_deferred`] returned.
+    pub fn release_deferred(&self, batch: Vec<Extent>) {
+        for e in batch {
+            self.free.fetch_sub(e.len, Ordering::Relaxed);
+            self.free_now(e);
+        }
+    }
+
+    /// Free blocks, those waiting for a sync on page media included (an allocation that
+    /// needs them syncs first).
     pub fn free_blocks(&self) -> u64 {
-        self.free.load(Ordering::Relaxed)
+        self.free.load(Ordering::Relaxed) + self.deferred_blocks.load(Ordering::Relaxed)
     }
 
     /// Takes `n` blocks, as few extents as the free space allows (one if possible). ENOSPC
     /// (and nothing taken) if fewer than `n` are free.
     pub fn alloc(&self, n: u64) -> Result<Vec<Extent>, Errno> {
+        match self.try_alloc(n) {
+            Err(Errno::ENOSPC) if !self.deferred.lock().is_empty() => {
+                if let Some(sync) = self.on_short.get() {
+                    sync();
+                }
+                self.try_alloc(n)
+            }
+            r => r,
+        }
+    }
+
+    fn try_alloc(&self, n: u64) -> Result<Vec<Extent>, Errno> {
         if n == 0 {
             return Ok(Vec::new());
         }
@@ -191,8 +264,19 @@ impl Allocator {
         out
     }
 
-    /// Returns blocks: free at once, or once every [`Grace`] in force ends.
+    /// Returns blocks: free at once, or once every [`Grace`] in force ends; on page media
+    /// only once a sync made the change that freed them durable
+    /// ([`Allocator::defer_frees`]).
     pub fn free(&self, e: Extent) {
+        if self.deferring.load(Ordering::SeqCst) {
+            self.deferred.lock().push(e);
+            self.deferred_blocks.fetch_add(e.len, Ordering::Relaxed);
+            return;
+        }
+        self.free_now(e);
+    }
+
+    fn free_now(&self, e: Extent) {
         // SeqCst, paired with the one in `grace`: a reader that takes a grace and then checks
         // that its map is current (the store bumps a file's change word before it frees the
         // file's blocks) either sees the bump or is seen here.

@@ -8,7 +8,7 @@
 //! is left for a person.
 
 use crate::error::Corruption;
-use crate::format::{Superblock, BLOCK};
+use crate::format::{Anchor, Superblock, BLOCK};
 use crate::inode::Content;
 use crate::recovery::{read_checkpoint, scan_present, BlockMap, Present};
 
@@ -80,13 +80,20 @@ pub fn check_present(image: &[u8], present: &Present<'_>) -> Report {
         )),
         _ => {}
     }
-    if !s.undo.is_empty() {
+    let jb = (s.sb.journal_block * BLOCK) as usize;
+    let ring = Anchor::present(&image[jb..jb + BLOCK as usize]);
+    if ring {
+        r.recoverable.push(format!(
+            "a page-media mount's commit ring: {} inode words will be applied",
+            s.undo.len()
+        ));
+    } else if !s.undo.is_empty() {
         r.recoverable.push(format!(
             "an interrupted operation over {} inode words will be undone",
             s.undo.len()
         ));
     }
-    if s.sb.clean && !s.undo.is_empty() {
+    if s.sb.clean && (ring || !s.undo.is_empty()) {
         r.problems.push(Corruption::Invalid(
             "clean store with a live journal".into(),
         ));

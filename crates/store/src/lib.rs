@@ -44,7 +44,7 @@ pub use format::Attr;
 pub use fs::{Fd, Fs, OpenFlags, Whence};
 pub use inodes::{Inodes, RecordLock, Rename, Stat};
 pub use store::{
-    DirEntry, Extents, Owner, PreparedWrite, Run, Seek, SetAttr, StatFs, Store, Target,
+    DirEntry, Extents, Owner, PreparedWrite, Run, Seek, SetAttr, StatFs, Store, SyncPolicy, Target,
     MAX_FILE_SIZE,
 };
 pub use xattr::XattrMode;

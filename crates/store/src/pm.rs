@@ -156,6 +156,8 @@ pub(crate) struct Pm {
     base: *mut u8,
     len: u64,
     media: Box<dyn Media>,
+    /// The region's sync (a no-op unless its granularity is the page).
+    syncer: switchyard_media::Syncer,
 }
 
 // SAFETY: as for `Mapped`: a raw view of a mapping owned by the `Store` next to it, written
@@ -175,6 +177,7 @@ impl Pm {
                 len,
                 persist: region.persist(),
             }),
+            syncer: region.syncer(),
         }
     }
 
@@ -255,5 +258,18 @@ impl Pm {
     /// durable.
     pub(crate) fn fence(&self) {
         self.media.fence();
+    }
+
+    /// A fence that on page media also writes the whole region back to the disk (`msync`):
+    /// the ordering points of mount, recovery and the clean unmount, where what comes next
+    /// must not reach the disk before what came before. `Err` when the disk refused.
+    pub(crate) fn barrier(&self) -> std::io::Result<()> {
+        self.media.fence();
+        self.syncer.sync_range(0, self.len)
+    }
+
+    /// The region's sync, for the page-media writer.
+    pub(crate) fn syncer(&self) -> switchyard_media::Syncer {
+        self.syncer
     }
 }

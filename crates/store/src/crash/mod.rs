@@ -25,6 +25,7 @@
 
 mod ops;
 mod oracle;
+mod power;
 mod replay;
 
 use std::collections::HashSet;
@@ -45,6 +46,7 @@ use crate::store::{Owner, Store};
 pub use ops::{all_ops, async_ops, Op};
 use ops::{apply, setup};
 pub use oracle::{check_image, state, Node, State};
+pub use power::{run_power, PowerOptions};
 use replay::{Explorer, Replay};
 
 /// Region size for crash workloads (small, so images are cheap).
@@ -275,8 +277,8 @@ pub fn run_workload(
     let missing_flush = Arc::new(AtomicBool::new(false));
     if opts.inject_missing_flush {
         let armed = missing_flush.clone();
-        store
-            .pm
+        std::sync::Arc::get_mut(&mut store.pm)
+            .expect("no page-media writer shares a memory region's media")
             .wrap_media(|m| Box::new(Faulty::new(m, Held::LogEntry, armed)));
     }
     let mut fs = Fs::new(store);
@@ -333,6 +335,9 @@ pub fn run_workload(
                 }
                 replay.fence(t.thread);
             }
+            // The cache-line harness's regions are never synced; the page harness replays
+            // syncs itself.
+            Event::Sync { .. } => {}
         }
     }
 }

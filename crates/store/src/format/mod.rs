@@ -77,12 +77,15 @@ use crate::error::Corruption;
 pub const BLOCK: u64 = 4096;
 /// Format version this build writes.
 ///
+/// - 5: the journal block holds the page-media ring's anchor while a mount on a page-cache
+///   file runs ([`Anchor`]); a version 4 store is a valid version 5 store and is upgraded in
+///   place by its first mount.
 /// - 4: the inode slot's generation word, FIFO, socket and device inodes (`Attr::parent`
 ///   holds a device's number).
 /// - 3: the oldest this build reads. A version 3 store is a valid version 4 store (its
 ///   generations are zero and it has no special files), so mounting one upgrades it in place
 ///   by writing the superblock with version 4; a version 3 build then refuses it as newer.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Oldest format version this build reads (and upgrades on mount).
 pub const OLDEST_VERSION: u32 = 3;
 /// Superblock magic.
@@ -173,10 +176,12 @@ pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
 
 mod entry;
 mod pages;
+mod ring;
 mod superblock;
 
 pub use entry::{Attr, Entry, Seq};
 pub use pages::*;
+pub use ring::{Anchor, ANCHOR_MAGIC, RECORD};
 pub use superblock::Superblock;
 
 #[cfg(test)]

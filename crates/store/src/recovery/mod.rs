@@ -11,8 +11,9 @@ use crate::error::Corruption;
 use switchyard_engine::RecordImage;
 
 use crate::format::{
-    check_log_page, decode_checkpoint_page, decode_journal, is_special, Entry, Seq, Superblock,
-    BLOCK, LOG_ENTRIES_AT, RECORD_CHANNELS, ROOT, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
+    check_log_page, decode_checkpoint_page, decode_journal, is_special, Anchor, Entry, Seq,
+    Superblock, BLOCK, LOG_ENTRIES_AT, RECORD, RECORD_CHANNELS, ROOT, S_IFDIR, S_IFLNK, S_IFMT,
+    S_IFREG,
 };
 use crate::inode::{Content, Inode};
 use namespace::check_namespace;
@@ -194,7 +195,14 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
 pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corruption> {
     let (sb, used_replica) = superblock(image)?;
     let mut problems = Vec::new();
-    let undo = journal_undo(image, &sb, &mut problems);
+    let undo = match ring_redo(image, &sb) {
+        Some(Ok(redo)) => redo,
+        Some(Err(e)) => {
+            problems.push(e);
+            Vec::new()
+        }
+        None => journal_undo(image, &sb, &mut problems),
+    };
     let mut used = BlockMap::new(sb.total_blocks);
     let logs = scan_logs(image, &sb, &undo, present, &mut used, &mut problems);
     claim_data_blocks(&logs.inodes, &sb, &mut used, &mut problems);
@@ -211,6 +219,37 @@ pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corrupt
         problems,
         read_bytes: logs.read_bytes,
     })
+}
+
+/// The words a page-media mount's commit ring (the journal block holds its anchor) sets, in
+/// order: every whole commit the ring holds, as the page cache a running or crashed owner
+/// wrote through has them (a mount after a power cut applies only the durable ones; see
+/// `Store::mount`). `None` when the journal block holds no anchor.
+fn ring_redo(image: &[u8], sb: &Superblock) -> Option<Result<Vec<(u64, u64)>, Corruption>> {
+    let jb = (sb.journal_block * BLOCK) as usize;
+    let block = &image[jb..jb + BLOCK as usize];
+    if !Anchor::present(block) {
+        return None;
+    }
+    let Some(anchor) = Anchor::decode(block, sb) else {
+        return Some(Err(Corruption::BadChecksum("page-media ring anchor")));
+    };
+    let record = |s: u64| {
+        let at = anchor.record_offset(s) as usize;
+        &image[at..at + RECORD as usize]
+    };
+    let table = (sb.inode_table_block * BLOCK, sb.data_block * BLOCK);
+    Some(anchor.replay(record, true).and_then(|words| {
+        if words
+            .iter()
+            .any(|&(o, _)| o < table.0 || o + 8 > table.1 || o % 8 != 0)
+        {
+            return Err(Corruption::Invalid(
+                "page-media ring names a word outside the inode table".into(),
+            ));
+        }
+        Ok(words)
+    }))
 }
 
 /// The undo journal's (offset, old value) words, if it holds an interrupted operation; none

@@ -1,5 +1,6 @@
-//! The commit points: an 8-byte tail store for one inode, the undo journal for several.
-//! Every change a reader can see becomes durable here and nowhere else.
+//! The commit points: an 8-byte tail store for one inode, the undo journal for several; on
+//! page media, records in the commit ring for both ([`super::writeback`]). Every change a
+//! reader can see becomes durable here and nowhere else.
 
 use super::*;
 
@@ -13,8 +14,14 @@ impl Store {
         freed: &mut Vec<u64>,
     ) {
         self.pm.fence();
-        self.pm.store_u64(self.slot_offset(inode.ino) + 8, a.tail);
-        self.pm.fence();
+        let tail = (self.slot_offset(inode.ino) + 8, a.tail);
+        match self.page_commit() {
+            Some(ring) => ring.commit(&[tail]),
+            None => {
+                self.pm.store_u64(tail.0, tail.1);
+                self.pm.fence();
+            }
+        }
         self.changes.bump(inode.ino);
         self.applied(inode, a, entries, freed);
     }
@@ -24,6 +31,15 @@ impl Store {
     /// clients' caches of them must not outlive the commit).
     pub(super) fn commit_words(&self, words: &[(u64, u64)], changed: &[u64]) {
         assert!(words.len() <= JOURNAL_CAPACITY);
+        if let Some(ring) = self.page_commit() {
+            // Page media: the ring's records are the commit point, all or none.
+            self.pm.fence();
+            ring.commit(words);
+            for &ino in changed {
+                self.changes.bump(ino);
+            }
+            return;
+        }
         let mut seq = self.journal.lock();
         *seq += 1;
         let jb = self.geo.journal_block * BLOCK;

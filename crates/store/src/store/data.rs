@@ -223,14 +223,4 @@ impl Store {
         })()
         .map_err(Error::on(Op::Setattr, ino))
     }
-
-    /// Checks that `ino` exists and waits for its asynchronous write, if one is still copying:
-    /// every synchronous operation is already durable when it returns.
-    pub fn fsync(&self, ino: u64) -> Result<(), Error> {
-        (|| -> Result<(), Errno> {
-            let g = self.lock(ino)?;
-            g.as_ref().map(|_| ()).ok_or(Errno::ENOENT)
-        })()
-        .map_err(Error::on(Op::Fsync, ino))
-    }
 }

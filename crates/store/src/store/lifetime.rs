@@ -114,6 +114,6 @@ impl Store {
 
     /// The generation word of slot `ino`, which the caller has checked exists.
     pub(super) fn slot_generation(&self, ino: u64) -> u64 {
-        self.pm.load_u64(self.slot_offset(ino) + SLOT_GENERATION_AT)
+        self.load_word(self.slot_offset(ino) + SLOT_GENERATION_AT)
     }
 }

@@ -28,12 +28,15 @@ mod mount;
 mod namespace;
 mod rename;
 mod write;
+mod writeback;
 
 pub(crate) use data::for_each_run;
 pub use extents::{Extents, Run, Seek};
 use lock::named;
 pub(crate) use log::Appended;
 pub use write::{PreparedWrite, Target};
+pub use writeback::SyncPolicy;
+use writeback::Writer;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -161,7 +164,7 @@ pub(crate) enum Order {
 
 /// A mounted store. Dropping it unmounts cleanly.
 pub struct Store {
-    pub(crate) pm: Pm,
+    pub(crate) pm: Arc<Pm>,
     /// Geometry (never changes while mounted).
     geo: Superblock,
     /// The superblock as last written (clean flag, mount count).
@@ -173,7 +176,7 @@ pub struct Store {
     /// Every inode slot, allocated in chunks as used ([`crate::table`]).
     table: Table,
     free_inodes: Mutex<FreeInodes>,
-    pub(crate) alloc: Allocator,
+    pub(crate) alloc: Arc<Allocator>,
     /// Data blocks only privileged callers may take ([`crate::reserve`]).
     pub(crate) reserved: AtomicU64,
     journal: Mutex<u64>,
@@ -186,6 +189,9 @@ pub struct Store {
     faults: Faults,
     /// Whether this mount used the clean-unmount checkpoint.
     quick: bool,
+    /// Page media only: the commit ring and its background writer ([`writeback`]). Dropped
+    /// before the region.
+    writer: Option<Writer>,
     /// Kept last: the mapping outlives every pointer into it. `None` once handed back by
     /// [`Store::into_region`].
     region: Option<Region>,
@@ -255,7 +261,7 @@ impl Store {
     }
 
     pub(crate) fn check_writable(&self) -> Result<(), Errno> {
-        if self.failed.load(Ordering::Relaxed) {
+        if self.failed.load(Ordering::Relaxed) || self.sync_failed() {
             Err(Errno::EROFS)
         } else {
             Ok(())
@@ -272,7 +278,7 @@ impl Store {
             let mut g = slot.write();
             if !loaded.load(Ordering::Acquire) {
                 let off = self.slot_offset(ino);
-                let (head, tail) = (self.pm.load_u64(off), self.pm.load_u64(off + 8));
+                let (head, tail) = (self.load_word(off), self.load_word(off + 8));
                 if head == 0 {
                     // A free slot.
                     loaded.store(true, Ordering::Release);

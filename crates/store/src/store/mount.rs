@@ -7,7 +7,7 @@ use super::*;
 struct Mounted {
     sb: Superblock,
     used_replica: bool,
-    alloc: Allocator,
+    alloc: Arc<Allocator>,
     table: Table,
     free_inodes: FreeInodes,
     orphans: Vec<u64>,
@@ -28,10 +28,17 @@ impl Store {
                 problem: Corruption::Invalid("region too small for a store".into()),
             });
         }
+        let io = |e: std::io::Error| {
+            MountError::Media(switchyard_media::MediaError::Io {
+                path: region.path().to_path_buf(),
+                op: "msync",
+                source: e,
+            })
+        };
         // Invalidate first: a crash mid-format leaves no half-valid store behind.
         pm.write(0, &[0u8; 128]);
         pm.write(BLOCK, &[0u8; 128]);
-        pm.fence();
+        pm.barrier().map_err(io)?;
         // The journal, records and inode table start zeroed: punched out of a file region (so
         // a large store's table stays sparse and a whole-store pass skips it), else written.
         let (from, to) = (sb.journal_block * BLOCK, sb.data_block * BLOCK);
@@ -64,11 +71,11 @@ impl Store {
             slot + 8,
             root_page * BLOCK + LOG_ENTRIES_AT + e.len() as u64,
         );
-        pm.fence();
+        pm.barrier().map_err(io)?;
         pm.write(BLOCK, &sb.encode());
         pm.fence();
         pm.write(0, &sb.encode());
-        pm.fence();
+        pm.barrier().map_err(io)?;
         Store::mount(region, mover)
     }
 
@@ -86,6 +93,9 @@ impl Store {
             problem,
         };
         let (sb, used_replica) = superblock(pm.bytes(0, pm.len())).map_err(corrupt)?;
+        // A page-media mount's commit ring first: the table as its last sync (or, when the
+        // page cache survived, its last commit) left it.
+        writeback::replay_ring(&pm, &region, &sb).map_err(corrupt)?;
         // A sparse store file's holes are free slots and free blocks: not read. A scan drops
         // the pages it has read from the resident set as it goes (they stay in the page
         // cache), so recovering a large store does not map all of it at once.
@@ -104,7 +114,11 @@ impl Store {
             orphans,
             quick,
         } = mounted;
-        start_generation(&pm, &mut sb, used_replica);
+        start_generation(&pm, &mut sb, used_replica).map_err(|e| {
+            corrupt(Corruption::Invalid(format!(
+                "cannot sync the store file: {e}"
+            )))
+        })?;
         let channels = mover.engine().info().channels.min(RECORD_CHANNELS);
         let records = (0..channels)
             .map(|c| {
@@ -115,8 +129,8 @@ impl Store {
                 unsafe { DurableRecord::new(line) }
             })
             .collect();
-        let store = Store {
-            pm,
+        let mut store = Store {
+            pm: Arc::new(pm),
             geo: sb,
             sb: Mutex::new(sb),
             mover,
@@ -134,8 +148,16 @@ impl Store {
             #[cfg(feature = "testing")]
             faults: Faults::default(),
             quick,
+            writer: None,
             region: Some(region),
         };
+        // Page media: from here on the table changes only through the commit ring (the
+        // orphans' release included).
+        store.start_writeback().map_err(|e| {
+            corrupt(Corruption::Invalid(format!(
+                "cannot start the page-media commit ring: {e}"
+            )))
+        })?;
         for ino in orphans {
             let mut g = store.table.entry(ino).0.write();
             store.free_inode(&mut g).map_err(|_| {
@@ -180,7 +202,7 @@ impl Store {
         Some(Mounted {
             sb,
             used_replica,
-            alloc,
+            alloc: Arc::new(alloc),
             // Every slot is read from media on first use (its log, if it has one).
             table: Table::new(sb.inode_slots),
             free_inodes: FreeInodes::new(ROOT + 1, sb.inode_slots, in_use),
@@ -201,9 +223,9 @@ impl Store {
             for &(off, old) in found.undo.iter().rev() {
                 pm.store_u64(off, old);
             }
-            pm.fence();
+            pm.barrier().map_err(sync_failed)?;
             pm.store_u64(sb.journal_block * BLOCK, 0);
-            pm.fence();
+            pm.barrier().map_err(sync_failed)?;
         }
         // Logs whose last (orderless) write never completed end before it, durably, before the
         // mount count moves on and makes every entry of this generation count.
@@ -211,7 +233,7 @@ impl Store {
             for &(off, tail) in &found.cuts {
                 pm.store_u64(off, tail);
             }
-            pm.fence();
+            pm.barrier().map_err(sync_failed)?;
         }
         let used = found.used;
         let alloc = Allocator::new(sb.data_block, sb.total_blocks, |b| used.get(b));
@@ -227,7 +249,7 @@ impl Store {
         Ok(Mounted {
             sb,
             used_replica: found.used_replica,
-            alloc,
+            alloc: Arc::new(alloc),
             table,
             free_inodes,
             orphans: found.orphans,
@@ -252,6 +274,7 @@ impl Store {
         if !self.failed.load(Ordering::Relaxed) {
             self.mark_clean();
         }
+        self.writer = None;
         self.region
             .take()
             .expect("a mounted store holds its region")
@@ -259,7 +282,7 @@ impl Store {
 
     /// Frees inodes unlinked while open (their handles end with the mount), writes the
     /// free-space checkpoint, then marks the superblock clean with a pointer to it.
-    pub(super) fn mark_clean(&self) {
+    pub(super) fn mark_clean(&mut self) {
         for (_, slot, loaded) in self.table.allocated() {
             if loaded.load(Ordering::Acquire) {
                 let mut g = slot.write();
@@ -272,16 +295,23 @@ impl Store {
                 }
             }
         }
+        // Page media: everything durable and in place, and the ring gone, before the
+        // checkpoint takes free blocks (the ring's among them).
+        if self.stop_writeback().is_err() {
+            return;
+        }
         let checkpoint = self.write_checkpoint();
-        self.pm.fence();
+        if self.pm.barrier().is_err() {
+            return;
+        }
         let mut sb = self.sb.lock();
         sb.clean = true;
         sb.checkpoint = checkpoint;
         let enc = sb.encode();
         self.pm.write(0, &enc);
-        self.pm.fence();
+        let _ = self.pm.barrier();
         self.pm.write(BLOCK, &enc);
-        self.pm.fence();
+        let _ = self.pm.barrier();
     }
 
     /// Writes the free extents into pages taken from the free space (and listed as free
@@ -337,19 +367,24 @@ impl Store {
 /// write of the last mount is settled now: the scan cut the logs of those whose copies never
 /// completed) in both copies, and zeroes the completion records (this mount's engine numbers
 /// its batches afresh).
-fn start_generation(pm: &Pm, sb: &mut Superblock, used_replica: bool) {
+fn start_generation(pm: &Pm, sb: &mut Superblock, used_replica: bool) -> std::io::Result<()> {
     if used_replica {
         pm.write(0, &sb.encode());
-        pm.fence();
+        pm.barrier()?;
     }
     sb.clean = false;
     sb.checkpoint = 0;
     sb.mount_count += 1;
     let enc = sb.encode();
     pm.write(0, &enc);
-    pm.fence();
+    pm.barrier()?;
     pm.write(BLOCK, &enc);
     pm.fence();
     pm.write(sb.completion_block * BLOCK, &[0u8; BLOCK as usize]);
-    pm.fence();
+    pm.barrier()
+}
+
+/// A sync of the store file that failed during recovery, as the mount reports it.
+fn sync_failed(e: std::io::Error) -> Corruption {
+    Corruption::Invalid(format!("cannot sync the store file: {e}"))
 }

@@ -1,0 +1,579 @@
+//! Page-media writeback: what makes a store on a page-cache file survive a power cut.
+//!
+//! On such a region ([`Granularity::Page`]) flush + fence only reach the page cache, and the
+//! kernel writes dirty pages to the disk whenever it likes, in any order. Three rules keep
+//! every image a power cut can leave recoverable to the last completed sync:
+//!
+//! 1. **Nothing durable is overwritten in place between syncs.** Log entries go past the
+//!    tails and data into fresh blocks, as everywhere; the only words the store changes in
+//!    place — an inode slot's head, tail and generation — are not stored into the table at
+//!    commit but appended as records to the commit ring ([`crate::format::Anchor`]), and
+//!    applied to the table only once a sync has made them durable.
+//! 2. **A sync orders the disk:** it notes the ring's end, writes the whole region back
+//!    (`msync`: the data, the log entries and the records up to that end, and the words
+//!    applied in place after the sync before), and only then writes the anchor that says
+//!    those records are durable, and syncs it. Recovery after a power cut applies the
+//!    durable records and ignores the rest; what they commit reached the disk before them.
+//! 3. **A freed block is not taken again until the sync that frees it completes**
+//!    ([`crate::alloc::Allocator::defer_frees`]): the durable image may still map it.
+//!
+//! A crash of the owner alone loses nothing: the page cache still holds every record, and a
+//! mount that finds the page cache its anchor names ([`Region::cache_identity`]) applies
+//! every whole commit the ring holds.
+//!
+//! A background writer syncs at the configured interval ([`SyncPolicy::Interval`], 5 s like
+//! ext4's commit); `fsync`, `fdatasync` and `syncfs` sync at once, one sync serving every
+//! caller that waits on it; [`SyncPolicy::Always`] syncs before every operation returns.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicBool;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::Condvar;
+use switchyard_media::{Granularity, Syncer};
+
+use super::*;
+use crate::format::{Anchor, RECORD};
+
+/// When a store on page media ([`Granularity::Page`]) writes what returned to its disk.
+/// Other media ignore it: on cache-line media every operation is durable when it returns,
+/// and on volatile media nothing survives a power cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// A background writer syncs at this interval; `fsync`, `fdatasync` and `syncfs` sync at
+    /// once. After a power cut the store holds every operation up to its last sync.
+    Interval(Duration),
+    /// Every operation is on the disk when it returns (persistent-memory semantics on a disk
+    /// file, at a sync per operation).
+    Always,
+}
+
+impl Default for SyncPolicy {
+    /// Every 5 seconds, as ext4 commits.
+    fn default() -> Self {
+        SyncPolicy::Interval(Duration::from_secs(5))
+    }
+}
+
+impl std::fmt::Display for SyncPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SyncPolicy::Interval(d) => write!(f, "every {} ms, and on fsync", d.as_millis()),
+            SyncPolicy::Always => f.write_str("always (before every operation returns)"),
+        }
+    }
+}
+
+/// The ring as this mount runs it.
+struct Ring {
+    /// Geometry and nonce; `applied` and `durable` as the anchor on the disk says.
+    anchor: Anchor,
+    /// The next record's sequence number.
+    next: u64,
+    /// Records below this one are applied to the inode table in memory.
+    applied: u64,
+    /// Records not yet applied to the table, oldest first: (seq, offset, value).
+    pending: VecDeque<(u64, u64, u64)>,
+    /// The newest pending value of each word, with its record's sequence number.
+    words: HashMap<u64, (u64, u64)>,
+}
+
+/// The page-media writer of one mounted store (shared with its background thread).
+pub(crate) struct Writeback {
+    pm: Arc<Pm>,
+    alloc: Arc<Allocator>,
+    syncer: Syncer,
+    len: u64,
+    /// Region offset of the journal block (the anchor's place).
+    anchor_at: u64,
+    ring: Mutex<Ring>,
+    /// Signalled when a sync frees ring space.
+    space: Condvar,
+    /// One sync at a time.
+    syncing: Mutex<()>,
+    /// Records below this sequence number are durable.
+    durable: AtomicU64,
+    policy: Mutex<SyncPolicy>,
+    /// Wakes the background writer early (a filling ring, a new policy, the unmount).
+    wake: (Mutex<bool>, Condvar),
+    stop: AtomicBool,
+    /// Set when a sync failed: the disk may not hold what the store said it did.
+    failed: AtomicBool,
+    syncs: AtomicU64,
+    /// The injected ordering bug (feature `testing`): the anchor is written and synced before
+    /// the region, so it can say records are durable that are not on the disk.
+    #[cfg(feature = "testing")]
+    anchor_first: AtomicBool,
+}
+
+impl Writeback {
+    /// Starts the ring in `ring` (blocks taken from `alloc`) after syncing what recovery
+    /// wrote: from here on the table changes only through records.
+    fn start(
+        pm: Arc<Pm>,
+        alloc: Arc<Allocator>,
+        region: &Region,
+        sb: &Superblock,
+        ring: Extent,
+    ) -> Result<Arc<Writeback>, Errno> {
+        let syncer = pm.syncer();
+        let io = |_| Errno::EIO;
+        pm.barrier().map_err(io)?;
+        let nonce = sb.mount_count.rotate_left(32) ^ now_ns() as u64 ^ region.cache_identity();
+        let anchor = Anchor {
+            identity: region.cache_identity(),
+            nonce,
+            ring_block: ring.start,
+            ring_blocks: ring.len,
+            applied: 0,
+            durable: 0,
+        };
+        let anchor_at = sb.journal_block * BLOCK;
+        pm.write(anchor_at, &anchor.encode());
+        pm.fence();
+        syncer.sync_range(anchor_at, BLOCK).map_err(io)?;
+        let wb = Arc::new(Writeback {
+            pm,
+            alloc,
+            syncer,
+            len: region.len() as u64,
+            anchor_at,
+            ring: Mutex::new(Ring {
+                anchor,
+                next: 0,
+                applied: 0,
+                pending: VecDeque::new(),
+                words: HashMap::new(),
+            }),
+            space: Condvar::new(),
+            syncing: Mutex::new(()),
+            durable: AtomicU64::new(0),
+            policy: Mutex::new(SyncPolicy::default()),
+            wake: (Mutex::new(false), Condvar::new()),
+            stop: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+            syncs: AtomicU64::new(0),
+            #[cfg(feature = "testing")]
+            anchor_first: AtomicBool::new(false),
+        });
+        let weak = Arc::downgrade(&wb);
+        wb.alloc.defer_frees(
+            true,
+            Some(Box::new(move || {
+                if let Some(wb) = weak.upgrade() {
+                    let _ = wb.sync();
+                }
+            })),
+        );
+        Ok(wb)
+    }
+
+    /// Appends one commit's words as records: the commit point on page media. Waits for a
+    /// sync when the ring is full; syncs before returning under [`SyncPolicy::Always`].
+    pub(crate) fn commit(&self, words: &[(u64, u64)]) {
+        // After a failed sync the store refuses changes (`Store::check_writable`); one that
+        // was already under way commits in memory only.
+        if words.is_empty() || self.failed.load(Ordering::Relaxed) {
+            return;
+        }
+        let n = words.len() as u64;
+        let mut r = self.ring.lock();
+        // A record may go where one the disk's anchor no longer needs was.
+        while r.next + n - r.anchor.applied > r.anchor.capacity() {
+            drop(r);
+            if self.sync().is_err() {
+                return;
+            }
+            r = self.ring.lock();
+            if r.next + n - r.anchor.applied > r.anchor.capacity() {
+                // The sync before applied what this one needs: one more frees it.
+                self.space.wait_for(&mut r, Duration::from_millis(1));
+            }
+        }
+        for (i, &(off, value)) in words.iter().enumerate() {
+            let seq = r.next;
+            let rec = r
+                .anchor
+                .encode_record(seq, off, value, i + 1 == words.len());
+            self.pm.write(r.anchor.record_offset(seq), &rec);
+            r.pending.push_back((seq, off, value));
+            r.words.insert(off, (seq, value));
+            r.next += 1;
+        }
+        let (end, half) = (r.next, r.next - r.anchor.applied > r.anchor.capacity() / 2);
+        drop(r);
+        if *self.policy.lock() == SyncPolicy::Always {
+            let _ = self.sync_through(end);
+        } else if half {
+            self.kick();
+        }
+    }
+
+    /// The word at `off` as the store last committed it (the table lags behind the ring).
+    pub(crate) fn word(&self, off: u64) -> Option<u64> {
+        self.ring.lock().words.get(&off).map(|w| w.1)
+    }
+
+    /// Makes every commit so far durable on the disk.
+    pub(crate) fn sync(&self) -> Result<(), Errno> {
+        let end = self.ring.lock().next;
+        self.sync_through(end)
+    }
+
+    /// Makes the commits below record `end` durable: returns once a sync that began after
+    /// they were appended has completed (the caller's own, or one it waited for).
+    fn sync_through(&self, end: u64) -> Result<(), Errno> {
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(Errno::EIO);
+        }
+        if self.durable.load(Ordering::Acquire) >= end {
+            return Ok(());
+        }
+        let _one = self.syncing.lock();
+        if self.durable.load(Ordering::Acquire) >= end {
+            return Ok(());
+        }
+        self.sync_locked().inspect_err(|_| {
+            self.failed.store(true, Ordering::Relaxed);
+        })
+    }
+
+    /// One sync (the caller holds `syncing`).
+    fn sync_locked(&self) -> Result<(), Errno> {
+        let io = |_| Errno::EIO;
+        // 1. The ring's end, and the blocks freed by the commits before it.
+        let (end, applied, freed) = {
+            let r = self.ring.lock();
+            (r.next, r.applied, self.alloc.take_deferred())
+        };
+        let anchor = {
+            let r = self.ring.lock();
+            Anchor {
+                applied,
+                durable: end,
+                ..r.anchor
+            }
+        };
+        #[cfg(feature = "testing")]
+        let anchor_first = self.anchor_first.load(Ordering::Relaxed);
+        #[cfg(not(feature = "testing"))]
+        let anchor_first = false;
+        let steps: [bool; 2] = if anchor_first {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for write_anchor in steps {
+            let synced = if write_anchor {
+                // 3. Only then the anchor that says so.
+                self.pm.write(self.anchor_at, &anchor.encode());
+                self.pm.fence();
+                self.syncer.sync_range(self.anchor_at, BLOCK)
+            } else {
+                // 2. Everything they commit, the records themselves, and the table words
+                // applied in place by the sync before, reach the disk.
+                self.pm.fence();
+                self.syncer.sync_range(0, self.len)
+            };
+            if let Err(e) = synced {
+                self.alloc.restore_deferred(freed);
+                return Err(io(e));
+            }
+        }
+        self.durable.store(end, Ordering::Release);
+        // 4. The durable records go into the table (durable at the next sync, replayed from
+        // the ring until then), and their freed blocks back to the allocator.
+        {
+            let mut r = self.ring.lock();
+            r.anchor = anchor;
+            while let Some(&(seq, off, value)) = r.pending.front() {
+                if seq >= end {
+                    break;
+                }
+                self.pm.store_u64(off, value);
+                r.pending.pop_front();
+                if r.words.get(&off).is_some_and(|w| w.0 == seq) {
+                    r.words.remove(&off);
+                }
+            }
+            r.applied = end;
+        }
+        self.pm.fence();
+        self.alloc.release_deferred(freed);
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.space.notify_all();
+        Ok(())
+    }
+
+    /// Wakes the background writer.
+    fn kick(&self) {
+        let (m, cv) = &self.wake;
+        *m.lock() = true;
+        cv.notify_one();
+    }
+
+    /// The background writer: a sync every interval while commits wait, or when woken.
+    fn run(self: Arc<Self>) {
+        let (m, cv) = &self.wake;
+        while !self.stop.load(Ordering::Acquire) {
+            let interval = match *self.policy.lock() {
+                SyncPolicy::Interval(d) => d,
+                SyncPolicy::Always => Duration::from_secs(3600),
+            };
+            {
+                let mut woken = m.lock();
+                if !*woken {
+                    cv.wait_for(&mut woken, interval);
+                }
+                *woken = false;
+            }
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            let dirty = self.ring.lock().next > self.durable.load(Ordering::Acquire);
+            if dirty {
+                let _ = self.sync();
+            }
+        }
+    }
+
+    /// Clears the anchor once everything is applied in place and durable (a clean unmount),
+    /// and gives the ring's blocks back: the store needs no ring on its disk any more.
+    fn retire(&self) -> Result<(), Errno> {
+        self.sync()?;
+        // The words that sync applied in place reach the disk before the ring goes.
+        self.pm.barrier().map_err(|_| Errno::EIO)?;
+        self.pm.write(self.anchor_at, &[0u8; 64]);
+        self.pm.fence();
+        self.syncer
+            .sync_range(self.anchor_at, BLOCK)
+            .map_err(|_| Errno::EIO)?;
+        self.alloc.defer_frees(false, None);
+        self.alloc.release_deferred(self.alloc.take_deferred());
+        let a = self.ring.lock().anchor;
+        self.alloc.free(Extent {
+            start: a.ring_block,
+            len: a.ring_blocks,
+        });
+        Ok(())
+    }
+}
+
+/// The background writer's thread and the writeback it runs.
+pub(crate) struct Writer {
+    pub(crate) wb: Arc<Writeback>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl Writer {
+    fn stop(&mut self) {
+        self.wb.stop.store(true, Ordering::Release);
+        self.wb.kick();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Blocks of the ring for a region of `zone` data blocks: 1 MiB (32,768 records), or a
+/// sixty-fourth of a small store's data zone, at least one block.
+fn ring_blocks(zone: u64) -> u64 {
+    (zone / 64).clamp(1, 256)
+}
+
+impl Store {
+    /// What survives a power cut on this store's medium, and what makes an operation
+    /// survive it.
+    pub fn granularity(&self) -> Granularity {
+        self.region().granularity()
+    }
+
+    /// When this store writes what returned to its disk (page media; see [`SyncPolicy`]).
+    pub fn sync_policy(&self) -> SyncPolicy {
+        self.writer
+            .as_ref()
+            .map_or_else(SyncPolicy::default, |w| *w.wb.policy.lock())
+    }
+
+    /// Sets when this store writes what returned to its disk. Switching to
+    /// [`SyncPolicy::Always`] syncs at once.
+    pub fn set_sync_policy(&self, policy: SyncPolicy) -> Result<(), Error> {
+        if let Some(w) = &self.writer {
+            *w.wb.policy.lock() = policy;
+            w.wb.kick();
+            if policy == SyncPolicy::Always {
+                return self.sync();
+            }
+        }
+        Ok(())
+    }
+
+    /// Injects the ordering bug the page-media crash mode must catch: each sync writes its
+    /// anchor before it writes the region back.
+    #[cfg(feature = "testing")]
+    pub fn inject_anchor_first(&self) {
+        if let Some(w) = &self.writer {
+            w.wb.anchor_first.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a sync failed (the disk refused a write): the store then refuses changes.
+    pub(crate) fn sync_failed(&self) -> bool {
+        self.writer
+            .as_ref()
+            .is_some_and(|w| w.wb.failed.load(Ordering::Relaxed))
+    }
+
+    /// Syncs completed since mount (page media; 0 elsewhere).
+    pub fn syncs(&self) -> u64 {
+        self.writer
+            .as_ref()
+            .map_or(0, |w| w.wb.syncs.load(Ordering::Relaxed))
+    }
+
+    /// Makes every operation that returned before the call durable on the medium (`syncfs`):
+    /// on page media a sync (`msync`, then the ring's anchor); elsewhere nothing is needed.
+    /// `EIO` if the disk refused a write (the store then refuses further syncs: what it holds
+    /// on the disk is no longer known).
+    pub fn sync(&self) -> Result<(), Error> {
+        match &self.writer {
+            Some(w) => w.wb.sync().map_err(Error::on(Op::Fsync, ROOT)),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for `ino`'s asynchronous write, if one is still copying, then makes every
+    /// operation that returned durable on the medium, as [`Store::sync`]: the file's data,
+    /// its attributes and the directory entries that name it among them.
+    pub fn fsync(&self, ino: u64) -> Result<(), Error> {
+        (|| -> Result<(), Errno> {
+            let g = self.lock(ino)?;
+            g.as_ref().map(|_| ()).ok_or(Errno::ENOENT)
+        })()
+        .map_err(Error::on(Op::Fsync, ino))?;
+        match &self.writer {
+            Some(w) => w.wb.sync().map_err(Error::on(Op::Fsync, ino)),
+            None => Ok(()),
+        }
+    }
+
+    /// The 8-byte word at `off` of the inode table as last committed (on page media the
+    /// table lags behind the ring until a sync applies it).
+    pub(crate) fn load_word(&self, off: u64) -> u64 {
+        self.writer
+            .as_ref()
+            .and_then(|w| w.wb.word(off))
+            .unwrap_or_else(|| self.pm.load_u64(off))
+    }
+
+    /// The commit point of `words` (inode-table words) on page media: records in the ring.
+    /// `None` on other media (the caller stores them in place).
+    pub(crate) fn page_commit(&self) -> Option<&Writeback> {
+        self.writer.as_ref().map(|w| &*w.wb)
+    }
+
+    /// On page media, starts the ring and the background writer (after recovery: what it
+    /// wrote is synced first).
+    pub(super) fn start_writeback(&mut self) -> Result<(), Errno> {
+        if self.region().granularity() != Granularity::Page {
+            return Ok(());
+        }
+        let want = ring_blocks(self.zone_blocks());
+        let mut n = want;
+        let ring = loop {
+            match self.alloc.alloc(n) {
+                Ok(x) if x.len() == 1 => break x[0],
+                Ok(x) => {
+                    for e in x {
+                        self.alloc.free(e);
+                    }
+                }
+                Err(_) => {}
+            }
+            if n == 1 {
+                return Err(Errno::ENOSPC);
+            }
+            n /= 2;
+        };
+        let wb = Writeback::start(
+            self.pm.clone(),
+            self.alloc.clone(),
+            self.region(),
+            &self.geo,
+            ring,
+        )?;
+        let runner = wb.clone();
+        let thread = std::thread::Builder::new()
+            .name("sy-writeback".into())
+            .spawn(move || runner.run())
+            .map_err(|_| Errno::EIO)?;
+        self.writer = Some(Writer {
+            wb,
+            thread: Some(thread),
+        });
+        Ok(())
+    }
+
+    /// On page media, stops the background writer, makes everything durable and applied in
+    /// place, and clears the ring (a clean unmount, before its checkpoint).
+    pub(super) fn stop_writeback(&mut self) -> Result<(), Errno> {
+        let Some(mut w) = self.writer.take() else {
+            return Ok(());
+        };
+        w.stop();
+        w.wb.retire()
+    }
+}
+
+/// Applies the commit ring a page-media mount left in the journal block, if any, and clears
+/// it: every whole commit when `region` is still behind the page cache the mount wrote
+/// through (its owner crashed), the durable ones otherwise (a power cut). A damaged ring
+/// refuses the mount.
+pub(super) fn replay_ring(pm: &Pm, region: &Region, sb: &Superblock) -> Result<(), Corruption> {
+    let jb = sb.journal_block * BLOCK;
+    let block = pm.bytes(jb, BLOCK);
+    if !Anchor::present(block) {
+        return Ok(());
+    }
+    let Some(anchor) = Anchor::decode(block, sb) else {
+        return Err(Corruption::BadChecksum("page-media ring anchor"));
+    };
+    let everything = anchor.identity == region.cache_identity();
+    let words = anchor.replay(|s| pm.bytes(anchor.record_offset(s), RECORD), everything)?;
+    let table = (sb.inode_table_block * BLOCK, sb.data_block * BLOCK);
+    if words
+        .iter()
+        .any(|&(o, _)| o < table.0 || o + 8 > table.1 || o % 8 != 0)
+    {
+        return Err(Corruption::Invalid(
+            "page-media ring names a word outside the inode table".into(),
+        ));
+    }
+    for &(off, value) in &words {
+        pm.store_u64(off, value);
+    }
+    let io = |e: std::io::Error| Corruption::Invalid(format!("cannot sync the ring: {e}"));
+    pm.barrier().map_err(io)?;
+    pm.write(jb, &[0u8; 64]);
+    pm.barrier().map_err(io)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rings_fit_small_and_large_stores() {
+        assert_eq!(ring_blocks(100), 1);
+        assert_eq!(ring_blocks(64 * 10), 10);
+        assert_eq!(ring_blocks(1 << 30), 256);
+    }
+}
