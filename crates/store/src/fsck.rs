@@ -10,7 +10,7 @@
 use crate::error::Corruption;
 use crate::format::{Anchor, Superblock, BLOCK};
 use crate::inode::Content;
-use crate::recovery::{read_checkpoint, scan_present, BlockMap, Present};
+use crate::recovery::{read_checkpoint, scan_present_as, BlockMap, Present};
 
 /// What `fsck` found.
 #[derive(Debug, Default)]
@@ -48,7 +48,14 @@ pub fn check(image: &[u8]) -> Report {
 /// nothing is copied, and only the inode table's live pages, the logs and the checkpoint
 /// are read.
 pub fn check_present(image: &[u8], present: &Present<'_>) -> Report {
-    let s = match scan_present(image, present) {
+    check_present_as(image, present, None)
+}
+
+/// [`check_present`] of a region whose page cache is `identity` (`Region::cache_identity`):
+/// a page-media commit ring left by a mount through another page cache is read as a power
+/// cut leaves it, as the next mount will (its durable records only).
+pub fn check_present_as(image: &[u8], present: &Present<'_>, identity: Option<u64>) -> Report {
+    let s = match scan_present_as(image, present, identity) {
         Ok(s) => s,
         Err(e) => {
             return Report {

@@ -4,8 +4,12 @@
 //! [`Mover`](switchyard_mover::Mover) and every store, flush and fence through the media
 //! kernels.
 //!
-//! Semantics are strict: an operation that returned is durable and atomic. The format, with
-//! byte offsets and commit points, is in [`mod@format`] and `docs/format.md`.
+//! Semantics are strict: an operation that returned is atomic and survives a crash of the
+//! owner. On cache-line media (persistent memory) it is durable when it returns; on page
+//! media (a store file through the page cache on a disk) once [`Store::fsync`],
+//! [`Store::sync`] or the periodic sync returns ([`SyncPolicy`]), and a power cut at any
+//! instant leaves an image that recovers to the last completed sync. The format, with byte
+//! offsets and commit points, is in [`mod@format`] and `docs/format.md`.
 //!
 //! - [`Store`]: the inode-level API (what FUSE and the async layer use);
 //! - [`Fs`]: paths and file descriptors on top (the POSIX file model);

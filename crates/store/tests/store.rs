@@ -1259,3 +1259,54 @@ fn a_full_store_still_takes_metadata_changes() {
     s.unlink(1, b"big").unwrap();
     assert!(s.statfs().free_blocks > 4000);
 }
+
+/// A store file on a disk file system has page granularity: what the last sync made durable
+/// is what an image taken elsewhere (as a power cut leaves it: another page cache) holds,
+/// while an image read through this page cache holds every commit.
+#[test]
+fn an_image_elsewhere_holds_the_last_sync_and_this_page_cache_holds_everything() {
+    let dir = tempfile::tempdir().unwrap();
+    let fs = fresh(&dir, 16 << 20);
+    if fs.store().granularity() != switchyard_media::Granularity::Page {
+        eprintln!("skipped: the temporary directory is not on a disk file system");
+        return;
+    }
+    fs.store()
+        .set_sync_policy(switchyard_store::SyncPolicy::Interval(
+            std::time::Duration::from_secs(3600),
+        ))
+        .unwrap();
+    let put = |p: &str, data: &[u8], sync: bool| {
+        let fd = fs.open(p, OpenFlags::CREATE, 0o644).unwrap();
+        fs.write(fd, data).unwrap();
+        if sync {
+            fs.fsync(fd).unwrap();
+        }
+        fs.close(fd).unwrap();
+    };
+    put("/synced", b"durable", true);
+    put("/later", b"not yet", false);
+    fs.mkdir("/dir", 0o755).unwrap();
+    // The page cache's view: fsck applies every whole commit of the ring.
+    let live = image(&dir);
+    assert!(switchyard_store::fsck::check(&live).healthy());
+    // The same bytes in another file: a mount there takes them for a power cut's image.
+    let copy = dir.path().join("copy");
+    std::fs::write(&copy, &live).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let region = Region::open(&copy, 0, Persist::detect()).unwrap();
+    let cut = Fs::new(Store::mount(region, mover()).unwrap());
+    assert_eq!(cut.read_all("/synced").unwrap(), b"durable");
+    assert!(
+        cut.read_all("/later").is_err(),
+        "committed after the last sync"
+    );
+    assert!(cut.stat("/dir").is_err(), "committed after the last sync");
+    cut.unmount().unwrap();
+    assert!(switchyard_store::fsck::check(&std::fs::read(&copy).unwrap()).healthy());
+    // This page cache, remounted cleanly, holds everything.
+    let fs = remount(&dir, fs);
+    assert_eq!(fs.read_all("/later").unwrap(), b"not yet");
+    assert!(fs.stat("/dir").is_ok());
+}

@@ -151,9 +151,19 @@ impl Anchor {
         record: impl Fn(u64) -> &'a [u8],
         everything: bool,
     ) -> Result<Vec<(u64, u64)>, Corruption> {
+        self.replay_to(record, everything).map(|(words, _)| words)
+    }
+
+    /// [`Anchor::replay`], with the sequence number just past the last record it took.
+    pub fn replay_to<'a>(
+        &self,
+        record: impl Fn(u64) -> &'a [u8],
+        everything: bool,
+    ) -> Result<(Vec<(u64, u64)>, u64), Corruption> {
         let mut words = Vec::new();
         let mut commit = Vec::new();
         let mut seq = self.applied;
+        let mut end = seq;
         loop {
             if !everything && seq == self.durable {
                 break;
@@ -170,17 +180,18 @@ impl Anchor {
                 break;
             };
             commit.push((off, value));
+            seq += 1;
             if last {
                 words.append(&mut commit);
+                end = seq;
             }
-            seq += 1;
         }
         if !everything && !commit.is_empty() {
             return Err(Corruption::Invalid(
                 "page-media ring: the durable records end inside a commit".into(),
             ));
         }
-        Ok(words)
+        Ok((words, end))
     }
 }
 

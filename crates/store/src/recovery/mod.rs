@@ -193,9 +193,21 @@ pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
 /// [`scan`], reading the inode table only where `present` says the image may hold data
 /// (elsewhere it reads as zeros: free slots).
 pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corruption> {
+    scan_present_as(image, present, None)
+}
+
+/// [`scan_present`] of an image whose page cache is `identity`
+/// (`Region::cache_identity`): a page-media commit ring written through another page cache
+/// is read as a power cut leaves it (its durable records only), one written through this
+/// one (or `None`: the bytes as a page cache holds them) with every whole commit.
+pub fn scan_present_as(
+    image: &[u8],
+    present: &Present<'_>,
+    identity: Option<u64>,
+) -> Result<Scan, Corruption> {
     let (sb, used_replica) = superblock(image)?;
     let mut problems = Vec::new();
-    let undo = match ring_redo(image, &sb) {
+    let undo = match ring_redo(image, &sb, identity) {
         Some(Ok(redo)) => redo,
         Some(Err(e)) => {
             problems.push(e);
@@ -222,10 +234,14 @@ pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corrupt
 }
 
 /// The words a page-media mount's commit ring (the journal block holds its anchor) sets, in
-/// order: every whole commit the ring holds, as the page cache a running or crashed owner
-/// wrote through has them (a mount after a power cut applies only the durable ones; see
-/// `Store::mount`). `None` when the journal block holds no anchor.
-fn ring_redo(image: &[u8], sb: &Superblock) -> Option<Result<Vec<(u64, u64)>, Corruption>> {
+/// order: every whole commit the ring holds when the image is seen through the page cache
+/// its owner wrote through (`identity` the anchor's, or unknown), the durable ones only
+/// otherwise (a power cut's image). `None` when the journal block holds no anchor.
+fn ring_redo(
+    image: &[u8],
+    sb: &Superblock,
+    identity: Option<u64>,
+) -> Option<Result<Vec<(u64, u64)>, Corruption>> {
     let jb = (sb.journal_block * BLOCK) as usize;
     let block = &image[jb..jb + BLOCK as usize];
     if !Anchor::present(block) {
@@ -239,7 +255,8 @@ fn ring_redo(image: &[u8], sb: &Superblock) -> Option<Result<Vec<(u64, u64)>, Co
         &image[at..at + RECORD as usize]
     };
     let table = (sb.inode_table_block * BLOCK, sb.data_block * BLOCK);
-    Some(anchor.replay(record, true).and_then(|words| {
+    let everything = identity.is_none_or(|id| id == anchor.identity);
+    Some(anchor.replay(record, everything).and_then(|words| {
         if words
             .iter()
             .any(|&(o, _)| o < table.0 || o + 8 > table.1 || o % 8 != 0)

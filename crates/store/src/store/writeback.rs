@@ -385,8 +385,11 @@ impl Writer {
 /// Blocks of the ring for a region of `zone` data blocks: 1 MiB (32,768 records), or a
 /// sixty-fourth of a small store's data zone, at least one block.
 fn ring_blocks(zone: u64) -> u64 {
-    (zone / 64).clamp(1, 256)
+    (zone / 64).clamp(MIN_RING, 256)
 }
+
+/// The smallest ring: it holds the largest commit (as many words as the undo journal).
+const MIN_RING: u64 = (JOURNAL_CAPACITY as u64 * crate::format::RECORD).div_ceil(BLOCK);
 
 impl Store {
     /// What survives a power cut on this store's medium, and what makes an operation
@@ -497,10 +500,10 @@ impl Store {
                 }
                 Err(_) => {}
             }
-            if n == 1 {
+            if n == MIN_RING {
                 return Err(Errno::ENOSPC);
             }
-            n /= 2;
+            n = (n / 2).max(MIN_RING);
         };
         let wb = Writeback::start(
             self.pm.clone(),
@@ -546,7 +549,8 @@ pub(super) fn replay_ring(pm: &Pm, region: &Region, sb: &Superblock) -> Result<(
         return Err(Corruption::BadChecksum("page-media ring anchor"));
     };
     let everything = anchor.identity == region.cache_identity();
-    let words = anchor.replay(|s| pm.bytes(anchor.record_offset(s), RECORD), everything)?;
+    let (words, end) =
+        anchor.replay_to(|s| pm.bytes(anchor.record_offset(s), RECORD), everything)?;
     let table = (sb.inode_table_block * BLOCK, sb.data_block * BLOCK);
     if words
         .iter()
@@ -556,10 +560,25 @@ pub(super) fn replay_ring(pm: &Pm, region: &Region, sb: &Superblock) -> Result<(
             "page-media ring names a word outside the inode table".into(),
         ));
     }
+    let io = |e: std::io::Error| Corruption::Invalid(format!("cannot sync the ring: {e}"));
+    if end > anchor.durable {
+        // The owner crashed, the page cache survived: first make what it holds durable and
+        // say so, so that a power cut during this recovery finds those commits durable
+        // instead of a table that holds words of commits that were not.
+        pm.barrier().map_err(io)?;
+        pm.write(
+            jb,
+            &Anchor {
+                durable: end,
+                ..anchor
+            }
+            .encode(),
+        );
+        pm.barrier().map_err(io)?;
+    }
     for &(off, value) in &words {
         pm.store_u64(off, value);
     }
-    let io = |e: std::io::Error| Corruption::Invalid(format!("cannot sync the ring: {e}"));
     pm.barrier().map_err(io)?;
     pm.write(jb, &[0u8; 64]);
     pm.barrier().map_err(io)?;
@@ -572,7 +591,8 @@ mod tests {
 
     #[test]
     fn rings_fit_small_and_large_stores() {
-        assert_eq!(ring_blocks(100), 1);
+        assert_eq!(ring_blocks(100), 2);
+        assert!(MIN_RING * BLOCK / crate::format::RECORD >= JOURNAL_CAPACITY as u64);
         assert_eq!(ring_blocks(64 * 10), 10);
         assert_eq!(ring_blocks(1 << 30), 256);
     }
