@@ -11,6 +11,7 @@ pub mod apps;
 pub mod copy;
 mod cpu_time;
 pub mod decide;
+pub mod durability;
 pub mod explore;
 mod fio;
 pub mod fs;

@@ -168,16 +168,22 @@ impl Media {
     /// The medium of `region`.
     pub fn of(region: &Region) -> Media {
         let path = std::fs::canonicalize(region.path()).unwrap_or_else(|_| region.path().into());
-        let fs = std::fs::read_to_string("/proc/self/mountinfo")
-            .ok()
-            .and_then(|t| file_system(&t, &path))
-            .unwrap_or_else(|| "unknown".into());
         Media {
+            fs: file_system_of(&path),
             region: path.display().to_string(),
             kind: region.kind().name().into(),
-            fs,
         }
     }
+}
+
+/// The type of the file system that holds `path` (`tmpfs`, `ext4`, ...; from
+/// `/proc/self/mountinfo`), or `unknown`.
+pub fn file_system_of(path: &Path) -> String {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.into());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|t| file_system(&t, &path))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// The type of the file system that holds `path` (absolute), from the text of

@@ -131,8 +131,8 @@ int32_t sy_submit_pread(const struct sy_store *s,
 
 // Submits a write of `len` bytes from `buf` at `off` of descriptor `fd` (orderless on a
 // store in this process); its completion (bytes written, or a negative errno), with
-// `user_data`, is reaped later, and the write is durable and atomic by then. 0 or a
-// negative errno (the request was not submitted).
+// `user_data`, is reaped later, and the write is in the store and atomic by then (durable
+// as `sy_fsync` says). 0 or a negative errno (the request was not submitted).
 //
 // # Safety
 // `s` is a store handle or null; `buf` is readable for `len` bytes and stays valid and
@@ -347,9 +347,10 @@ int32_t sy_store_connect(const char *addr,
 int32_t sy_store_close(const struct sy_store *s);
 
 // Opens `path` with `flags` (`O_RDONLY`, `O_WRONLY` or `O_RDWR`, and `O_CREAT`, `O_EXCL`,
-// `O_TRUNC`, `O_APPEND`, `O_DIRECTORY`, `O_NOFOLLOW`; `O_CLOEXEC`, `O_SYNC`, `O_DSYNC`,
-// `O_DIRECT` and `O_NOATIME` change nothing: every write is durable when it returns) and
-// `mode` for a new file: a descriptor (≥ 0) or a negative errno.
+// `O_TRUNC`, `O_APPEND`, `O_DIRECTORY`, `O_NOFOLLOW`; `O_SYNC` and `O_DSYNC`: every
+// `sy_write` and `sy_pwrite` of the descriptor returns synced, as after `sy_fsync`;
+// `O_CLOEXEC`, `O_DIRECT` and `O_NOATIME` change nothing) and `mode` for a new file: a
+// descriptor (≥ 0) or a negative errno.
 //
 // # Safety
 // `s` is a live store or null; `path` a NUL-terminated string.
@@ -375,8 +376,8 @@ int64_t sy_read(const struct sy_store *s, int32_t fd, void *buf, size_t len);
 int64_t sy_pread(const struct sy_store *s, int32_t fd, void *buf, size_t len, int64_t off);
 
 // Writes `len` bytes from `buf` at the descriptor's offset (or the end, for `O_APPEND`) and
-// advances it: the bytes written (all of them) or a negative errno. Durable and atomic when
-// it returns.
+// advances it: the bytes written (all of them) or a negative errno. Atomic when it returns,
+// and durable as [`sy_fsync`] says (synced, for an `O_SYNC` or `O_DSYNC` descriptor).
 //
 // # Safety
 // `s` is a live store or null; `buf` readable for `len` bytes.
@@ -396,11 +397,22 @@ int64_t sy_pwrite(const struct sy_store *s, int32_t fd, const void *buf, size_t 
 // `s` is a live store or null.
 int64_t sy_lseek(const struct sy_store *s, int32_t fd, int64_t off, int32_t whence);
 
-// Every write is durable when it returns: checks the descriptor. 0 or a negative errno.
+// Makes the open file durable. On a store file on a disk file system (page-cache media) a
+// write survives a crash of the process when it returns, and a power cut once this (or the
+// store's periodic sync, or `sy_sync`) returns: it syncs every write that returned. On
+// persistent memory every write is durable when it returns, and this only checks the
+// descriptor. 0 or a negative errno.
 //
 // # Safety
 // `s` is a live store or null.
 int32_t sy_fsync(const struct sy_store *s, int32_t fd);
+
+// Makes every change to the store that returned durable, whatever file it touched (as
+// `syncfs(2)`): for a served store, the server syncs it. 0 or a negative errno.
+//
+// # Safety
+// `s` is a live store or null.
+int32_t sy_sync(const struct sy_store *s);
 
 // Sets an open file's size.
 //

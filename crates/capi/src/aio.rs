@@ -3,8 +3,9 @@
 //! store's queue ([`sy_store_poll`], [`sy_store_wait`]), while the caller computes.
 //!
 //! On a store in this process a submitted write is orderless (EasyIO §4.2: its metadata
-//! commits while the engine copies, and it is durable and atomic when its completion is
-//! reaped), and a read's engine copies run after it returns; the engine's worker wakes a
+//! commits while the engine copies, and it is in the store and atomic when its completion is
+//! reaped, durable as `sy_fsync` says: no asynchronous write is synced by itself, even of an
+//! `O_SYNC` descriptor), and a read's engine copies run after it returns; the engine's worker wakes a
 //! waiting reaper when a batch finishes. On a served store the calls run on the client's I/O
 //! thread. Either way the caller's buffer is lent, not copied: it must stay valid and
 //! untouched until the completion is reaped (or the store closed, which waits for them).
@@ -138,8 +139,8 @@ pub unsafe extern "C" fn sy_submit_pread(
 
 /// Submits a write of `len` bytes from `buf` at `off` of descriptor `fd` (orderless on a
 /// store in this process); its completion (bytes written, or a negative errno), with
-/// `user_data`, is reaped later, and the write is durable and atomic by then. 0 or a
-/// negative errno (the request was not submitted).
+/// `user_data`, is reaped later, and the write is in the store and atomic by then (durable
+/// as `sy_fsync` says). 0 or a negative errno (the request was not submitted).
 ///
 /// # Safety
 /// `s` is a store handle or null; `buf` is readable for `len` bytes and stays valid and

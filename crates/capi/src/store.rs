@@ -1,6 +1,10 @@
 //! The store from C: one opened in this process ([`sy_store_open`], its single owner) or one
 //! another process serves ([`sy_store_connect`]), by paths and descriptors as POSIX offers
-//! them. Every call is synchronous: a write that returned is durable and atomic.
+//! them. Every call is synchronous: a write that returned is in the store, atomic, and
+//! durable as the store's medium makes it: at once on persistent memory; on a store file on
+//! a disk file system, against a crash of the process at once and against a power cut once
+//! [`sy_fsync`], [`sy_sync`] or the store's periodic sync (`store.sync` in the
+//! configuration) returns, or at once for a descriptor opened `O_SYNC` or `O_DSYNC`.
 
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
@@ -12,7 +16,7 @@ use switchyard_mover::Mover;
 use switchyard_remote::{Client, Key};
 use switchyard_store::format::{Attr, S_IFDIR, S_IFLNK};
 use switchyard_store::{
-    DirEntry, Errno, Fd, Files, Fs, MountError, OpenFlags, Owner, Store, Whence,
+    DirEntry, Errno, Fd, Files, Fs, MountError, OpenFlags, Owner, Store, SyncPolicy, Whence,
 };
 
 use crate::error::{guard, status, text, Failure};
@@ -26,6 +30,8 @@ pub struct sy_store {
     pub(crate) files: Shell<Backend>,
     /// Asynchronous requests not yet reaped (module `aio`), with their user data.
     pub(crate) queue: Mutex<Vec<(crate::aio::Request, u64)>>,
+    /// Descriptors opened with `O_SYNC` or `O_DSYNC`: their writes return synced.
+    synced: Mutex<std::collections::HashSet<u32>>,
 }
 
 /// What a store handle reaches: the store in this process, or a served one.
@@ -225,6 +231,9 @@ pub unsafe extern "C" fn sy_store_open(
         let region =
             Region::open(path, MIN_REGION, cfg.persist()).map_err(|e| mount_failure(e.into()))?;
         let store = Store::mount(region, Arc::new(mover)).map_err(mount_failure)?;
+        store
+            .set_sync_policy(sync_policy(&cfg.store))
+            .map_err(Errno::from)?;
         opened(out, Backend::Local(Box::new(Fs::new(store))))
     })
 }
@@ -253,8 +262,18 @@ pub unsafe extern "C" fn sy_store_create(
             .map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
         let store =
             Store::format(region, Arc::new(mover), Owner::current()).map_err(mount_failure)?;
+        store
+            .set_sync_policy(sync_policy(&cfg.store))
+            .map_err(Errno::from)?;
         opened(out, Backend::Local(Box::new(Fs::new(store))))
     })
+}
+
+/// When a local store on a disk file writes what returned to its disk: `store.sync` and
+/// `store.sync_interval_ms` of the configuration.
+fn sync_policy(c: &switchyard_mover::config::StoreConfig) -> SyncPolicy {
+    c.sync_every()
+        .map_or(SyncPolicy::Always, SyncPolicy::Interval)
 }
 
 /// The store path and configuration of a local open, after checking `out`.
@@ -289,6 +308,7 @@ fn opened(out: *mut *mut sy_store, files: Backend) -> Result<(), Failure> {
     let s = sy_store {
         files: Shell::new(files),
         queue: Mutex::new(Vec::new()),
+        synced: Mutex::default(),
     };
     put(out, Box::into_raw(Box::new(s)))
 }
@@ -376,9 +396,10 @@ fn open_flags(flags: i32) -> Result<OpenFlags, Failure> {
 }
 
 /// Opens `path` with `flags` (`O_RDONLY`, `O_WRONLY` or `O_RDWR`, and `O_CREAT`, `O_EXCL`,
-/// `O_TRUNC`, `O_APPEND`, `O_DIRECTORY`, `O_NOFOLLOW`; `O_CLOEXEC`, `O_SYNC`, `O_DSYNC`,
-/// `O_DIRECT` and `O_NOATIME` change nothing: every write is durable when it returns) and
-/// `mode` for a new file: a descriptor (≥ 0) or a negative errno.
+/// `O_TRUNC`, `O_APPEND`, `O_DIRECTORY`, `O_NOFOLLOW`; `O_SYNC` and `O_DSYNC`: every
+/// `sy_write` and `sy_pwrite` of the descriptor returns synced, as after `sy_fsync`;
+/// `O_CLOEXEC`, `O_DIRECT` and `O_NOATIME` change nothing) and `mode` for a new file: a
+/// descriptor (≥ 0) or a negative errno.
 ///
 /// # Safety
 /// `s` is a live store or null; `path` a NUL-terminated string.
@@ -405,7 +426,12 @@ pub unsafe extern "C" fn sy_open(
                     _ => {}
                 }
             }
-            Ok(f.open(path, how, mode & 0o7777)?)
+            let fd = f.open(path, how, mode & 0o7777)?;
+            if flags & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+                // SAFETY: the caller's promise, forwarded (`store` above checked it).
+                unsafe { handle(s, "store") }?.synced.lock().insert(fd.0);
+            }
+            Ok(fd)
         },
         |fd| i64::from(fd.0),
     ) as i32
@@ -417,8 +443,26 @@ pub unsafe extern "C" fn sy_open(
 /// `s` is a live store or null.
 #[no_mangle]
 pub unsafe extern "C" fn sy_close(s: *const sy_store, fd: i32) -> i32 {
+    status(|| {
+        let fd = descriptor(fd)?;
+        // SAFETY: the caller's promise, forwarded.
+        unsafe { store(s) }?.close(fd)?;
+        // SAFETY: as above.
+        unsafe { handle(s, "store") }?.synced.lock().remove(&fd.0);
+        Ok(())
+    })
+}
+
+/// Syncs after a write of `fd` when it was opened `O_SYNC` or `O_DSYNC`.
+///
+/// # Safety
+/// `s` is a live store or null.
+unsafe fn synced(s: *const sy_store, f: &dyn Files, fd: Fd) -> Result<(), Failure> {
     // SAFETY: the caller's promise, forwarded.
-    status(|| Ok(unsafe { store(s) }?.close(descriptor(fd)?)?))
+    if unsafe { handle(s, "store") }?.synced.lock().contains(&fd.0) {
+        f.fsync(fd)?;
+    }
+    Ok(())
 }
 
 /// Reads up to `len` bytes at the descriptor's offset into `buf` and advances it: the bytes
@@ -464,8 +508,8 @@ pub unsafe extern "C" fn sy_pread(
 }
 
 /// Writes `len` bytes from `buf` at the descriptor's offset (or the end, for `O_APPEND`) and
-/// advances it: the bytes written (all of them) or a negative errno. Durable and atomic when
-/// it returns.
+/// advances it: the bytes written (all of them) or a negative errno. Atomic when it returns,
+/// and durable as [`sy_fsync`] says (synced, for an `O_SYNC` or `O_DSYNC` descriptor).
 ///
 /// # Safety
 /// `s` is a live store or null; `buf` readable for `len` bytes.
@@ -481,7 +525,10 @@ pub unsafe extern "C" fn sy_write(
             // SAFETY: the caller's promise, forwarded.
             let (f, fd) = (unsafe { store(s) }?, descriptor(fd)?);
             let b = buffer(buf, len).map_err(|e| bad_fd_first(&*f, fd, e))?;
-            Ok(f.write(fd, b)?)
+            let n = f.write(fd, b)?;
+            // SAFETY: the caller's promise, forwarded.
+            unsafe { synced(s, &*f, fd) }?;
+            Ok(n)
         },
         |n| n as i64,
     )
@@ -506,7 +553,10 @@ pub unsafe extern "C" fn sy_pwrite(
             let (f, fd) = (unsafe { store(s) }?, descriptor(fd)?);
             let off = offset(off).map_err(|e| bad_fd_first(&*f, fd, e))?;
             let b = buffer(buf, len).map_err(|e| bad_fd_first(&*f, fd, e))?;
-            Ok(f.pwrite(fd, b, off)?)
+            let n = f.pwrite(fd, b, off)?;
+            // SAFETY: the caller's promise, forwarded.
+            unsafe { synced(s, &*f, fd) }?;
+            Ok(n)
         },
         |n| n as i64,
     )
@@ -535,7 +585,11 @@ pub unsafe extern "C" fn sy_lseek(s: *const sy_store, fd: i32, off: i64, whence:
     )
 }
 
-/// Every write is durable when it returns: checks the descriptor. 0 or a negative errno.
+/// Makes the open file durable. On a store file on a disk file system (page-cache media) a
+/// write survives a crash of the process when it returns, and a power cut once this (or the
+/// store's periodic sync, or `sy_sync`) returns: it syncs every write that returned. On
+/// persistent memory every write is durable when it returns, and this only checks the
+/// descriptor. 0 or a negative errno.
 ///
 /// # Safety
 /// `s` is a live store or null.
@@ -543,6 +597,24 @@ pub unsafe extern "C" fn sy_lseek(s: *const sy_store, fd: i32, off: i64, whence:
 pub unsafe extern "C" fn sy_fsync(s: *const sy_store, fd: i32) -> i32 {
     // SAFETY: the caller's promise, forwarded.
     status(|| Ok(unsafe { store(s) }?.fsync(descriptor(fd)?)?))
+}
+
+/// Makes every change to the store that returned durable, whatever file it touched (as
+/// `syncfs(2)`): for a served store, the server syncs it. 0 or a negative errno.
+///
+/// # Safety
+/// `s` is a live store or null.
+#[no_mangle]
+pub unsafe extern "C" fn sy_sync(s: *const sy_store) -> i32 {
+    status(|| {
+        // SAFETY: the caller's promise, forwarded.
+        let open = unsafe { handle(s, "store") }?.files.open("store")?;
+        match &*open {
+            Backend::Local(fs) => fs.sync()?,
+            Backend::Remote(c) => c.sync()?,
+        }
+        Ok(())
+    })
 }
 
 /// Sets an open file's size.
@@ -865,6 +937,7 @@ versioned!(
     sy_pwrite,
     sy_lseek,
     sy_fsync,
+    sy_sync,
     sy_ftruncate,
     sy_fstat,
     sy_stat,

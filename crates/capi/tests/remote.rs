@@ -69,6 +69,9 @@ fn a_served_store_works_through_the_c_api() {
         let mut a = sy_attr::default();
         assert_eq!(sy_fstat(s, fd, &mut a), 0);
         assert_eq!(a.size, 200_005);
+        // The server syncs (its store is in memory: nothing to write back).
+        assert_eq!(sy_fsync(s, fd), 0);
+        assert_eq!(sy_sync(s), 0);
         assert_eq!(sy_close(s, fd), 0);
         assert_eq!(sy_stat(s, c("/d/none").as_ptr(), &mut a), -libc::ENOENT);
         assert_eq!(sy_store_close(s), 0);

@@ -11,8 +11,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use switchyard_bench::{
-    aio, apps, copy, decide, explore, fs, idle, large, memcpy, meta, mix, mount as mount_bench,
-    preload, qos, remote, report, tune, tunes,
+    aio, apps, copy, decide, durability, explore, fs, idle, large, memcpy, meta, mix,
+    mount as mount_bench, preload, qos, remote, report, tune, tunes,
 };
 
 /// Switchyard: a userspace storage stack for slow memory that moves data with the cheapest
@@ -86,6 +86,11 @@ enum Bench {
     /// The same fio jobs on the store's FUSE mount, on a passthrough FUSE file system (FUSE's
     /// own cost) and on tmpfs, in one run.
     Mount(mount_bench::MountBenchArgs),
+    /// What durability costs: sqlite3 with synchronous=FULL (rollback journal and WAL) and
+    /// fs_mark-like small files (create, write 16 KiB, fsync, close) on the store's mount
+    /// over a store file on a disk, in the default and the `always` sync mode, against the
+    /// same programs on that disk's file system, in one run.
+    Sync(durability::SyncBenchArgs),
     /// Metadata operations per second (create, stat, open/close, rename, readdir, unlink),
     /// 1..N threads in private and shared directories: the store in process, through its
     /// mount, and tmpfs through system calls, in one run.
@@ -140,6 +145,7 @@ fn main() -> ExitCode {
         Command::Bench(Bench::Fs(a)) => fs::run(&a),
         Command::Bench(Bench::Mount(a)) => mount_bench::run(&a),
         Command::Bench(Bench::Meta(a)) => meta::run(&a),
+        Command::Bench(Bench::Sync(a)) => durability::run(&a),
         Command::Bench(Bench::Large(a)) => large::run(&a),
         Command::Bench(Bench::Mix(a)) => mix::run(&a),
         Command::Bench(Bench::Decide(a)) => decide::run(&a),

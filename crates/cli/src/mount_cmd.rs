@@ -8,7 +8,9 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 
+use switchyard_mover::config::{StoreConfig, SyncMode};
 use switchyard_mover::Config;
+use switchyard_store::SyncPolicy;
 
 use crate::store_cmd::{self, MkfsArgs, StoreArgs};
 use switchyard_bench::tune;
@@ -16,6 +18,55 @@ use switchyard_options::size;
 
 /// How often a mount saves its mover's counters for `switchyard stat`.
 const STATS_EVERY: Duration = Duration::from_secs(5);
+
+/// `--sync`'s values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SyncFlag {
+    /// Sync at fsync and every --sync-interval-ms (ext4's semantics).
+    Interval,
+    /// Sync before every operation returns (persistent-memory semantics; slow).
+    Always,
+}
+
+/// When a store file on a disk reaches its disk: `mount`'s and `up`'s `--sync` options.
+#[derive(Args, Clone, Copy, Default)]
+pub struct SyncArgs {
+    /// When a store file on a disk file system (ext4, xfs: the page cache is between the
+    /// store and the disk) writes what returned to its disk. With `interval` an operation
+    /// survives a crash of the mount at once, and a power cut once fsync (fdatasync, an
+    /// O_SYNC or O_DSYNC write, `sync FILE`) or the periodic sync every --sync-interval-ms
+    /// returns, as on ext4; a power cut leaves the store as of its last completed sync. With
+    /// `always` every operation is synced before it returns: persistent-memory semantics on
+    /// a disk file, at the price of a disk flush per operation (slow). Persistent memory
+    /// needs no sync, and a store on tmpfs has no disk: there it changes nothing. [default:
+    /// the configuration's `store.sync`, interval]
+    #[arg(long, value_enum, value_name = "interval|always")]
+    sync: Option<SyncFlag>,
+    /// Milliseconds between the periodic syncs of `--sync interval` (at least 1). [default:
+    /// the configuration's `store.sync_interval_ms`, 5000]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    sync_interval_ms: Option<u64>,
+}
+
+impl SyncArgs {
+    /// The policy these flags ask for over the configuration's `c`.
+    fn policy(&self, c: &StoreConfig) -> anyhow::Result<SyncPolicy> {
+        let mode = match self.sync {
+            Some(SyncFlag::Interval) => SyncMode::Interval,
+            Some(SyncFlag::Always) => SyncMode::Always,
+            None => c.sync,
+        };
+        if mode == SyncMode::Always && self.sync_interval_ms.is_some() {
+            bail!("--sync-interval-ms is for --sync interval: `always` syncs every operation");
+        }
+        Ok(match mode {
+            SyncMode::Always => SyncPolicy::Always,
+            SyncMode::Interval => SyncPolicy::Interval(Duration::from_millis(
+                self.sync_interval_ms.unwrap_or(c.sync_interval_ms),
+            )),
+        })
+    }
+}
 
 /// `mount` options.
 #[derive(Args)]
@@ -40,13 +91,21 @@ pub struct MountArgs {
     /// available space. [default: the configuration's `store.reserved_percent`, 5]
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=50))]
     reserved_percent: Option<u32>,
+    #[command(flatten)]
+    sync: SyncArgs,
     /// Mount the store that `switchyard serve` serves at ADDR:PORT (another process, or
     /// another machine) instead of opening a store file: names and attributes come from the
     /// server, data moves one-sided where the transport allows. Several machines and
     /// processes can mount one served store at once; each sees another's names and sizes at
     /// once, and a file's data as of its latest open or lock (close-to-open, as NFS); record
-    /// locks (`fcntl`) hold across mounts. A read-only export is mounted read-only.
-    #[arg(long, value_name = "ADDR:PORT", conflicts_with = "reserved_percent")]
+    /// locks (`fcntl`) hold across mounts. A read-only export is mounted read-only. The
+    /// server syncs its store as its configuration's `store.sync` says; an fsync here asks
+    /// it to sync.
+    #[arg(
+        long,
+        value_name = "ADDR:PORT",
+        conflicts_with_all = ["reserved_percent", "sync", "sync_interval_ms"]
+    )]
     remote: Option<String>,
     /// The served store's key, for --remote [default: the store file's path with `.key`
     /// added, as `serve` makes it].
@@ -81,6 +140,8 @@ pub struct UpArgs {
     /// available space. [default: the configuration's `store.reserved_percent`, 5]
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=50))]
     reserved_percent: Option<u32>,
+    #[command(flatten)]
+    sync: SyncArgs,
 }
 
 /// `umount` options.
@@ -354,10 +415,13 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
     let access = access(a)?;
     let set = block_stop_signals();
     let cfg = a.at.mover.load_config()?;
+    let sync = a.sync.policy(&cfg.store)?;
     let store = a.at.path.open_with(&cfg)?;
     store
         .set_reserved_percent(a.reserved_percent.unwrap_or(cfg.store.reserved_percent))
         .context("--reserved-percent")?;
+    store.set_sync_policy(sync).context("--sync")?;
+    let durability = store_cmd::durability(&store);
     let quick = store.mounted_quickly();
     let mover = store.shared_mover();
     let fuse_cfg = switchyard_fuse::FuseConfig {
@@ -378,6 +442,7 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
             "recovered: every log checked"
         }
     );
+    println!("{}", store_cmd::show_durability(&durability));
     if a.allow_other {
         println!("every user may use it (allow_other; the kernel checks each file's permissions)");
     }
@@ -393,7 +458,9 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
         m,
         &a.dir,
         set,
-        saving(|| switchyard_options::counters::save(&stats, "mount", &mover)),
+        saving(|| {
+            switchyard_options::counters::save_with(&stats, "mount", &mover, Some(&durability))
+        }),
     )?;
     println!("unmounted; the store is clean");
     Ok(())
@@ -457,6 +524,7 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
             workers: a.workers,
             allow_other: a.allow_other,
             reserved_percent: a.reserved_percent,
+            sync: a.sync,
             remote: None,
             key: None,
         },

@@ -47,6 +47,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
     let key_path = a.key.clone().unwrap_or_else(|| default_key(&a.at.store));
     let key = Key::load_or_create(&key_path)?;
     let store = a.at.open()?;
+    let durability = crate::store_cmd::durability(&store);
     let opts = ServeOptions {
         listen: a.listen,
         read_only: a.read_only,
@@ -71,9 +72,10 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             switchyard_options::counters::remote_path(&a.at.store),
         );
         let listen = a.listen.to_string();
+        let durability = durability.clone();
         std::thread::spawn(move || {
             let mut tick = crate::mount_cmd::saving(|| {
-                switchyard_options::counters::save(&file, "serve", &mover)?;
+                switchyard_options::counters::save_with(&file, "serve", &mover, Some(&durability))?;
                 switchyard_options::counters::save_remote(&remote, "serve", &listen, &stats.rows())
             });
             while !stop.load(Ordering::Relaxed) {
@@ -91,6 +93,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             key_path.display(),
             std::process::id()
         );
+        println!("{}", crate::store_cmd::show_durability(&durability));
     });
     stop.store(true, Ordering::Relaxed);
     let _ = saver.join();

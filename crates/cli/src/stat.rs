@@ -131,11 +131,22 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
         Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
     };
+    // What survives a power cut: the medium as the store file opens now, under the sync
+    // policy the configuration gives (`mount --sync` overrides it; the counters show what the
+    // last run used). A store a mount holds cannot be opened: the mount's counters say.
+    let (usage, granularity) = if a.at.store.exists() {
+        let (line, g) = crate::store_cmd::usage(&a.at);
+        (Some(line), g)
+    } else {
+        (None, None)
+    };
+    let durability = granularity
+        .map(|g| crate::store_cmd::durability_of(g, crate::store_cmd::sync_policy(&cfg.store)));
     if a.json {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({ "flush": p.flush.name(), "simd": p.simd.name(), "config": cfg, "last_run": saved, "served": saved_remote(&switchyard_options::counters::remote_path(&a.at.store))? })
+                &serde_json::json!({ "flush": p.flush.name(), "simd": p.simd.name(), "config": cfg, "durability": durability, "last_run": saved, "served": saved_remote(&switchyard_options::counters::remote_path(&a.at.store))? })
             )?
         );
         return Ok(());
@@ -166,13 +177,20 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
             "engine profile: none (built-in thresholds; `switchyard tune` measures this machine)"
         ),
     }
-    if a.at.store.exists() {
-        println!("{}", crate::store_cmd::usage(&a.at));
-    } else {
-        println!(
+    match (&usage, &durability) {
+        (Some(line), Some(d)) => {
+            println!("{line}");
+            println!("{}", crate::store_cmd::show_durability(d));
+            println!(
+                "  (the sync policy is the configuration's `store.sync`; `mount --sync` and `up \
+                 --sync` override it)"
+            );
+        }
+        (Some(line), None) => println!("{line}"),
+        (None, _) => println!(
             "store {}: none (create one with `switchyard mkfs`)",
             a.at.store.display()
-        );
+        ),
     }
     match saved {
         None => println!(
@@ -185,6 +203,11 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
                 "counters of the last run (`switchyard {}`, {} s after the epoch, engine {}):",
                 s.command, s.unix_time, s.engine
             );
+            if let Some(d) = &s.durability {
+                for line in crate::store_cmd::show_durability(d).lines() {
+                    println!("  {line}");
+                }
+            }
             for (name, v) in s.counters.rows() {
                 println!("  {name:<22} {v:>14}");
             }

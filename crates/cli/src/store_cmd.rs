@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use switchyard_media::{Region, MIN_REGION};
+use switchyard_media::{Granularity, Region, MIN_REGION};
+use switchyard_mover::config::StoreConfig;
 use switchyard_mover::{Config, Mover};
-use switchyard_store::{fsck, Files, Fs, OpenFlags, Owner, Store};
+use switchyard_options::counters::Durability;
+use switchyard_store::{fsck, Files, Fs, OpenFlags, Owner, Store, SyncPolicy};
 
 use crate::serve_cmd::Remote;
 
@@ -43,12 +45,14 @@ impl StorePath {
         Ok(Region::open(&self.store, MIN_REGION, persist)?)
     }
 
-    /// Opens the store with `cfg`'s mover: recovery runs if it was not unmounted cleanly.
+    /// Opens the store with `cfg`'s mover and sync policy (`[store]`): recovery runs if it
+    /// was not unmounted cleanly.
     pub fn open_with(&self, cfg: &Config) -> anyhow::Result<Store> {
-        Ok(Store::mount(
-            self.region(cfg.persist())?,
-            Arc::new(Mover::start(cfg)?),
-        )?)
+        let store = Store::mount(self.region(cfg.persist())?, Arc::new(Mover::start(cfg)?))?;
+        store
+            .set_sync_policy(sync_policy(&cfg.store))
+            .context("store.sync")?;
+        Ok(store)
     }
 
     /// Mounts the store in this process with the default mover (for commands that move
@@ -61,6 +65,42 @@ impl StorePath {
     pub fn stats_path(&self) -> PathBuf {
         switchyard_options::counters::path(&self.store)
     }
+}
+
+/// When a store on a disk file writes what returned to its disk: `store.sync` and
+/// `store.sync_interval_ms`.
+pub fn sync_policy(c: &StoreConfig) -> SyncPolicy {
+    c.sync_every()
+        .map_or(SyncPolicy::Always, SyncPolicy::Interval)
+}
+
+/// What survives a power cut on a store on a medium of granularity `g` synced by `policy`.
+pub fn durability_of(g: Granularity, policy: SyncPolicy) -> Durability {
+    Durability {
+        granularity: g.name().into(),
+        guarantee: g.guarantee().into(),
+        sync: match g {
+            Granularity::Page => policy.to_string(),
+            Granularity::CacheLine => {
+                "none needed (flush + fence make every operation durable)".into()
+            }
+            Granularity::Volatile => "none (a memory file system has no disk to sync to)".into(),
+        },
+    }
+}
+
+/// What survives a power cut on the mounted `store`, under its sync policy now.
+pub fn durability(store: &Store) -> Durability {
+    durability_of(store.granularity(), store.sync_policy())
+}
+
+/// `d` in two lines, for a banner and `stat`: the medium's granularity and its guarantee,
+/// then the sync policy.
+pub fn show_durability(d: &Durability) -> String {
+    format!(
+        "medium: {} granularity: {}\nsync policy: {}",
+        d.granularity, d.guarantee, d.sync
+    )
 }
 
 /// A store and the mover that moves its data.
@@ -167,7 +207,7 @@ pub fn fsck(a: &FsckArgs) -> anyhow::Result<()> {
         // SAFETY: the region is mapped for its whole length while `region` lives, and nothing
         // writes it meanwhile: this process holds its owner lock and only reads it here.
         let image = unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) };
-        fsck::check_present(image, &present)
+        fsck::check_present_as(image, &present, Some(region.cache_identity()))
     };
     drop(region);
     println!(
@@ -449,7 +489,12 @@ pub fn cp(a: &CpArgs) -> anyhow::Result<()> {
     drop(writer);
     drop(reader);
     if let Some(fs) = reached.local {
-        switchyard_options::counters::save(&a.at.stats_path(), "cp", fs.store().mover())?;
+        switchyard_options::counters::save_with(
+            &a.at.stats_path(),
+            "cp",
+            fs.store().mover(),
+            Some(&durability(fs.store())),
+        )?;
         fs.unmount()?;
     }
     println!("copied {} from {} to {}", size::show(total), a.from, a.to);
@@ -537,10 +582,12 @@ pub fn crashtest(a: &CrashArgs) -> anyhow::Result<()> {
     }
 }
 
-/// One line of store usage for `stat`, or why there is none.
-pub fn usage(at: &StorePath) -> String {
+/// One line of store usage for `stat`, or why there is none; and the granularity of the
+/// store's medium, when it could be opened.
+pub fn usage(at: &StorePath) -> (String, Option<Granularity>) {
     match at.mount() {
         Ok(fs) => {
+            let g = fs.store().granularity();
             let s = fs.statfs();
             let line = format!(
                 "store {}: {} used of {} ({} free), {} of {} inodes used",
@@ -552,8 +599,8 @@ pub fn usage(at: &StorePath) -> String {
                 s.inodes
             );
             let _ = fs.unmount();
-            line
+            (line, Some(g))
         }
-        Err(e) => format!("store {}: {e:#}", at.store.display()),
+        Err(e) => (format!("store {}: {e:#}", at.store.display()), None),
     }
 }

@@ -5,8 +5,20 @@
 //! One front end, [`InodeFs`], serves any [`Inodes`]: the store in this process, or a served
 //! store through its client. FUSE inode numbers are the store's inode numbers (the root is 1
 //! in both), held for as long as the kernel knows them. Every request goes straight to the
-//! inode API; nothing is buffered here, so the store's strict semantics hold through the
-//! mount: a `write` that returned to the program is durable.
+//! inode API; nothing is buffered here, so the store's semantics hold through the mount: a
+//! `write` that returned to the program is in the store, and survives what the store's medium
+//! says it survives once it returns ([`Store::granularity`]).
+//!
+//! Syncs, for a store file on a disk (page-cache media), where only a sync reaches the disk:
+//! `fsync` and `fdatasync` of a file or a directory (`FUSE_FSYNC`, `FUSE_FSYNCDIR`) call the
+//! inodes' fsync, which makes every operation that returned durable. A write of an `O_SYNC`
+//! or `O_DSYNC` open (or a `pwritev2` with `RWF_SYNC`/`RWF_DSYNC`) carries that flag in its
+//! request and is synced before it is answered (the kernel sends an fsync after a cached one
+//! too, but none after a direct one). `close` syncs nothing, as on ext4. `syncfs(2)` and
+//! `sync(2)` do not reach the mount: the kernel sends `FUSE_SYNCFS` only to virtiofs (and
+//! `fuser` has no call for it); `sync DIR` (an fsync of a directory) does. The store's
+//! periodic sync, or its sync before every operation (`--sync always`), covers the rest, and
+//! unmounting syncs everything.
 //!
 //! Page cache, consciously: writes are write-through (the kernel's writeback cache is not
 //! enabled), so each `write(2)` reaches the store before it returns. Reads may be served from

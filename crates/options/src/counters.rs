@@ -37,10 +37,36 @@ pub struct Saved {
     /// Each tenant's counters (`[qos]`; empty without tenants).
     #[serde(default)]
     pub tenants: Vec<switchyard_mover::qos::TenantStats>,
+    /// What survived a power cut on the store the run used (runs on a store only).
+    #[serde(default)]
+    pub durability: Option<Durability>,
+}
+
+/// What survives a power cut on a store, as a run on it saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Durability {
+    /// The medium's granularity (`switchyard_media::Granularity::name`: `cache-line`,
+    /// `page`, `volatile`).
+    pub granularity: String,
+    /// What an operation that returned survives there, in words.
+    pub guarantee: String,
+    /// When the store synced what returned to its disk (`switchyard_store::SyncPolicy`, as
+    /// it displays).
+    pub sync: String,
 }
 
 /// Saves `mover`'s counters for `stat` in `path` (owner-only, as every file Switchyard makes).
 pub fn save(path: &Path, command: &str, mover: &Mover) -> anyhow::Result<()> {
+    save_with(path, command, mover, None)
+}
+
+/// [`save`], with what survives a power cut on the store the run uses.
+pub fn save_with(
+    path: &Path,
+    command: &str,
+    mover: &Mover,
+    durability: Option<&Durability>,
+) -> anyhow::Result<()> {
     let s = mover.stats();
     let split_total = s.split_cpu_bytes + s.split_engine_bytes;
     let bw = mover.bandwidth();
@@ -70,6 +96,7 @@ pub fn save(path: &Path, command: &str, mover: &Mover) -> anyhow::Result<()> {
             })
             .collect(),
         tenants: mover.tenants(),
+        durability: durability.cloned(),
     };
     switchyard_media::private::write_private(
         path,

@@ -18,14 +18,19 @@
 //!
 //! Each process holds one [`Client`](switchyard_remote::Client) connection, made at its
 //! first call under the prefix: data moves one-sided (cross-memory attach on one host),
-//! metadata by request. A write has returned only once it is durable on the server.
+//! metadata by request. A write has returned only once it is in the server's store; on a
+//! store file on a disk (page-cache media) it survives a power cut once the server's periodic
+//! sync, or a sync the program asks for, returns: `fsync`, `fdatasync` and `sync_file_range`
+//! (each syncs the whole store), `syncfs` and `sync`, and every write of an `O_SYNC` or
+//! `O_DSYNC` open or of a `pwritev2` with `RWF_SYNC` or `RWF_DSYNC`, which returns synced.
 //!
 //! ## What is served
 //!
 //! `open`, `openat`, `creat` (and their `64` and fortified `__open_2` forms), `close`, `read`,
 //! `write`, `pread`, `pwrite`, `readv`, `writev`, `preadv`, `pwritev`, `preadv2`, `pwritev2`,
-//! `lseek`, `fsync`, `fdatasync`, `ftruncate`, `truncate`, `fallocate`, `posix_fallocate`,
-//! `posix_fadvise`, `copy_file_range`, `sendfile`; `stat`, `lstat`, `fstat`, `fstatat`
+//! `lseek`, `fsync`, `fdatasync`, `sync_file_range`, `syncfs`, `sync`, `ftruncate`,
+//! `truncate`, `fallocate`, `posix_fallocate`, `posix_fadvise`, `copy_file_range`,
+//! `sendfile`; `stat`, `lstat`, `fstat`, `fstatat`
 //! (`newfstatat`), `statx` and the older `__xstat` entry points; `access`, `faccessat`,
 //! `unlink`, `unlinkat`, `rename`, `renameat`, `renameat2`, `mkdir`, `mkdirat`, `rmdir`,
 //! `link`, `linkat`, `symlink`, `symlinkat`, `readlink`, `readlinkat`, `chmod`, `fchmod`,

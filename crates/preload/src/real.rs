@@ -90,6 +90,9 @@ real! {
     lseek64: fn(c_int, off_t, c_int) -> off_t;
     fsync: fn(c_int) -> c_int;
     fdatasync: fn(c_int) -> c_int;
+    sync_file_range: fn(c_int, off_t, off_t, c_uint) -> c_int;
+    syncfs: fn(c_int) -> c_int;
+    sync: fn() -> ();
     ftruncate64: fn(c_int, off_t) -> c_int;
     truncate64: fn(*const c_char, off_t) -> c_int;
     fallocate64: fn(c_int, c_int, off_t, off_t) -> c_int;

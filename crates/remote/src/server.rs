@@ -856,6 +856,10 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                 s.fsync(ino)?;
                 Reply::Done
             }
+            Request::Sync => {
+                s.sync()?;
+                Reply::Done
+            }
             Request::Statfs => Reply::StatFs(s.statfs()),
             Request::Counters => Reply::Counters(
                 self.stats

@@ -403,10 +403,17 @@ impl Fs {
             .map_err(Errno::from)
     }
 
-    /// Every returned write is already durable: validates the descriptor only.
+    /// Makes the open file durable ([`Store::fsync`]: on page media, every operation that
+    /// returned).
     pub fn fsync(&self, fd: Fd) -> Result<(), Errno> {
         let f = self.open_file(fd)?;
         self.store.fsync(f.ino).map_err(Errno::from)
+    }
+
+    /// Makes every operation that returned durable, whatever file it changed (`syncfs`;
+    /// [`Store::sync`]).
+    pub fn sync(&self) -> Result<(), Errno> {
+        self.store.sync().map_err(Errno::from)
     }
 
     /// Attributes of an open file.

@@ -415,21 +415,28 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         offset: u64,
         data: &[u8],
         _write_flags: WriteFlags,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
         let _tenant = qos::enter(tenants::tenant(fh));
         let r = self.as_caller(req, || {
-            if fh.0 & FH_APPEND != 0 {
+            let n = if fh.0 & FH_APPEND != 0 {
                 if self.inodes.shared() {
                     // Uncached (direct) writes get no set-id clearing from the kernel.
                     self.clear_set_id(req, ino.0)?;
                 }
-                self.inodes.append(ino.0, data).map(|_| data.len())
+                self.inodes.append(ino.0, data).map(|_| data.len())?
             } else {
-                self.inodes.write(ino.0, offset, data)
+                self.inodes.write(ino.0, offset, data)?
+            };
+            if flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+                // The kernel marks the write of an `O_SYNC` or `O_DSYNC` open (and a
+                // `pwritev2` with `RWF_SYNC` or `RWF_DSYNC`) in its flags; it sends an fsync
+                // after a cached one, but none after a direct one: synced here, either way.
+                self.inodes.fsync(ino.0)?;
             }
+            Ok(n)
         });
         match r {
             Ok(n) => reply.written(n as u32),
@@ -445,13 +452,15 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Every write is durable when it returns: nothing is left to flush. A close drops
-        // the closing process's record locks on the file, as POSIX says.
+        // Every write reached the inodes when it returned: nothing is left to flush, and a
+        // close syncs nothing (as on ext4: durability against a power cut is fsync's, the
+        // periodic sync's or `sync = "always"`'s). A close drops the closing process's record
+        // locks on the file, as POSIX says.
         if self.inodes.record_locks() {
             self.inodes.release_locks(ino.0, lock_owner.0);
             self.lock_waits.flushed(ino.0, lock_owner.0);
         }
-        empty(reply, self.inodes.fsync(ino.0));
+        reply.ok();
     }
 
     fn release(
@@ -467,7 +476,23 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         empty(reply, self.inodes.release(ino.0));
     }
 
+    /// `fsync` and `fdatasync` alike (the kernel also sends it after a cached write of an
+    /// `O_SYNC` or `O_DSYNC` open): the inodes' fsync, which on a store file on a disk makes
+    /// every operation that returned durable.
     fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.inodes.fsync(ino.0));
+    }
+
+    /// `fsync` of a directory (what makes a new name durable; `sync DIR`). Unanswered, the
+    /// kernel would take ENOSYS as "nothing to do" and return success without asking again.
+    fn fsyncdir(
         &self,
         _req: &Request,
         ino: INodeNo,

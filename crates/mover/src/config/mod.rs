@@ -64,6 +64,8 @@
 //!
 //! [store]
 //! reserved_percent = 5       # share only root and the owner may fill (ext4's reserve)
+//! sync = "interval"          # interval | always: when a store file on a disk reaches it
+//! sync_interval_ms = 5000    # the periodic sync of `interval` (ext4 commits every 5 s)
 //!
 //! [fuse]
 //! workers = 0                # request threads; 0 = one per core, at least 2
@@ -291,14 +293,47 @@ pub struct StoreConfig {
     /// Share of the data space, in percent, only root and the store's owner may fill (as
     /// ext4's reserved blocks), 0..=50.
     pub reserved_percent: u32,
+    /// When a store file on a disk file system (page-cache media) writes what returned to
+    /// its disk; persistent memory needs no sync and a memory file system has no disk, so
+    /// there it changes nothing. `switchyard mount --sync` and `up --sync` override it.
+    pub sync: SyncMode,
+    /// The periodic sync of `sync = "interval"`, ms (at least 1): after a power cut the store
+    /// holds every operation up to its last sync.
+    pub sync_interval_ms: u64,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         StoreConfig {
             reserved_percent: 5,
+            sync: SyncMode::Interval,
+            sync_interval_ms: 5000,
         }
     }
+}
+
+impl StoreConfig {
+    /// The interval between periodic syncs, or `None` when every operation is synced before
+    /// it returns (`sync = "always"`): what `switchyard_store::SyncPolicy` is made from.
+    pub fn sync_every(&self) -> Option<std::time::Duration> {
+        match self.sync {
+            SyncMode::Interval => Some(std::time::Duration::from_millis(self.sync_interval_ms)),
+            SyncMode::Always => None,
+        }
+    }
+}
+
+/// `store.sync`: when a store file on a disk reaches the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SyncMode {
+    /// An operation survives a power cut once fsync (fdatasync, syncfs, an O_SYNC write) or
+    /// the periodic sync every `sync_interval_ms` returns, as on ext4.
+    #[default]
+    Interval,
+    /// Every operation is synced before it returns (persistent-memory semantics on a disk
+    /// file; a disk flush per operation, so slow).
+    Always,
 }
 
 /// `[fuse]`.
@@ -633,6 +668,7 @@ mod tests {
         for (text, key) in [
             ("[fuse]\nmax_io = 100\n", "fuse.max_io"),
             ("[store]\nreserved_percent = 80\n", "store.reserved_percent"),
+            ("[store]\nsync_interval_ms = 0\n", "store.sync_interval_ms"),
             ("[mover.adaptation]\nhold = 0\n", "mover.adaptation"),
             ("[mover.adaptation]\nmargin = 1.5\n", "mover.adaptation"),
             ("[mover.estimates]\nweight = 2.0\n", "mover.estimates"),

@@ -30,6 +30,9 @@ impl Config {
                 self.store.reserved_percent
             ));
         }
+        if self.store.sync_interval_ms == 0 {
+            return bad("store.sync_interval_ms = 0: must be at least 1".into());
+        }
         if !(4096..=1 << 20).contains(&self.fuse.max_io) {
             return bad(format!(
                 "fuse.max_io = {}: must be 4096..=1048576",

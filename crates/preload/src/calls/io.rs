@@ -29,8 +29,25 @@ pub fn read_at(o: &Open, buf: &mut [u8], off: Option<u64>) -> Result<usize, Errn
 }
 
 /// Writes at `off`, or at the open's offset (and moves it) when `None`; at the end of the
-/// file when the open appends (for `pwrite` too, as Linux does).
+/// file when the open appends (for `pwrite` too, as Linux does). A write of an `O_SYNC` or
+/// `O_DSYNC` open returns once the server synced it ([`sync_open`]).
 pub fn write_at(o: &Open, data: &[u8], off: Option<u64>) -> Result<usize, Errno> {
+    let n = write_unsynced(o, data, off)?;
+    if o.flags.load(std::sync::atomic::Ordering::Relaxed) & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+        sync_open(o)?;
+    }
+    Ok(n)
+}
+
+/// Makes what returned on `o`'s file durable: the server's fsync, which on a store file on
+/// a disk syncs every change that returned (`fsync`, `fdatasync`, `sync_file_range`, and the
+/// writes of `O_SYNC` and `O_DSYNC` opens).
+fn sync_open(o: &Open) -> Result<(), Errno> {
+    conn::for_open(o)?.fsync(o.ino)
+}
+
+/// [`write_at`] without its sync.
+fn write_unsynced(o: &Open, data: &[u8], off: Option<u64>) -> Result<usize, Errno> {
     if !o.writable() {
         return Err(Errno(libc::EBADF));
     }
@@ -331,8 +348,8 @@ pub unsafe extern "C" fn preadv2(
     unsafe { preadv64v2(fd, iov, cnt, off, flags) }
 }
 
-/// `pwritev2`: as `pwritev` (every write is durable when it returns, so `RWF_DSYNC` and
-/// `RWF_SYNC` hold already); `RWF_APPEND` appends.
+/// `pwritev2`: as `pwritev`; `RWF_APPEND` appends, and `RWF_DSYNC` or `RWF_SYNC` returns
+/// once the write is synced, as a write of an `O_DSYNC` open does.
 ///
 /// # Safety
 /// As `pwritev2(2)`.
@@ -348,12 +365,16 @@ pub unsafe extern "C" fn pwritev64v2(
         fd,
         |o| {
             let off = if off == -1 { None } else { Some(offset(off)?) };
-            if flags & libc::RWF_APPEND != 0 {
+            let n = if flags & libc::RWF_APPEND != 0 {
                 let at = Inodes::stat(&*conn::for_open(&o)?, o.ino)?.attr.size;
-                writev_at(&o, iov, cnt, Some(at))
+                writev_at(&o, iov, cnt, Some(at))?
             } else {
-                writev_at(&o, iov, cnt, off)
+                writev_at(&o, iov, cnt, off)?
+            };
+            if flags & (libc::RWF_DSYNC | libc::RWF_SYNC) != 0 {
+                sync_open(&o)?;
             }
+            Ok(n)
         },
         real::pwritev64v2()(fd, iov, cnt, off, flags)
     )
@@ -434,20 +455,70 @@ pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
 /// As `fsync(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
-    by_fd!(fd, |o| conn::for_open(&o)?.fsync(o.ino), real::fsync()(fd))
+    by_fd!(fd, |o| sync_open(&o), real::fsync()(fd))
 }
 
-/// `fdatasync(2)`.
+/// `fdatasync(2)`: as `fsync` (the store has no cheaper sync of data alone).
 ///
 /// # Safety
 /// As `fdatasync(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    by_fd!(fd, |o| sync_open(&o), real::fdatasync()(fd))
+}
+
+/// `sync_file_range(2)`: on a served file, any request to write (flags other than 0) is an
+/// fsync, stronger than Linux's, which neither flushes the disk's cache nor writes metadata.
+///
+/// # Safety
+/// As `sync_file_range(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sync_file_range(
+    fd: c_int,
+    off: off_t,
+    n: off_t,
+    flags: libc::c_uint,
+) -> c_int {
+    const ALL: libc::c_uint = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
     by_fd!(
         fd,
-        |o| conn::for_open(&o)?.fsync(o.ino),
-        real::fdatasync()(fd)
+        |o| {
+            if flags & !ALL != 0 || off < 0 || n < 0 || off.checked_add(n).is_none() {
+                return Err(Errno(libc::EINVAL));
+            }
+            if flags == 0 {
+                return Ok(());
+            }
+            sync_open(&o)
+        },
+        real::sync_file_range()(fd, off, n, flags)
     )
+}
+
+/// `syncfs(2)`: on a served descriptor, the whole served store.
+///
+/// # Safety
+/// As `syncfs(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
+    by_fd!(fd, |o| conn::for_open(&o)?.sync(), real::syncfs()(fd))
+}
+
+/// `sync(2)`: this machine's file systems, then the served store (connecting if this process
+/// has not yet; a store that cannot be reached is left out, as `sync` reports nothing).
+///
+/// # Safety
+/// As `sync(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sync() {
+    // SAFETY: sync takes no arguments.
+    unsafe { real::sync()() };
+    if crate::inside() || crate::route::prefix().is_none() {
+        return;
+    }
+    let _ = serve(|| conn::client()?.sync());
 }
 
 fn resize(o: &Open, len: off_t) -> Result<(), Errno> {

@@ -106,6 +106,12 @@ static void calls(const char *dir) {
     CHECK(lseek(fd, 65537, SEEK_DATA) < 0 && errno == ENXIO);
     CHECK(ftruncate(fd, 5) == 0);
     CHECK(fsync(fd) == 0 && fdatasync(fd) == 0);
+    CHECK(sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) == 0);
+    CHECK(sync_file_range(fd, 0, 0, 0) == 0);
+    CHECK(sync_file_range(fd, 0, 0, 0x80) < 0 && errno == EINVAL);
+    CHECK(sync_file_range(fd, -1, 0, SYNC_FILE_RANGE_WRITE) < 0 && errno == EINVAL);
+    CHECK(syncfs(fd) == 0);
+    sync();
 
     /* A private mapping holds the file's bytes; a shared one is refused. */
     char *m = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -1,5 +1,6 @@
-//! A `serve` of a fresh in-memory store in a thread of the test, and programs run with the
-//! preload library against it.
+//! A `serve` of a fresh store (in memory, or one the test makes) in a thread of the test, and
+//! programs run with the preload library against it.
+#![allow(dead_code)] // each test crate uses its own part of this
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -35,18 +36,27 @@ pub struct Served {
 static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 impl Served {
-    /// A fresh store of `mib` MiB, served on loopback.
+    /// A fresh store of `mib` MiB in memory, served on loopback.
     pub fn start(mib: u64) -> Served {
+        Served::start_with(move |_| {
+            let region = Region::memory(mib << 20, Persist::detect()).unwrap();
+            let mover = Arc::new(Mover::start(&Config::default()).unwrap());
+            Store::format(region, mover, Owner::current()).unwrap()
+        })
+    }
+
+    /// The store `make` makes in the test's directory (it is given its path), served on
+    /// loopback.
+    pub fn start_with(make: impl FnOnce(&Path) -> Store + Send + 'static) -> Served {
         let dir = tempfile::tempdir().unwrap();
         let key_path = dir.path().join("store.key");
         let key = Key::load_or_create(&key_path).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
         let st = stop.clone();
+        let at = dir.path().to_owned();
         let thread = std::thread::spawn(move || {
-            let region = Region::memory(mib << 20, Persist::detect()).unwrap();
-            let mover = Arc::new(Mover::start(&Config::default()).unwrap());
-            let store = Store::format(region, mover, Owner::current()).unwrap();
+            let store = make(&at);
             let opts = ServeOptions {
                 listen: "127.0.0.1:0".parse().unwrap(),
                 read_only: false,

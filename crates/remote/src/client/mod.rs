@@ -364,6 +364,12 @@ impl Client {
         .expect("infallible")
     }
 
+    /// Makes the whole served store durable: on a store file on a disk, every change that
+    /// returned to any client (`syncfs`; [`switchyard_store::Store::sync`] on the server).
+    pub fn sync(&self) -> Result<(), Errno> {
+        self.with(|i| i.done(&Request::Sync))
+    }
+
     /// Counters so far.
     pub fn stats(&self) -> ClientStats {
         self.with(|i| Ok(i.stats.clone())).expect("infallible")
@@ -452,7 +458,8 @@ impl Files for Client {
         })
     }
 
-    /// Makes the file durable (every returned write already is).
+    /// Makes the file durable: on a store file on a disk, every change that returned (the
+    /// server's [`switchyard_store::Store::fsync`]).
     fn fsync(&self, fd: Fd) -> Result<(), Errno> {
         self.with(|i| {
             let ino = i.fds.get(&fd.0).ok_or(Errno::EBADF)?.ino;

@@ -16,7 +16,7 @@ mod request;
 mod wire;
 
 /// The protocol's version: a client and a server must agree on it.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Longest byte string a message may carry (names, link targets, data of the in-message data
 /// path): larger requests are cut by the client.
@@ -149,11 +149,14 @@ pub enum Request {
         /// Inode.
         ino: u64,
     },
-    /// Makes `ino` durable (every returned change already is).
+    /// Makes `ino` durable: on a store file on a disk, every change that returned
+    /// ([`switchyard_store::Store::fsync`]).
     Fsync {
         /// Inode.
         ino: u64,
     },
+    /// Makes the whole store durable (`syncfs`, `sync`; [`switchyard_store::Store::sync`]).
+    Sync,
     /// Space and inode counts.
     Statfs,
     /// Where `[off, off + len)` of file `ino` lies, for one-sided reads.

@@ -71,6 +71,7 @@ impl Request {
             Request::Unlock { .. } => 31,
             Request::Attach { .. } => 32,
             Request::Pull { .. } => 33,
+            Request::Sync => 34,
         }
     }
 
@@ -143,7 +144,7 @@ impl Request {
                     .opt_u64(opt_i64(set.atime))
                     .opt_u64(opt_i64(set.mtime));
             }
-            Request::Statfs | Request::Counters => {}
+            Request::Statfs | Request::Counters | Request::Sync => {}
             Request::Map { ino, off, len }
             | Request::Read { ino, off, len }
             | Request::Prepare { ino, off, len } => {
@@ -273,6 +274,7 @@ impl Request {
             12 => Request::Close { ino: r.u64()? },
             13 => Request::Fsync { ino: r.u64()? },
             14 => Request::Statfs,
+            34 => Request::Sync,
             15..=17 => {
                 let (ino, off, len) = (r.u64()?, r.u64()?, r.u64()?);
                 match kind {

@@ -180,6 +180,7 @@ fn request() -> impl Strategy<Value = Request> {
                 }
             }),
         Just(Request::Statfs),
+        Just(Request::Sync),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(ino, off, len)| Request::Map {
             ino,
             off,
