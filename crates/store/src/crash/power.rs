@@ -58,7 +58,7 @@ impl Default for PowerOptions {
             seed: 7,
             sequences: 200,
             sequence_len: 10,
-            images_per_point: 24,
+            images_per_point: 32,
             inject_anchor_first: false,
             max_violations: 10,
         }

@@ -88,8 +88,6 @@ pub(crate) struct Writeback {
     /// Region offset of the journal block (the anchor's place).
     anchor_at: u64,
     ring: Mutex<Ring>,
-    /// Signalled when a sync frees ring space.
-    space: Condvar,
     /// One sync at a time.
     syncing: Mutex<()>,
     /// Records below this sequence number are durable.
@@ -146,7 +144,6 @@ impl Writeback {
                 pending: VecDeque::new(),
                 words: HashMap::new(),
             }),
-            space: Condvar::new(),
             syncing: Mutex::new(()),
             durable: AtomicU64::new(0),
             policy: Mutex::new(SyncPolicy::default()),
@@ -179,17 +176,15 @@ impl Writeback {
         }
         let n = words.len() as u64;
         let mut r = self.ring.lock();
-        // A record may go where one the disk's anchor no longer needs was.
+        // A record may go where one the disk's anchor no longer needs was: two syncs that
+        // apply everything free the ring (the second's anchor moves past what the first
+        // applied).
         while r.next + n - r.anchor.applied > r.anchor.capacity() {
             drop(r);
-            if self.sync().is_err() {
+            if self.sync_now().is_err() {
                 return;
             }
             r = self.ring.lock();
-            if r.next + n - r.anchor.applied > r.anchor.capacity() {
-                // The sync before applied what this one needs: one more frees it.
-                self.space.wait_for(&mut r, Duration::from_millis(1));
-            }
         }
         for (i, &(off, value)) in words.iter().enumerate() {
             let seq = r.next;
@@ -221,6 +216,18 @@ impl Writeback {
         self.sync_through(end)
     }
 
+    /// One sync now that applies every durable record to the table, whatever is durable
+    /// already (to free the ring).
+    fn sync_now(&self) -> Result<(), Errno> {
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(Errno::EIO);
+        }
+        let _one = self.syncing.lock();
+        self.sync_locked(true).inspect_err(|_| {
+            self.failed.store(true, Ordering::Relaxed);
+        })
+    }
+
     /// Makes the commits below record `end` durable: returns once a sync that began after
     /// they were appended has completed (the caller's own, or one it waited for).
     fn sync_through(&self, end: u64) -> Result<(), Errno> {
@@ -234,13 +241,16 @@ impl Writeback {
         if self.durable.load(Ordering::Acquire) >= end {
             return Ok(());
         }
-        self.sync_locked().inspect_err(|_| {
+        self.sync_locked(false).inspect_err(|_| {
             self.failed.store(true, Ordering::Relaxed);
         })
     }
 
     /// One sync (the caller holds `syncing`).
-    fn sync_locked(&self) -> Result<(), Errno> {
+    /// `apply_all`: apply every durable record to the table (else only once a quarter of the
+    /// ring waits: each page of the table written in place is one more page the next sync
+    /// writes back).
+    fn sync_locked(&self, apply_all: bool) -> Result<(), Errno> {
         let io = |_| Errno::EIO;
         // 1. The ring's end, and the blocks freed by the commits before it.
         let (end, applied, freed) = {
@@ -283,11 +293,13 @@ impl Writeback {
         }
         self.durable.store(end, Ordering::Release);
         // 4. The durable records go into the table (durable at the next sync, replayed from
-        // the ring until then), and their freed blocks back to the allocator.
+        // the ring until then) once enough wait, and their freed blocks back to the
+        // allocator.
         {
             let mut r = self.ring.lock();
             r.anchor = anchor;
-            while let Some(&(seq, off, value)) = r.pending.front() {
+            let due = apply_all || r.pending.len() as u64 > r.anchor.capacity() / 4;
+            while let Some(&(seq, off, value)) = r.pending.front().filter(|_| due) {
                 if seq >= end {
                     break;
                 }
@@ -296,13 +308,12 @@ impl Writeback {
                 if r.words.get(&off).is_some_and(|w| w.0 == seq) {
                     r.words.remove(&off);
                 }
+                r.applied = seq + 1;
             }
-            r.applied = end;
         }
         self.pm.fence();
         self.alloc.release_deferred(freed);
         self.syncs.fetch_add(1, Ordering::Relaxed);
-        self.space.notify_all();
         Ok(())
     }
 
@@ -341,7 +352,7 @@ impl Writeback {
     /// Clears the anchor once everything is applied in place and durable (a clean unmount),
     /// and gives the ring's blocks back: the store needs no ring on its disk any more.
     fn retire(&self) -> Result<(), Errno> {
-        self.sync()?;
+        self.sync_now()?;
         // The words that sync applied in place reach the disk before the ring goes.
         self.pm.barrier().map_err(|_| Errno::EIO)?;
         self.pm.write(self.anchor_at, &[0u8; 64]);
