@@ -72,7 +72,9 @@ fi
 command -v pkg-config >/dev/null || need="$need pkg-config"
 compgen -G '/usr/lib/llvm-*/lib/libclang.so' >/dev/null || need="$need libclang-dev"
 tools="fio:fio fusermount3:fuse3 sshfs:sshfs /usr/sbin/sshd:openssh-server"
-[ "$with_tests" -eq 1 ] && tools="$tools sqlite3:sqlite3 git:git tar:tar chromium:chromium stress-ng:stress-ng"
+# xfsprogs: the power-cut test (crates/cli/tests/powercut_loop.rs) keeps its disk on XFS, whose
+# reflinks clone it atomically.
+[ "$with_tests" -eq 1 ] && tools="$tools sqlite3:sqlite3 git:git tar:tar chromium:chromium stress-ng:stress-ng /usr/sbin/mkfs.xfs:xfsprogs"
 for tool in $tools; do
   command -v "${tool%%:*}" >/dev/null || need="$need ${tool#*:}"
 done
