@@ -606,15 +606,8 @@ pub unsafe extern "C" fn sy_fsync(s: *const sy_store, fd: i32) -> i32 {
 /// `s` is a live store or null.
 #[no_mangle]
 pub unsafe extern "C" fn sy_sync(s: *const sy_store) -> i32 {
-    status(|| {
-        // SAFETY: the caller's promise, forwarded.
-        let open = unsafe { handle(s, "store") }?.files.open("store")?;
-        match &*open {
-            Backend::Local(fs) => fs.sync()?,
-            Backend::Remote(c) => c.sync()?,
-        }
-        Ok(())
-    })
+    // SAFETY: the caller's promise, forwarded.
+    status(|| Ok(unsafe { store(s) }?.sync()?))
 }
 
 /// Sets an open file's size.

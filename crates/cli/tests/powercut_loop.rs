@@ -29,8 +29,8 @@
 //! through (same boot, same device and inode) takes the crash of its owner for what happened
 //! and keeps what never reached the disk, which a reattached clone must not fake.
 //!
-//! `SWITCHYARD_POWERCUTS` sets the number of instants (default 60), `SWITCHYARD_POWERCUT_SECS`
-//! how long the workload runs (default 20 s), `SWITCHYARD_POWERCUT_SEED` the seed (printed);
+//! `SWITCHYARD_POWERCUTS` sets the number of instants (default 50), `SWITCHYARD_POWERCUT_SECS`
+//! how long the workload runs (default 12 s), `SWITCHYARD_POWERCUT_SEED` the seed (printed);
 //! with `SWITCHYARD_POWERCUT_KEEP=DIR` the store file of each failing image is kept there, as
 //! the power cut left it (`cutNNN.store`, sparse), for `switchyard fsck` and a mount to see.
 //! Needs root, `/dev/fuse`, loop devices and the kernel's XFS or btrfs with its mkfs
@@ -67,8 +67,8 @@ fn fsynced_files_survive_power_cuts_at_random_instants() {
             return;
         }
     };
-    let cuts = knob("SWITCHYARD_POWERCUTS", 60) as usize;
-    let secs = knob("SWITCHYARD_POWERCUT_SECS", 20).max(1);
+    let cuts = knob("SWITCHYARD_POWERCUTS", 50) as usize;
+    let secs = knob("SWITCHYARD_POWERCUT_SECS", 12).max(1);
     let seed = knob("SWITCHYARD_POWERCUT_SEED", clock_seed()) | 1;
     println!(
         "seed {seed} (SWITCHYARD_POWERCUT_SEED), {cuts} power cuts in {secs} s of workload, \

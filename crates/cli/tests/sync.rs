@@ -52,26 +52,10 @@ fn disk_dir() -> Option<tempfile::TempDir> {
     Some(d)
 }
 
-/// Kilobytes of process `pid`'s mappings of `file` that are dirty (`Shared_Dirty` +
-/// `Private_Dirty`: a page of a shared mapping that only this process maps counts as
-/// private). Fails if `pid` does not map `file`.
+/// Kilobytes of process `pid`'s mappings of `file` that are dirty.
 fn dirty_kb(pid: u32, file: &Path) -> u64 {
-    let file = std::fs::canonicalize(file).unwrap();
-    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
-    let (mut inside, mut mapped, mut kb) = (false, false, 0);
-    for line in smaps.lines() {
-        let mut words = line.split_whitespace();
-        let first = words.next().unwrap_or("");
-        if first.contains('-') && !first.ends_with(':') {
-            // A mapping's header: range, permissions, offset, device, inode, path.
-            inside = words.nth(4).map(Path::new) == Some(file.as_path());
-            mapped |= inside;
-        } else if inside && (first == "Shared_Dirty:" || first == "Private_Dirty:") {
-            kb += words.next().unwrap().parse::<u64>().unwrap();
-        }
-    }
-    assert!(mapped, "process {pid} does not map {}", file.display());
-    kb
+    switchyard_media::region::dirty_kb(pid, file)
+        .unwrap_or_else(|| panic!("process {pid} does not map {}", file.display()))
 }
 
 /// `dd` with `args`, which must succeed.

@@ -642,6 +642,27 @@ impl Syncer {
     }
 }
 
+/// Kilobytes of process `pid`'s mappings of `file` whose pages are dirty (smaps'
+/// `Shared_Dirty` + `Private_Dirty`): on a [`Granularity::Page`] region, what a power cut
+/// would take now. `None` when `pid` maps no such file or its smaps cannot be read.
+pub fn dirty_kb(pid: u32, file: &Path) -> Option<u64> {
+    let file = std::fs::canonicalize(file).ok()?;
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).ok()?;
+    let (mut inside, mut mapped, mut kb) = (false, false, 0);
+    for line in smaps.lines() {
+        let mut words = line.split_whitespace();
+        let first = words.next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            // A mapping's header: range, permissions, offset, device, inode, path.
+            inside = words.nth(4).map(Path::new) == Some(file.as_path());
+            mapped |= inside;
+        } else if inside && (first == "Shared_Dirty:" || first == "Private_Dirty:") {
+            kb += words.next()?.parse::<u64>().ok()?;
+        }
+    }
+    mapped.then_some(kb)
+}
+
 /// Whether `file` lives on a file system that keeps everything in memory (tmpfs, ramfs).
 fn in_memory_fs(file: &File) -> bool {
     // SAFETY: statfs is plain data; fstatfs fills it.
@@ -814,6 +835,23 @@ mod tests {
         );
         drop(r);
         Region::open(&path, 0, Persist::detect()).expect("free once the owner is gone");
+    }
+
+    #[test]
+    fn dirty_pages_are_counted_until_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r");
+        let mut r = Region::create(&path, 4 * MIN_REGION, Persist::detect()).unwrap();
+        let me = std::process::id();
+        r.sync().unwrap();
+        r.write(0, &vec![1u8; 1 << 20], CopyMode::Durable).unwrap();
+        let dirty = dirty_kb(me, &path).expect("mapped");
+        r.sync().unwrap();
+        let after = dirty_kb(me, &path).expect("mapped");
+        if r.granularity() == Granularity::Page {
+            assert!(dirty >= 1024 && after < 64, "{dirty} kB, then {after} kB");
+        }
+        assert_eq!(dirty_kb(me, &dir.path().join("other")), None);
     }
 
     #[test]

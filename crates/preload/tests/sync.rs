@@ -31,23 +31,9 @@ fn in_memory(dir: &Path) -> bool {
     matches!(st.f_type as i64, 0x0102_1994 | 0x8584_58f6)
 }
 
-/// Kilobytes of this process's mappings of `file` that are dirty (`Shared_Dirty` +
-/// `Private_Dirty`).
+/// Kilobytes of this process's mappings of `file` that are dirty.
 fn dirty_kb(file: &Path) -> u64 {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let (mut inside, mut mapped, mut kb) = (false, false, 0);
-    for line in smaps.lines() {
-        let mut words = line.split_whitespace();
-        let first = words.next().unwrap_or("");
-        if first.contains('-') && !first.ends_with(':') {
-            inside = words.nth(4).map(Path::new) == Some(file);
-            mapped |= inside;
-        } else if inside && (first == "Shared_Dirty:" || first == "Private_Dirty:") {
-            kb += words.next().unwrap().parse::<u64>().unwrap();
-        }
-    }
-    assert!(mapped, "{} is not mapped", file.display());
-    kb
+    switchyard_media::region::dirty_kb(std::process::id(), file).expect("the store is mapped")
 }
 
 /// A 512 MiB store (sparse) in the file `s.store` of the served directory, syncing on its own

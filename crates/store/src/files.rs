@@ -41,8 +41,11 @@ files! {
     fn pwrite(&self, fd: Fd, data: &[u8], off: u64) -> Result<usize, Errno>;
     /// Moves the descriptor's offset.
     fn lseek(&self, fd: Fd, off: i64, whence: Whence) -> Result<u64, Errno>;
-    /// Makes the file durable.
+    /// Makes the file durable (on a store file on a disk: every change that returned, as
+    /// [`Fs::sync`]).
     fn fsync(&self, fd: Fd) -> Result<(), Errno>;
+    /// Makes every change to the store that returned durable (`syncfs`).
+    fn sync(&self) -> Result<(), Errno>;
     /// Attributes of the open file.
     fn fstat(&self, fd: Fd) -> Result<Attr, Errno>;
     /// Sets the open file's size.

@@ -467,6 +467,12 @@ impl Files for Client {
         })
     }
 
+    /// Makes the whole served store durable (the server's
+    /// [`switchyard_store::Store::sync`]).
+    fn sync(&self) -> Result<(), Errno> {
+        Client::sync(self)
+    }
+
     /// Attributes of the open file.
     fn fstat(&self, fd: Fd) -> Result<Attr, Errno> {
         self.with(|i| {

@@ -93,6 +93,8 @@ pub(crate) struct Writeback {
     /// Records below this sequence number are durable.
     durable: AtomicU64,
     policy: Mutex<SyncPolicy>,
+    /// Whether `policy` is [`SyncPolicy::Always`] (what every commit asks).
+    always: AtomicBool,
     /// Wakes the background writer early (a filling ring, a new policy, the unmount).
     wake: (Mutex<bool>, Condvar),
     stop: AtomicBool,
@@ -147,6 +149,7 @@ impl Writeback {
             syncing: Mutex::new(()),
             durable: AtomicU64::new(0),
             policy: Mutex::new(SyncPolicy::default()),
+            always: AtomicBool::new(false),
             wake: (Mutex::new(false), Condvar::new()),
             stop: AtomicBool::new(false),
             failed: AtomicBool::new(false),
@@ -198,7 +201,7 @@ impl Writeback {
         }
         let (end, half) = (r.next, r.next - r.anchor.applied > r.anchor.capacity() / 2);
         drop(r);
-        if *self.policy.lock() == SyncPolicy::Always {
+        if self.always.load(Ordering::Relaxed) {
             let _ = self.sync_through(end);
         } else if half {
             self.kick();
@@ -253,17 +256,14 @@ impl Writeback {
     fn sync_locked(&self, apply_all: bool) -> Result<(), Errno> {
         let io = |_| Errno::EIO;
         // 1. The ring's end, and the blocks freed by the commits before it.
-        let (end, applied, freed) = {
+        let (end, anchor, freed) = {
             let r = self.ring.lock();
-            (r.next, r.applied, self.alloc.take_deferred())
-        };
-        let anchor = {
-            let r = self.ring.lock();
-            Anchor {
-                applied,
-                durable: end,
+            let anchor = Anchor {
+                applied: r.applied,
+                durable: r.next,
                 ..r.anchor
-            }
+            };
+            (r.next, anchor, self.alloc.take_deferred())
         };
         #[cfg(feature = "testing")]
         let anchor_first = self.anchor_first.load(Ordering::Relaxed);
@@ -421,6 +421,8 @@ impl Store {
     pub fn set_sync_policy(&self, policy: SyncPolicy) -> Result<(), Error> {
         if let Some(w) = &self.writer {
             *w.wb.policy.lock() = policy;
+            w.wb.always
+                .store(policy == SyncPolicy::Always, Ordering::Relaxed);
             w.wb.kick();
             if policy == SyncPolicy::Always {
                 return self.sync();
