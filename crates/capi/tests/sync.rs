@@ -32,7 +32,7 @@ fn in_memory(dir: &Path) -> bool {
 
 /// Kilobytes of this process's mappings of `file` that are dirty.
 fn dirty_kb(file: &Path) -> u64 {
-    switchyard_media::region::dirty_kb(std::process::id(), file).expect("the store is mapped")
+    switchyard_media::dirty_kb(std::process::id(), file).expect("the store is mapped")
 }
 
 /// A new 256 MiB store at `path` with the configuration `toml`.

@@ -54,7 +54,7 @@ fn disk_dir() -> Option<tempfile::TempDir> {
 
 /// Kilobytes of process `pid`'s mappings of `file` that are dirty.
 fn dirty_kb(pid: u32, file: &Path) -> u64 {
-    switchyard_media::region::dirty_kb(pid, file)
+    switchyard_media::dirty_kb(pid, file)
         .unwrap_or_else(|| panic!("process {pid} does not map {}", file.display()))
 }
 

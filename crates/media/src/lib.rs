@@ -25,6 +25,7 @@
 
 #![warn(missing_docs)]
 
+mod durability;
 mod error;
 pub mod kernels;
 mod owner;
@@ -33,7 +34,8 @@ pub mod private;
 pub mod region;
 pub mod trace;
 
+pub use durability::{dirty_kb, Granularity, Syncer};
 pub use error::MediaError;
 pub use kernels::{CopyMode, Simd};
 pub use persist::{FlushKind, Persist, CACHE_LINE};
-pub use region::{Granularity, Region, RegionKind, Syncer, MIN_REGION};
+pub use region::{Region, RegionKind, MIN_REGION};

@@ -33,7 +33,7 @@ fn in_memory(dir: &Path) -> bool {
 
 /// Kilobytes of this process's mappings of `file` that are dirty.
 fn dirty_kb(file: &Path) -> u64 {
-    switchyard_media::region::dirty_kb(std::process::id(), file).expect("the store is mapped")
+    switchyard_media::dirty_kb(std::process::id(), file).expect("the store is mapped")
 }
 
 /// A 512 MiB store (sparse) in the file `s.store` of the served directory, syncing on its own

@@ -1260,22 +1260,41 @@ fn a_full_store_still_takes_metadata_changes() {
     assert!(s.statfs().free_blocks > 4000);
 }
 
+/// A 16 MiB store in `dir` that syncs only when asked (or when its ring fills), if `dir` is on
+/// a disk file system (page granularity); `None`, said, elsewhere.
+fn page_store(dir: &tempfile::TempDir) -> Option<Fs> {
+    let fs = fresh(dir, 16 << 20);
+    if fs.store().granularity() != switchyard_media::Granularity::Page {
+        eprintln!("skipped: the temporary directory is not on a disk file system");
+        return None;
+    }
+    let hour = std::time::Duration::from_secs(3600);
+    fs.store()
+        .set_sync_policy(switchyard_store::SyncPolicy::Interval(hour))
+        .unwrap();
+    Some(fs)
+}
+
+/// `image` in another file of `dir`, mounted: a mount there takes it for a power cut's image
+/// (another page cache). Returns the file and the mounted store.
+fn mount_elsewhere(dir: &tempfile::TempDir, image: &[u8]) -> (std::path::PathBuf, Fs) {
+    let copy = dir.path().join("copy");
+    std::fs::write(&copy, image).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let region = Region::open(&copy, 0, Persist::detect()).unwrap();
+    (copy, Fs::new(Store::mount(region, mover()).unwrap()))
+}
+
 /// A store file on a disk file system has page granularity: what the last sync made durable
 /// is what an image taken elsewhere (as a power cut leaves it: another page cache) holds,
 /// while an image read through this page cache holds every commit.
 #[test]
 fn an_image_elsewhere_holds_the_last_sync_and_this_page_cache_holds_everything() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = fresh(&dir, 16 << 20);
-    if fs.store().granularity() != switchyard_media::Granularity::Page {
-        eprintln!("skipped: the temporary directory is not on a disk file system");
+    let Some(fs) = page_store(&dir) else {
         return;
-    }
-    fs.store()
-        .set_sync_policy(switchyard_store::SyncPolicy::Interval(
-            std::time::Duration::from_secs(3600),
-        ))
-        .unwrap();
+    };
     let put = |p: &str, data: &[u8], sync: bool| {
         let fd = fs.open(p, OpenFlags::CREATE, 0o644).unwrap();
         fs.write(fd, data).unwrap();
@@ -1291,12 +1310,7 @@ fn an_image_elsewhere_holds_the_last_sync_and_this_page_cache_holds_everything()
     let live = image(&dir);
     assert!(switchyard_store::fsck::check(&live).healthy());
     // The same bytes in another file: a mount there takes them for a power cut's image.
-    let copy = dir.path().join("copy");
-    std::fs::write(&copy, &live).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let region = Region::open(&copy, 0, Persist::detect()).unwrap();
-    let cut = Fs::new(Store::mount(region, mover()).unwrap());
+    let (copy, cut) = mount_elsewhere(&dir, &live);
     assert_eq!(cut.read_all("/synced").unwrap(), b"durable");
     assert!(
         cut.read_all("/later").is_err(),
@@ -1316,16 +1330,9 @@ fn an_image_elsewhere_holds_the_last_sync_and_this_page_cache_holds_everything()
 #[test]
 fn the_commit_ring_wraps_without_losing_a_commit() {
     let dir = tempfile::tempdir().unwrap();
-    let fs = fresh(&dir, 16 << 20);
-    if fs.store().granularity() != switchyard_media::Granularity::Page {
-        eprintln!("skipped: the temporary directory is not on a disk file system");
+    let Some(fs) = page_store(&dir) else {
         return;
-    }
-    fs.store()
-        .set_sync_policy(switchyard_store::SyncPolicy::Interval(
-            std::time::Duration::from_secs(3600),
-        ))
-        .unwrap();
+    };
     let s = fs.store();
     let (f, _) = s.create(1, b"f", 0o644, Owner::current()).unwrap();
     for i in 0..40_000u32 {
@@ -1342,12 +1349,7 @@ fn the_commit_ring_wraps_without_losing_a_commit() {
     assert!(s.syncs() >= 4, "the ring asked for syncs: {}", s.syncs());
     let live = image(&dir);
     assert!(switchyard_store::fsck::check(&live).healthy());
-    let copy = dir.path().join("copy");
-    std::fs::write(&copy, &live).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let region = Region::open(&copy, 0, Persist::detect()).unwrap();
-    let cut = Fs::new(Store::mount(region, mover()).unwrap());
+    let (copy, cut) = mount_elsewhere(&dir, &live);
     assert!(cut.stat("/n0").is_ok(), "synced long before the cut");
     cut.unmount().unwrap();
     assert!(switchyard_store::fsck::check(&std::fs::read(&copy).unwrap()).healthy());
