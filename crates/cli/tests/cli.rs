@@ -661,6 +661,37 @@ fn apps_bench_runs_every_application_in_every_mode_and_the_fxmark_curves() {
     assert_no_scratch(dir.path(), "bench-apps");
 }
 
+#[test]
+fn apps_bench_runs_each_application_quiet_and_beside_a_cpu_hog() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sy(dir.path())
+        .args(["bench", "apps", "--json", "--rounds", "1", "--data", "8M"])
+        .args(["--apps", "grep", "--fxmark", "--hog", "--dir"])
+        .arg(dir.path())
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let lines = json_lines(out);
+    // One application × two loads × three modes, then the summary.
+    assert_eq!(lines.len(), 6 + 1);
+    for (i, r) in lines[..6].iter().enumerate() {
+        assert_eq!(r["load"], ["quiet", "hog"][i / 3], "{r}");
+        assert_eq!(r["mode"], ["sync", "async", "async-wait"][i % 3]);
+    }
+    let cmp = lines[6]["apps"].as_array().unwrap();
+    let loads: Vec<_> = cmp.iter().map(|c| c["load"].as_str().unwrap()).collect();
+    assert_eq!(loads, ["quiet", "hog"]);
+    // The hog is gone with the run.
+    let hogs = std::process::Command::new("pgrep")
+        .args(["-f", "while :; do :; done"])
+        .output()
+        .unwrap();
+    assert!(hogs.stdout.is_empty(), "a CPU hog outlived the benchmark");
+    assert_no_scratch(dir.path(), "bench-apps");
+}
+
 /// Makes a file written by the test owner-only, as Switchyard requires of a region file.
 fn private(path: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;

@@ -7,12 +7,36 @@
 
 use std::sync::atomic::Ordering;
 
+use switchyard_engine::clock;
+
 use crate::adapt::{Band, Explore};
+use crate::bandwidth::bin;
+use crate::beside;
 use crate::config::Policy;
 use crate::counters::Counter;
 use crate::hints::{Direction, Hints};
 use crate::qos::Class;
 use crate::Mover;
+
+/// How much longer than the CPU the engine may take over an asynchronous copy when the
+/// caller's runtime has other tasks to run meanwhile: the core computes while the engine
+/// copies, so a somewhat slower engine still finishes the work sooner.
+const OVERLAP_ALLOWANCE: f64 = 2.0;
+
+/// How often an asynchronous copy kept off a slower engine goes to it anyway, ns.
+pub(crate) const ENGINE_PROBE_NS: u64 = 50_000_000;
+
+/// What the decision needs to know of an engine part in flight (to take it back).
+pub(crate) struct Part<'a> {
+    /// The request's hints.
+    pub hints: &'a Hints,
+    /// Its channel.
+    pub channel: usize,
+    /// Its bytes.
+    pub len: usize,
+    /// When it was submitted ([`clock::now_ns`]).
+    pub submitted_ns: u64,
+}
 
 /// Which path a request takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +85,15 @@ pub enum Reason {
     ReadAdmission,
     /// The engine refused the batch (its queue full, or the channel suspended).
     QueueFull,
+    /// An asynchronous request the engine, as measured now, would finish later than the CPU
+    /// (later than twice the CPU's time when the caller has other tasks to run meanwhile).
+    EngineSlow,
+    /// A latency tenant's synchronous engine copy no worker had started by the time the CPU
+    /// would have finished it: the caller took it back.
+    TakenBack,
+    /// A split's engine share the engine had not started when the CPU finished its own: the
+    /// CPU took it back.
+    Reclaimed,
     /// A split whose engine share the estimates put under one page.
     NoEngineShare,
     /// At or above its threshold, and nothing stood in the way: engine or split.
@@ -80,6 +113,9 @@ impl Reason {
             Reason::LatencyQueue => Counter::fallback_latency,
             Reason::ReadAdmission => Counter::fallback_queue_depth,
             Reason::QueueFull => Counter::fallback_queue_full,
+            Reason::EngineSlow => Counter::fallback_engine_slow,
+            Reason::TakenBack => Counter::taken_back,
+            Reason::Reclaimed => Counter::reclaimed,
             Reason::NoEngineShare => Counter::no_engine_share,
         })
     }
@@ -170,17 +206,25 @@ impl Mover {
     ///    asynchronous submitter (`sync` false) does not wait: it counts towards M but is
     ///    admitted by the channel's queue depth instead ([`Mover::submit_recorded`]: EasyIO
     ///    §4.4 for reads), so that tasks on one core keep several copies in flight;
-    /// 6. latency-critical and the round-robin channel has queued work → CPU;
-    /// 7. an asynchronous read bound for the engine goes to a channel with fewer than 2
+    /// 6. an asynchronous request that the engine, as measured right now (its start-up delay
+    ///    and its rate for the size), would finish later than the CPU copies it → CPU: a task
+    ///    that waits on a slower engine runs slower than it would copying. When the caller's
+    ///    runtime has other tasks to run meanwhile ([`crate::beside`]) the engine may take up
+    ///    to twice the CPU's time (the core computes while it copies). One such request in
+    ///    50 ms goes to the engine anyway, so the estimates see it recover;
+    /// 7. latency-critical and the round-robin channel has queued work → CPU;
+    /// 8. an asynchronous read bound for the engine goes to a channel with fewer than 2
     ///    batches queued, or to the CPU when there is none (EasyIO's admission);
-    /// 8. synchronous copies at or above `split_min_bytes` → split in proportion to the
+    /// 9. synchronous copies at or above `split_min_bytes` → split in proportion to the
     ///    bandwidths in effect (§5.3; see [`crate::adapt`]). Fastmove splits reads only; with
     ///    a spare core, splitting durable writes pays too (two cores write more than one;
     ///    `docs/scheduler.md` has the figures), and so does a DRAM-to-DRAM copy (a program's
     ///    large `memcpy` through the memcpy preload: 2.1× at 1 MiB here). Otherwise → engine.
     ///
-    /// After the decision, only the engine can still send a request to the CPU, by refusing
-    /// its batch ([`Reason::QueueFull`]).
+    /// After the decision, a request reaches the CPU only through this module too: the
+    /// engine refusing its batch ([`Reason::QueueFull`], `refused`), or the caller taking back
+    /// an engine part no worker has started ([`Reason::TakenBack`] at the deadline
+    /// `take_back_at` gives, [`Reason::Reclaimed`] for a split's share; `taken_back`).
     #[inline]
     pub fn decide(
         &self,
@@ -251,11 +295,7 @@ impl Mover {
 
     /// The engine refused the batch of `d`: its slot goes back and the CPU copies, counted.
     pub(crate) fn refused(&self, d: &Decision) -> Decision {
-        self.release(d);
-        Decision {
-            head: d.head,
-            ..self.cpu(Reason::QueueFull)
-        }
+        self.taken_back(d, Reason::QueueFull)
     }
 
     /// A CPU decision for `reason`, counted.
@@ -350,7 +390,83 @@ impl Mover {
         {
             return self.cpu(Reason::BusyCores);
         }
+        if !sync && self.engine_slower(len - head, hints.direction) {
+            return self.cpu(Reason::EngineSlow);
+        }
         self.claim_engine(len - head, head, hints, sync)
+    }
+
+    /// Whether the engine, as the live estimates measure it now (its start-up delay — a
+    /// starved helper thread's shows there first — plus `len` bytes at its rate for the
+    /// size), would finish an asynchronous copy later than the CPU would, allowing twice the
+    /// CPU's time when the caller's runtime has other tasks to run meanwhile. False for one
+    /// request every [`ENGINE_PROBE_NS`] (counted as explored): the estimates only move with
+    /// copies the engine finishes, so a path never taken could never be found faster again.
+    fn engine_slower(&self, len: usize, dir: Direction) -> bool {
+        let e = self.bandwidth.of(dir);
+        let b = bin(len);
+        let cpu_ns = len as f64 / e.cpu[b].get();
+        let engine_ns = e.startup_ns.get() + len as f64 / e.engine[b].get();
+        let allowance = if beside::tasks_beside() > 0 {
+            OVERLAP_ALLOWANCE
+        } else {
+            1.0
+        };
+        if engine_ns <= cpu_ns * allowance {
+            return false;
+        }
+        let now = clock::now_ns();
+        let due = self.next_engine_probe_ns.load(Ordering::Relaxed);
+        if now >= due
+            && self
+                .next_engine_probe_ns
+                .compare_exchange(
+                    due,
+                    now + ENGINE_PROBE_NS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            self.counters.add(Counter::explored, 1);
+            return false;
+        }
+        true
+    }
+
+    /// When a synchronous caller waiting on engine part `f` takes it back if no worker has
+    /// started it ([`Reason::TakenBack`]): for a latency tenant, once the CPU would have
+    /// finished it (its bin's CPU estimate after submission) — at once if the caller runs on
+    /// the core the channel's worker is pinned to, where waiting cannot let the worker start.
+    /// `None`: wait for the engine (a bulk copy stays on its throttled channel; an unmanaged
+    /// one leaves the choice to the thresholds and the split).
+    pub(crate) fn take_back_at(&self, f: &Part) -> Option<u64> {
+        if !matches!(self.class(f.hints), Class::Latency(_)) {
+            return None;
+        }
+        if self.on_worker_cpu(f.channel) {
+            return Some(0);
+        }
+        let cpu = self.bandwidth.of(f.hints.direction).cpu[bin(f.len)].get();
+        Some(f.submitted_ns + (f.len as f64 / cpu.max(0.1)) as u64)
+    }
+
+    /// The decision after the caller cancelled engine part `d` before a worker started it
+    /// (`reason`: [`Reason::TakenBack`] or [`Reason::Reclaimed`]): its slot goes back and the
+    /// CPU copies it, counted.
+    pub(crate) fn taken_back(&self, d: &Decision, reason: Reason) -> Decision {
+        self.release(d);
+        Decision {
+            head: d.head,
+            ..self.cpu(reason)
+        }
+    }
+
+    /// Whether the calling thread runs on the CPU `channel`'s worker is pinned to.
+    pub(crate) fn on_worker_cpu(&self, channel: usize) -> bool {
+        self.engine
+            .worker_cpu(channel)
+            .is_some_and(|w| switchyard_engine::cpus::current() == Some(w))
     }
 
     /// A bulk tenant's offloaded copy (module `qos`): the engine alone, on its class's

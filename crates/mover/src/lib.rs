@@ -14,6 +14,7 @@
 
 pub mod adapt;
 pub mod bandwidth;
+pub mod beside;
 pub mod config;
 pub mod counters;
 mod decide;
@@ -26,7 +27,7 @@ pub mod qos;
 mod transfer;
 pub mod tune;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
@@ -102,6 +103,9 @@ pub struct Mover {
     /// Synchronous bulk (at or above the smallest threshold) copies in progress, the deciding
     /// caller included.
     pub(crate) active_bulk: CachePadded<AtomicUsize>,
+    /// When the next asynchronous copy the estimates keep off a slower engine goes to it
+    /// anyway, to measure it again (ns, [`switchyard_engine::clock`]).
+    pub(crate) next_engine_probe_ns: CachePadded<AtomicU64>,
     /// Live estimates from copies that ran alone (CPU copies outside splits, engine-only
     /// requests), as `tune` measured the profile: the thresholds adapt on these.
     pub(crate) bandwidth: Bandwidth,
@@ -179,6 +183,7 @@ impl Mover {
                 .saturating_sub(info.channels)
                 .max(1),
             active_bulk: CachePadded::new(AtomicUsize::new(0)),
+            next_engine_probe_ns: CachePadded::new(AtomicU64::new(0)),
             bandwidth,
             split_bandwidth,
             counters: Default::default(),

@@ -11,7 +11,7 @@ use crate::adapt::{Arm, Explore};
 use crate::bandwidth::{bin, sample_cpu_copy, Bandwidth, MIN_SAMPLED};
 use crate::config::Policy;
 use crate::counters::Counter;
-use crate::decide::{Decision, Path, Reason, SyncDecision};
+use crate::decide::{Decision, Part, Path, Reason, SyncDecision};
 use crate::hints::{Direction, Hints};
 use crate::qos::Class;
 use crate::{plan, Mover};
@@ -199,44 +199,33 @@ impl Mover {
         report
     }
 
-    /// A latency tenant's synchronous engine copy that no worker has started by the time the
-    /// CPU would have copied it (its bin's CPU estimate) is cancelled, to be copied by the
-    /// caller: `true` then (the decision released). On a virtual machine a parked worker
+    /// Takes back a synchronous engine part no worker has started by the deadline the
+    /// decision gives ([`Mover::take_back_at`]): `true` then (the slot released, counted as
+    /// [`Reason::TakenBack`]), and the caller copies it. On a virtual machine a parked worker
     /// wakes 50 µs to milliseconds late, and a caller that waits on the core its channel's
     /// worker is pinned to keeps that worker from starting at all; once the CPU would have
-    /// finished, waiting on can only be slower. Other classes wait as before: a bulk copy
-    /// must stay on its throttled channel, and an unmanaged one leaves the choice to the
-    /// thresholds and the split.
+    /// finished, waiting on can only be slower.
     fn take_back(&self, f: &InFlight) -> bool {
-        if !matches!(self.class(&f.hints), Class::Latency(_)) {
+        let part = Part {
+            hints: &f.hints,
+            channel: f.channel,
+            len: f.len,
+            submitted_ns: f.submitted_ns,
+        };
+        let Some(until) = self.take_back_at(&part) else {
             return false;
-        }
-        let cpu = self.bandwidth.of(f.hints.direction).cpu[bin(f.len)].get();
-        // On the worker's own core, polling cannot let it start: take it back at once.
-        let until = if self.on_worker_cpu(f.channel) {
-            0
-        } else {
-            f.submitted_ns + (f.len as f64 / cpu.max(0.1)) as u64
         };
         while !f.ticket.started() {
             if clock::now_ns() >= until {
                 if !f.ticket.try_cancel() {
                     return false;
                 }
-                self.counters.add(Counter::taken_back, 1);
-                self.release(&f.decision);
+                self.taken_back(&f.decision, Reason::TakenBack);
                 return true;
             }
             std::hint::spin_loop();
         }
         false
-    }
-
-    /// Whether the calling thread runs on the CPU `channel`'s worker is pinned to.
-    fn on_worker_cpu(&self, channel: usize) -> bool {
-        self.engine
-            .worker_cpu(channel)
-            .is_some_and(|w| switchyard_engine::cpus::current() == Some(w))
     }
 
     /// Carries out a split decision: the engine copies its share of the `body` first while
@@ -283,8 +272,7 @@ impl Mover {
         if let Some(f) = started {
             if f.ticket.try_cancel() {
                 // The engine had not started its share: do it here rather than wait.
-                self.counters.add(Counter::reclaimed, 1);
-                self.release(&f.decision);
+                self.taken_back(&f.decision, Reason::Reclaimed);
                 // SAFETY: the cancelled batch will never touch the buffers (completion
                 // rule 2), so the engine part is ours again.
                 unsafe { self.cpu_copy(d, s, engine_bytes, hints) };

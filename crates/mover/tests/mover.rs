@@ -113,6 +113,9 @@ fn decisions_follow_the_rules() {
     let m = mover(Policy::Auto, FaultPlan::default(), |c| {
         c.mover.concurrency_limit = 1
     });
+    // The asynchronous requests below come from a caller with other tasks to run (else the
+    // engine's start-up delay on the neutral estimates would keep them on the CPU).
+    switchyard_mover::beside::set_tasks_beside(1);
     let (buf, base) = aligned(8 << 20);
     let p = buf[base..].as_ptr();
     let at = |o: usize| p.wrapping_add(o);
@@ -200,7 +203,9 @@ fn every_decision_names_its_reason_and_counts_it() {
     let bulk = m.decide(at(0), at(4 << 20), 1 << 20, &r, true);
     assert_eq!(bulk.reason, Reason::Offload, "{bulk:?}");
     m.release(&bulk);
-    // Asynchronous reads queue on the slow engine until admission turns one away.
+    // Asynchronous reads queue on the slow engine until admission turns one away (their
+    // caller has other tasks to run, so an engine no faster than the CPU still takes them).
+    switchyard_mover::beside::set_tasks_beside(1);
     let n = 256 << 10;
     let src = vec![7u8; n];
     let mut dsts: Vec<Vec<u8>> = (0..16).map(|_| vec![0u8; n]).collect();
@@ -222,6 +227,65 @@ fn every_decision_names_its_reason_and_counts_it() {
     assert!(turned_away > 0, "no read was turned away");
     assert_eq!(st.fallback_queue_depth, turned_away);
     assert_eq!((st.below_threshold, st.misaligned_writes), (1, 1));
+}
+
+/// An asynchronous copy goes to an engine that would finish it later than the CPU only when
+/// the caller's runtime has other tasks to run meanwhile; otherwise the CPU copies it (a
+/// task waiting on a slower engine runs slower than copying), bar one probe per interval
+/// that keeps the estimates live.
+#[test]
+fn a_slower_engine_keeps_async_copies_on_the_cpu_when_no_other_task_can_run() {
+    use switchyard_mover::beside::set_tasks_beside;
+    let n = 256 << 10;
+    let (buf, base) = aligned(2 * n);
+    let p = buf[base..].as_ptr();
+    let r = Hints::read();
+    // Before any sample the engine's estimate is the CPU's rate plus a start-up delay: slower.
+    let m = mover(Policy::Auto, FaultPlan::default(), |_| {});
+    set_tasks_beside(1);
+    let d = m.decide(p, p.wrapping_add(n), n, &r, false);
+    assert_eq!(d.reason, Reason::Offload, "{d:?}");
+    m.release(&d);
+    set_tasks_beside(0);
+    let probe = m.decide(p, p.wrapping_add(n), n, &r, false);
+    assert_eq!(
+        probe.reason,
+        Reason::Offload,
+        "the first is a probe: {probe:?}"
+    );
+    m.release(&probe);
+    let d = m.decide(p, p.wrapping_add(n), n, &r, false);
+    assert_eq!((d.path, d.reason), (Path::Cpu, Reason::EngineSlow));
+    let s = m.stats();
+    assert_eq!((s.explored, s.fallback_engine_slow), (1, 1), "{s:?}");
+    // End to end, an engine whose batches start 2 ms late and reads small enough that the
+    // start-up decides: once a probe has measured it, a lone caller's asynchronous reads are
+    // copied by its CPU, byte for byte.
+    let n = 16 << 10;
+    let m = mover(
+        Policy::Auto,
+        FaultPlan {
+            delay: std::time::Duration::from_millis(2),
+            ..FaultPlan::default()
+        },
+        |c| c.mover.thresholds.from_slow = Locality::uniform(n, n),
+    );
+    let src = data(n, 3);
+    let mut dst = vec![0u8; n];
+    for _ in 0..20 {
+        // SAFETY: both buffers outlive the transfer, waited for at once.
+        let t = unsafe { m.submit(dst.as_mut_ptr(), src.as_ptr(), n, r) };
+        t.wait();
+        assert_eq!(dst, src);
+        dst.fill(0);
+    }
+    let s = m.stats();
+    assert_eq!(
+        s.engine_requests, s.explored,
+        "only probes reach the engine: {s:?}"
+    );
+    assert!(s.fallback_engine_slow >= 10, "{s:?}");
+    assert_eq!(s.fallback_engine_slow + s.engine_requests, 20, "{s:?}");
 }
 
 #[test]

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use switchyard_engine::{clock, Probe};
 use switchyard_media::Persist;
+use switchyard_mover::beside;
 use switchyard_mover::config::RuntimeConfig;
 
 type Task = Pin<Box<dyn Future<Output = ()>>>;
@@ -254,7 +255,10 @@ impl Executor {
         loop {
             if main_ready {
                 main_ready = false;
-                if let Poll::Ready(v) = fut.as_mut().poll(&mut Context::from_waker(&main)) {
+                beside::set_tasks_beside(s.live());
+                let polled = fut.as_mut().poll(&mut Context::from_waker(&main));
+                beside::set_tasks_beside(0);
+                if let Poll::Ready(v) = polled {
                     return v;
                 }
                 s.check_io();
@@ -321,11 +325,21 @@ impl Shared {
             return false;
         };
         let waker = self.wakers.borrow()[id].clone();
-        match task.as_mut().poll(&mut Context::from_waker(&waker)) {
+        // The mover sends this task's copies to a slower engine only if the core has other
+        // tasks to run while it waits (`switchyard_mover::beside`).
+        beside::set_tasks_beside(self.live().saturating_sub(1));
+        let polled = task.as_mut().poll(&mut Context::from_waker(&waker));
+        beside::set_tasks_beside(0);
+        match polled {
             Poll::Ready(()) => self.free.borrow_mut().push(id),
             Poll::Pending => self.tasks.borrow_mut()[id] = Some(task),
         }
         true
+    }
+
+    /// Tasks spawned and not finished (the one running included; not the `block_on` future).
+    fn live(&self) -> usize {
+        self.tasks.borrow().len() - self.free.borrow().len() + self.spawned.borrow().len()
     }
 
     /// Wakes the tasks whose copies finished; returns how many.

@@ -11,6 +11,11 @@
 //! time spent inside store calls. Then FxMark's DWAL and DRBL as throughput-latency curves
 //! over 1..N workers (threads in sync, tasks in async).
 //!
+//! With `--hog` every application also runs with a process spinning on the engine's core
+//! the whole time (module `hog`), as another program would keep it busy: an asynchronous
+//! task must not run slower than the same work done synchronously, whatever else the
+//! machine is doing.
+//!
 //! Every operation checks its result (match counts, digests, search results, read-back
 //! contents) against what was computed in memory when the input was written.
 
@@ -21,6 +26,7 @@ mod fxmark;
 mod grep;
 mod harness;
 mod hash;
+mod hog;
 mod snappy;
 
 use std::path::{Path, PathBuf};
@@ -36,6 +42,7 @@ use switchyard_store::{Fs, Owner, Store};
 
 use self::fxmark::{FxMark, Workload};
 use self::harness::{App, Mode, Run};
+pub use self::hog::Load;
 use crate::measure::{emit, scratch_dir, Setup};
 use switchyard_options::size;
 
@@ -87,6 +94,10 @@ pub struct AppsArgs {
     /// One JSON object per line (one per application or curve point and mode, then a summary).
     #[arg(long)]
     json: bool,
+    /// Run every application twice, quiet and with a process spinning on the engine's core
+    /// (the last CPU) the whole time.
+    #[arg(long)]
+    hog: bool,
     /// Applications to run.
     #[arg(
         long,
@@ -142,6 +153,8 @@ pub struct AppsArgs {
 pub struct AppRecord {
     /// The application.
     pub app: AppName,
+    /// What else the machine ran meanwhile.
+    pub load: Load,
     /// `sync`, `async` or `async-wait`.
     pub mode: Mode,
     /// Threads (sync) or tasks (async).
@@ -202,6 +215,8 @@ pub enum Record {
 pub struct Comparison {
     /// The application.
     pub app: AppName,
+    /// What else the machine ran meanwhile.
+    pub load: Load,
     /// What one operation is.
     pub op: &'static str,
     /// Median over rounds of async ÷ sync throughput in the same round.
@@ -287,7 +302,12 @@ pub fn run(a: &AppsArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating a scratch directory in {}", dir.display()))?;
     let mover = Arc::new(Mover::start(&cfg)?);
     let max_workers = a.workers.iter().copied().max().unwrap_or(1);
-    let steps = (a.apps.len() * Mode::ALL.len()
+    let loads: &[Load] = if a.hog {
+        &[Load::Quiet, Load::Hog]
+    } else {
+        &[Load::Quiet]
+    };
+    let steps = (a.apps.len() * loads.len() * Mode::ALL.len()
         + a.fxmark.len() * a.blocks.len() * a.workers.len() * Mode::BOTH.len())
         * rounds;
     let bar = indicatif::ProgressBar::new(steps as u64);
@@ -315,6 +335,7 @@ pub fn run(a: &AppsArgs) -> anyhow::Result<()> {
             fs,
             tasks: a.tasks,
             rounds,
+            loads,
             bar: &bar,
         };
         let (runs, cmp) = match app {
@@ -326,7 +347,7 @@ pub fn run(a: &AppsArgs) -> anyhow::Result<()> {
         }
         .with_context(|| format!("running {}", app.name()))?;
         records.extend(runs.into_iter().map(Record::App));
-        comparisons.push(cmp);
+        comparisons.extend(cmp);
         setup.get_or_insert_with(|| Setup::now(&cfg, fs.store().region(), a.quick));
         store.close()?;
     }
@@ -392,14 +413,39 @@ struct Compare<'a> {
     fs: &'a Arc<Fs>,
     tasks: usize,
     rounds: usize,
+    loads: &'a [Load],
     bar: &'a indicatif::ProgressBar,
 }
 
 impl Compare<'_> {
-    /// Runs `app` in every mode for `rounds` rounds; each mode's medians, and the comparisons.
-    fn run<A: App>(&self, name: AppName, app: A) -> anyhow::Result<(Vec<AppRecord>, Comparison)> {
-        let (fs, tasks, rounds, bar) = (self.fs, self.tasks, self.rounds, self.bar);
+    /// Runs `app` under each load; each load's and mode's medians, and the comparisons.
+    fn run<A: App>(
+        &self,
+        name: AppName,
+        app: A,
+    ) -> anyhow::Result<(Vec<AppRecord>, Vec<Comparison>)> {
         let app = Arc::new(app);
+        let (mut records, mut comparisons) = (Vec::new(), Vec::new());
+        for &load in self.loads {
+            let _load = load.start()?;
+            let (runs, cmp) = self
+                .run_under(name, &app, load)
+                .with_context(|| format!("under load {}", load.name()))?;
+            records.extend(runs);
+            comparisons.push(cmp);
+        }
+        Ok((records, comparisons))
+    }
+
+    /// Runs `app` in every mode for `rounds` rounds under `load` (already started); each
+    /// mode's medians, and the comparison.
+    fn run_under<A: App>(
+        &self,
+        name: AppName,
+        app: &Arc<A>,
+        load: Load,
+    ) -> anyhow::Result<(Vec<AppRecord>, Comparison)> {
+        let (fs, tasks, rounds, bar) = (self.fs, self.tasks, self.rounds, self.bar);
         // One thread per application core in sync; `tasks` tasks on that core in async.
         let workers = |mode: Mode| match mode {
             Mode::Sync => 1,
@@ -409,11 +455,11 @@ impl Compare<'_> {
         // One untimed run of each mode first: the first touch of freshly allocated memory (the
         // workers' buffers, the allocator's arenas) is slow on a virtual machine.
         for mode in Mode::ALL {
-            harness::run(&app, fs, mode, workers(mode))?;
+            harness::run(app, fs, mode, workers(mode))?;
         }
         bar.set_message(name.name());
         let got = rotated(Mode::ALL.len(), rounds, |m| {
-            let r = harness::run(&app, fs, Mode::ALL[m], workers(Mode::ALL[m]));
+            let r = harness::run(app, fs, Mode::ALL[m], workers(Mode::ALL[m]));
             bar.inc(1);
             r
         })?;
@@ -423,6 +469,7 @@ impl Compare<'_> {
             let mode = Mode::ALL[m];
             records.push(AppRecord {
                 app: name,
+                load,
                 mode,
                 workers: workers(mode),
                 gib_s: med(|r| r.gib_s()),
@@ -447,6 +494,7 @@ impl Compare<'_> {
         };
         let cmp = Comparison {
             app: name,
+            load,
             op: name.op(),
             async_vs_sync: ratio(1, 0),
             waiting_vs_sync: ratio(2, 0),
@@ -483,13 +531,25 @@ fn print_tables(records: &[Record], s: &Summary) {
         .collect();
     if !apps.is_empty() {
         println!(
-            "{:<11} {:<10} {:>7} {:>9} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7}",
-            "app", "mode", "GiB/s", "ops/s", "p50", "p99", "CPU s/GiB", "I/O", "engine", "helped"
+            "{:<11} {:<5} {:<10} {:>7} {:>9} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7}",
+            "app",
+            "load",
+            "mode",
+            "GiB/s",
+            "ops/s",
+            "p50",
+            "p99",
+            "CPU s/GiB",
+            "I/O",
+            "engine",
+            "helped"
         );
         for r in &apps {
             println!(
-                "{:<11} {:<10} {:>7.2} {:>9.1} {:>8.0}µs {:>8.0}µs {:>8.3} {:>6} {:>6.0}% {:>6.0}%",
+                "{:<11} {:<5} {:<10} {:>7.2} {:>9.1} {:>8.0}µs {:>8.0}µs {:>8.3} {:>6} {:>6.0}% \
+                 {:>6.0}%",
                 r.app.name(),
+                r.load.name(),
                 r.mode.name(),
                 r.gib_s,
                 r.ops_s,
@@ -512,9 +572,10 @@ fn print_tables(records: &[Record], s: &Summary) {
         );
         for c in &s.apps {
             println!(
-                "  {:<11} {:>6.3} {:>6.3}   (sync spends {:.0}% of its time in store calls; one \
-                 operation: {})",
+                "  {:<11} {:<5} {:>6.3} {:>6.3}   (sync spends {:.0}% of its time in store calls; \
+                 one operation: {})",
                 c.app.name(),
+                c.load.name(),
                 c.async_vs_sync,
                 c.waiting_vs_sync,
                 100.0 * c.io_share,
