@@ -659,8 +659,15 @@ proptest! {
         m.swap_profile(Arc::new(profile_with(&cfg, 0, 0, 2, 1)), &cfg);
         let src = data(256 << 10, 1);
         let mut dst = vec![0u8; 256 << 10];
-        let r = m.copy(&mut dst, &src, Hints::read()).unwrap();
-        prop_assert_eq!(&dst, &src);
+        // (Once the epoch that counted the three copying threads as busy cores has passed.)
+        let t0 = std::time::Instant::now();
+        let r = loop {
+            let r = m.copy(&mut dst, &src, Hints::read()).unwrap();
+            prop_assert_eq!(&dst, &src);
+            if !matches!(r.path, Path::Cpu) || t0.elapsed().as_secs() >= 5 {
+                break r;
+            }
+        };
         prop_assert!(!matches!(r.path, Path::Cpu), "{:?}", r);
         let r = m.copy(&mut dst, &src, Hints { direction: Direction::ToSlow, durable: true, ..Hints::default() }).unwrap();
         prop_assert_eq!(r.cpu_bytes + r.engine_bytes, 256 << 10);
