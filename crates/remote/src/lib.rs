@@ -60,6 +60,7 @@ mod client;
 pub mod locks;
 pub mod proto;
 pub mod server;
+mod signals;
 
 pub use auth::Key;
 pub use client::{Client, ClientStats, DataPath, Pending};

@@ -77,6 +77,8 @@ impl Client {
         let io = io.get_or_insert_with(|| {
             let (jobs, rx) = mpsc::channel::<Job>();
             let inner = self.inner.clone();
+            // Inside a program, the I/O thread takes none of its signals.
+            let _signals = crate::signals::SignalsBlocked::new();
             let thread = std::thread::Builder::new()
                 .name("switchyard-client-io".into())
                 .spawn(move || {

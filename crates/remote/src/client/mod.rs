@@ -251,6 +251,8 @@ impl Client {
         write: bool,
         pulling: bool,
     ) -> Result<Client, ConnectError> {
+        // UCX starts its event thread with the node: inside a program, it takes no signal.
+        let _signals = crate::signals::SignalsBlocked::new();
         let fail = failing(addr);
         let (mut node, mut ctl, mut welcome) = greet(addr, key, write, Node::new)?;
         if !may_attach_memory_of(welcome.server_uid) {

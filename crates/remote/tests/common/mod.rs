@@ -46,7 +46,11 @@ pub fn start(read_only: bool) -> Running {
 
 /// [`start`] with the server's mover configured by `config`.
 pub fn start_with(read_only: bool, config: Config) -> Running {
-    let key = Key::random();
+    start_with_key(read_only, config, Key::random())
+}
+
+/// [`start_with`], proving `key`.
+pub fn start_with_key(read_only: bool, config: Config, key: Key) -> Running {
     let stats = Arc::new(ServerStats::default());
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
