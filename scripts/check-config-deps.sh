@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
 for crate in switchyard-capi switchyard-preload switchyard-preload-memcpy switchyard-config; do
-  found=$(cargo tree -p "$crate" -e normal --prefix none | grep -E '^(clap|anyhow) ' || true)
+  found=$(cargo tree -p "$crate" -e normal --prefix none | grep -E 'clap|anyhow' || true)
   if [ -n "$found" ]; then
     echo "$crate links a command-line dependency:" >&2
     echo "$found" | sort -u >&2
