@@ -8,6 +8,8 @@ use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use crate::Config;
 
 /// The file's top-level tables, one per section; any other name is an error that lists these.
+/// The mover's four are the fields of `switchyard_mover::Config`: a section added there must
+/// be added here, or the commented output's round trip (`commented::tests`) fails.
 #[derive(serde::Deserialize)]
 #[serde(field_identifier, rename_all = "lowercase")]
 enum Section {
