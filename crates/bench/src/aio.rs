@@ -17,7 +17,7 @@ use clap::Args;
 use serde::Serialize;
 use switchyard_media::Region;
 use switchyard_mover::lab::{median, rotated};
-use switchyard_mover::{Config, Mover, Policy};
+use switchyard_mover::{Mover, Policy};
 use switchyard_rt::Executor;
 use switchyard_store::{Fs, OpenFlags, Owner, Store, WriteOrder};
 
@@ -88,7 +88,7 @@ pub fn run(a: &AioArgs) -> anyhow::Result<()> {
     if let Some(&s) = a.sizes.iter().find(|&&s| s == 0 || s > 16 << 20) {
         anyhow::bail!("write size {s} must be between 1 byte and 16M");
     }
-    let mut cfg = Config::load_or_default(a.config.as_deref())?;
+    let mut cfg = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
     cfg.mover.policy = Policy::Engine;
     let dir = scratch_dir(&a.dir);
     let work = tempfile::Builder::new()

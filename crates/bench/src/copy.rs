@@ -277,7 +277,7 @@ fn percentile(sorted: &[u32], q: f64) -> f64 {
 
 /// Runs the benchmark.
 pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
-    let cfg = a.mover.load_config()?;
+    let cfg = a.mover.load_config()?.mover;
     if a.allow_exposed_store {
         switchyard_options::allow_exposed();
     }

@@ -27,7 +27,7 @@ pub struct DecideArgs {
 
 /// Runs the microbenchmark.
 pub fn run(a: &DecideArgs) -> anyhow::Result<()> {
-    let m = Mover::start(&a.mover.load_config()?)?;
+    let m = Mover::start(&a.mover.load_config()?.mover)?;
     let buf = vec![0u8; (8 << 20) + 64];
     let base = buf.as_ptr().wrapping_add(buf.as_ptr().align_offset(64));
     let (lo, hi) = (base, base.wrapping_add(4 << 20));

@@ -57,7 +57,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use switchyard_media::{Granularity, Region};
 use switchyard_mover::lab::{median, rotated};
-use switchyard_mover::{Config, Mover};
+use switchyard_mover::Mover;
 use switchyard_store::{Owner, Store, SyncPolicy};
 
 use crate::measure::{emit, file_system_of, Setup};
@@ -266,11 +266,12 @@ pub fn run(a: &SyncBenchArgs) -> anyhow::Result<()> {
     };
     let (native, mnt_store, mnt_always) = (sub("native")?, sub("mnt-store")?, sub("mnt-always")?);
 
-    let cfg = Config::load_or_default(a.config.as_deref())?;
+    let file = switchyard_config::Config::load_or_default(a.config.as_deref())?;
+    let cfg = file.mover;
     let mover = Arc::new(Mover::start(&cfg)?);
     let fuse_cfg = switchyard_fuse::FuseConfig {
-        workers: a.workers.unwrap_or(cfg.fuse.workers),
-        ..cfg.fuse.clone()
+        workers: a.workers.unwrap_or(file.fuse.workers),
+        ..file.fuse
     };
     let new_store = |name: &str, policy: SyncPolicy| -> anyhow::Result<Arc<Store>> {
         let path = work.path().join(name);
@@ -292,7 +293,7 @@ pub fn run(a: &SyncBenchArgs) -> anyhow::Result<()> {
             .map_err(|e| anyhow!("setting the sync policy of {}: {e}", path.display()))?;
         Ok(Arc::new(store))
     };
-    let every = a.sync_interval_ms.unwrap_or(cfg.store.sync_interval_ms);
+    let every = a.sync_interval_ms.unwrap_or(file.store.sync_interval_ms);
     if every == 0 {
         bail!("--sync-interval-ms must be at least 1");
     }

@@ -211,7 +211,7 @@ pub fn run(a: &FsArgs) -> anyhow::Result<()> {
     if fio.is_none() && !a.no_fio {
         eprintln!("note: fio not found; the baselines are skipped (install fio, or pass --no-fio)");
     }
-    let cfg = Config::load_or_default(a.config.as_deref())?;
+    let cfg = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
     let mover = Arc::new(Mover::start(&cfg)?);
     let max_t = *threads.iter().max().expect("threads");
     // Data files, append files, and room for copy-on-write and logs.

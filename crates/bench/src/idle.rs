@@ -23,7 +23,7 @@ pub struct IdleArgs {
 
 /// Runs the measurement.
 pub fn run(a: &IdleArgs) -> anyhow::Result<()> {
-    let mut cfg: Config = a.mover.load_config()?;
+    let mut cfg: Config = a.mover.load_config()?.mover;
     cfg.mover.policy = Policy::Engine;
     let m = Mover::start(&cfg)?;
     let src = vec![3u8; 1 << 20];

@@ -379,7 +379,8 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
         .prefix("switchyard-bench-meta.")
         .tempdir_in(scratch_dir(&a.dir))
         .context("making the scratch directory")?;
-    let cfg = Config::load_or_default(a.config.as_deref())?;
+    let file = switchyard_config::Config::load_or_default(a.config.as_deref())?;
+    let cfg = file.mover;
     let mover = Arc::new(Mover::start(&cfg)?);
     // An inode slot per 16 KiB of region: room for every file with a quarter to spare (and
     // so for its log page and the directories' logs).
@@ -397,7 +398,7 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
     let mount = switchyard_fuse::mount(
         format("mount.region")?,
         &mnt,
-        &cfg.fuse,
+        &file.fuse,
         switchyard_fuse::Access::Owner,
     )
     .with_context(|| format!("mounting on {}", mnt.display()))?;

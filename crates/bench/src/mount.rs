@@ -29,7 +29,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use serde::Serialize;
 use switchyard_media::Region;
-use switchyard_mover::{Config, Mover};
+use switchyard_mover::Mover;
 use switchyard_store::{Owner, Store};
 
 use crate::fio;
@@ -156,7 +156,7 @@ pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
         sub("mnt-pass")?,
     );
 
-    let cfg = Config::load_or_default(a.config.as_deref())?;
+    let cfg = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
     let mover = Arc::new(Mover::start(&cfg)?);
     // The files, a copy-on-write copy of each, and room for logs.
     let region_len = (2 * jobs as u64 * file_size + (256 << 20)).next_multiple_of(2 << 20);

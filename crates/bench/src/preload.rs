@@ -20,7 +20,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use serde::Serialize;
 use switchyard_media::Region;
-use switchyard_mover::{Config, Mover};
+use switchyard_mover::Mover;
 use switchyard_options::size;
 use switchyard_remote::{Key, ServeOptions, ServerStats};
 use switchyard_store::{Owner, Store};
@@ -153,7 +153,7 @@ pub fn run(a: &PreloadBenchArgs) -> anyhow::Result<()> {
     std::fs::create_dir(&tmpfs)?;
     std::fs::create_dir(&mnt)?;
 
-    let cfg = Config::load_or_default(a.config.as_deref())?;
+    let cfg = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
     let mover = Arc::new(Mover::start(&cfg)?);
     let region_len = (2 * file_size + (256 << 20)).next_multiple_of(2 << 20);
     let region_path = work.path().join("store.region");

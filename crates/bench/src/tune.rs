@@ -180,7 +180,7 @@ pub fn describe(p: &Profile) -> String {
 
 /// Runs `switchyard tune`.
 pub fn run(a: &TuneArgs) -> anyhow::Result<()> {
-    let config = Config::load_or_default(a.config.as_deref())?;
+    let config = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
     let (profile, m, media) = tune_to(&config, &a.dir, &a.out, a.quick)?;
     if a.json {
         println!(

@@ -22,7 +22,6 @@ use std::time::Instant;
 use clap::Args;
 use serde::Serialize;
 use switchyard_mover::profile::{Profile, NEVER};
-use switchyard_mover::Config;
 
 use crate::tune::{scratch_in, threshold, tune_on};
 
@@ -166,7 +165,7 @@ impl Comparison {
 
 /// Runs `switchyard bench tunes`.
 pub fn run(a: &TunesArgs) -> anyhow::Result<()> {
-    let config = Config::load_or_default(a.config.as_deref())?;
+    let config = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
     if let Some(k) = &a.keep {
         std::fs::create_dir_all(k)?;
     }

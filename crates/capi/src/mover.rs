@@ -137,9 +137,10 @@ pub unsafe extern "C" fn sy_mover_new(config_path: *const c_char, out: *mut *mut
                 text(config_path, "config_path")
             }?))
         };
-        let config = switchyard_options::config_with_profile(path.as_deref(), None, false)
-            .map_err(|e| Failure::new(libc::EINVAL, format!("{e:#}")))?;
-        let mover = Mover::start(&config).map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
+        let config = switchyard_config::Config::load_with_profile(path.as_deref(), None, false)
+            .map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
+        let mover =
+            Mover::start(&config.mover).map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
         let m = Box::new(sy_mover {
             open: Shell::new(Open {
                 mover,

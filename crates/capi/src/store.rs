@@ -227,9 +227,10 @@ pub unsafe extern "C" fn sy_store_open(
     status(|| {
         // SAFETY: the caller's promises, forwarded.
         let (path, cfg) = unsafe { local(store_path, config_path, out) }?;
-        let mover = Mover::start(&cfg).map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
-        let region =
-            Region::open(path, MIN_REGION, cfg.persist()).map_err(|e| mount_failure(e.into()))?;
+        let mover =
+            Mover::start(&cfg.mover).map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
+        let region = Region::open(path, MIN_REGION, cfg.mover.persist())
+            .map_err(|e| mount_failure(e.into()))?;
         let store = Store::mount(region, Arc::new(mover)).map_err(mount_failure)?;
         store
             .set_sync_policy(sync_policy(&cfg.store))
@@ -257,8 +258,9 @@ pub unsafe extern "C" fn sy_store_create(
         if std::path::Path::new(path).exists() {
             return Err(Failure::new(libc::EEXIST, format!("{path} exists")));
         }
-        let mover = Mover::start(&cfg).map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
-        let region = Region::create(path, size, cfg.persist())
+        let mover =
+            Mover::start(&cfg.mover).map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
+        let region = Region::create(path, size, cfg.mover.persist())
             .map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
         let store =
             Store::format(region, Arc::new(mover), Owner::current()).map_err(mount_failure)?;
@@ -271,7 +273,7 @@ pub unsafe extern "C" fn sy_store_create(
 
 /// When a local store on a disk file writes what returned to its disk: `store.sync` and
 /// `store.sync_interval_ms` of the configuration.
-fn sync_policy(c: &switchyard_mover::config::StoreConfig) -> SyncPolicy {
+fn sync_policy(c: &switchyard_store::StoreConfig) -> SyncPolicy {
     c.sync_every()
         .map_or(SyncPolicy::Always, SyncPolicy::Interval)
 }
@@ -284,7 +286,7 @@ unsafe fn local<'a>(
     store_path: *const c_char,
     config_path: *const c_char,
     out: *mut *mut sy_store,
-) -> Result<(&'a str, switchyard_mover::Config), Failure> {
+) -> Result<(&'a str, switchyard_config::Config), Failure> {
     if out.is_null() {
         return Err(Failure::new(libc::EFAULT, "out is null"));
     }
@@ -298,8 +300,8 @@ unsafe fn local<'a>(
             text(config_path, "config_path")
         }?))
     };
-    let cfg = switchyard_options::config_with_profile(config.as_deref(), None, false)
-        .map_err(|e| Failure::new(libc::EINVAL, format!("{e:#}")))?;
+    let cfg = switchyard_config::Config::load_with_profile(config.as_deref(), None, false)
+        .map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
     Ok((path, cfg))
 }
 

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Args;
-use switchyard_mover::config::{Config, Sources};
+use switchyard_config::{Config, Sources};
 use switchyard_options::MoverArgs;
 
 /// `config` options.
@@ -29,7 +29,7 @@ pub fn run(a: &ConfigArgs) -> anyhow::Result<()> {
         Some(t) => t.clone().try_into()?,
         None => Config::default(),
     };
-    if now.applied_profile.is_none() {
+    if now.mover.applied_profile.is_none() {
         before_profile = now.clone();
     }
     println!(
@@ -41,8 +41,8 @@ pub fn run(a: &ConfigArgs) -> anyhow::Result<()> {
             .as_ref()
             .map(|p| format!(", then {}", p.display()))
             .unwrap_or_default(),
-        match &now.applied_profile {
-            Some(_) => format!(", then the engine profile {}", now.mover.profile),
+        match &now.mover.applied_profile {
+            Some(_) => format!(", then the engine profile {}", now.mover.mover.profile),
             None => String::new(),
         }
     );

@@ -8,9 +8,8 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use switchyard_mover::config::{StoreConfig, SyncMode};
 use switchyard_mover::Config;
-use switchyard_store::SyncPolicy;
+use switchyard_store::{StoreConfig, SyncMode, SyncPolicy};
 
 use crate::store_cmd::{self, MkfsArgs, StoreArgs};
 use switchyard_bench::tune;
@@ -489,14 +488,18 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
     } else if profile.exists() {
         // Loading checks that it was measured here; the mount loads it again.
         let cfg = common.load_config()?;
-        let p = cfg.applied_profile.as_ref().expect("a profile was applied");
+        let p = cfg
+            .mover
+            .applied_profile
+            .as_ref()
+            .expect("a profile was applied");
         println!(
             "engine profile: {}, {}",
             profile.display(),
             tune::describe(p)
         );
     } else {
-        let cfg = Config::load_or_default(common.config.as_deref())?;
+        let cfg = switchyard_config::Config::load_or_default(common.config.as_deref())?.mover;
         let dir =
             a.at.store
                 .parent()

@@ -118,7 +118,7 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
     }
     let cfg = a.at.mover.load_config()?;
     cfg.validate()?;
-    let p = cfg.persist();
+    let p = cfg.mover.persist();
     let path = match &a.region {
         Some(r) => switchyard_options::counters::path(r),
         None => a.at.stats_path(),
@@ -163,14 +163,14 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
     );
     println!(
         "engine: {} with {} channel(s); policy {:?}",
-        cfg.engine.kind,
-        cfg.engine.effective_channels(),
-        cfg.mover.policy
+        cfg.mover.engine.kind,
+        cfg.mover.engine.effective_channels(),
+        cfg.mover.mover.policy
     );
-    match &cfg.applied_profile {
+    match &cfg.mover.applied_profile {
         Some(prof) => println!(
             "engine profile: {}, {}",
-            cfg.mover.profile,
+            cfg.mover.mover.profile,
             switchyard_bench::tune::describe(prof)
         ),
         None => println!(

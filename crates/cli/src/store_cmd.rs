@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use switchyard_config::Config;
 use switchyard_media::{Granularity, Region, MIN_REGION};
-use switchyard_mover::config::StoreConfig;
-use switchyard_mover::{Config, Mover};
+use switchyard_mover::Mover;
 use switchyard_options::counters::Durability;
-use switchyard_store::{fsck, Files, Fs, OpenFlags, Owner, Store, SyncPolicy};
+use switchyard_store::{fsck, Files, Fs, OpenFlags, Owner, Store, StoreConfig, SyncPolicy};
 
 use crate::serve_cmd::Remote;
 
@@ -48,7 +48,10 @@ impl StorePath {
     /// Opens the store with `cfg`'s mover and sync policy (`[store]`): recovery runs if it
     /// was not unmounted cleanly.
     pub fn open_with(&self, cfg: &Config) -> anyhow::Result<Store> {
-        let store = Store::mount(self.region(cfg.persist())?, Arc::new(Mover::start(cfg)?))?;
+        let store = Store::mount(
+            self.region(cfg.mover.persist())?,
+            Arc::new(Mover::start(&cfg.mover)?),
+        )?;
         store
             .set_sync_policy(sync_policy(&cfg.store))
             .context("store.sync")?;
@@ -157,8 +160,12 @@ pub fn mkfs(a: &MkfsArgs) -> anyhow::Result<()> {
     if a.at.allow_exposed_store {
         switchyard_options::allow_exposed();
     }
-    let region = Region::create(&a.at.store, a.size, cfg.persist())?;
-    let store = Store::format(region, Arc::new(Mover::start(&cfg)?), Owner::current())?;
+    let region = Region::create(&a.at.store, a.size, cfg.mover.persist())?;
+    let store = Store::format(
+        region,
+        Arc::new(Mover::start(&cfg.mover)?),
+        Owner::current(),
+    )?;
     let s = store.statfs();
     println!(
         "formatted {}: {} of data space ({} blocks of {}), {} inodes",

@@ -36,6 +36,7 @@
 //! `switchyard bench mount` compares the store's mount with.
 
 #![warn(missing_docs)]
+mod config;
 mod inode_fs;
 mod passthrough;
 
@@ -49,7 +50,7 @@ pub use passthrough::Passthrough;
 
 pub use inode_fs::InodeFs;
 
-pub use switchyard_mover::config::FuseConfig;
+pub use config::FuseConfig;
 
 /// What the file systems tell the kernel, from `[fuse]`.
 #[derive(Debug, Clone, Copy)]

@@ -9,6 +9,10 @@
 //! Decisions run at the caller, with atomics only (no central thread). Durable requests end
 //! flushed and fenced on whichever path ran. Partial engine completions are finished on the CPU
 //! and counted.
+//!
+//! Its configuration is its own: [`Config`] holds the sections `[engine]`, `[media]`,
+//! `[mover]` and `[qos]` of the configuration file, with their defaults and checks
+//! ([`mod@config`]); the top level reads the file and hands them over.
 
 #![warn(missing_docs)]
 

@@ -1,5 +1,5 @@
-//! What every `switchyard` command shares: the mover's options and how they become a
-//! [`Config`] (configuration file, engine profile), byte sizes as the command line writes
+//! What every `switchyard` command shares: the options that choose the configuration file and
+//! the engine profile, read into a [`Config`] by `switchyard_config`, byte sizes as the command line writes
 //! them ([`size`]), and the counters file `switchyard stat` reads ([`counters`]). The product
 //! commands (`crates/cli`) and the benchmarks (`crates/bench`) both take these, so they live
 //! below both.
@@ -12,16 +12,15 @@ pub mod size;
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use switchyard_mover::Config;
+use switchyard_config::Config;
 
-/// Where the engine profile lives unless told otherwise: the working directory, next to the
-/// store.
-pub const DEFAULT_PROFILE: &str = "switchyard.profile.toml";
+pub use switchyard_config::DEFAULT_PROFILE;
 
 /// The mover's options, for every command that moves data.
 #[derive(Args, Clone)]
 pub struct MoverArgs {
-    /// Configuration file (TOML; every knob is documented in `switchyard-mover`'s config).
+    /// Configuration file (TOML; every key is documented by the layer that owns it, and
+    /// `switchyard config` prints them all).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Engine profile from `switchyard tune` [default: ./switchyard.profile.toml, if it
@@ -57,20 +56,12 @@ pub fn allow_exposed() {
     switchyard_media::private::allow_exposed(true);
 }
 
-/// The configuration file (or the defaults) with an engine profile applied: `profile` if
-/// given, else ./switchyard.profile.toml if it exists and the configuration names none; none
-/// with `no_profile`.
+/// The configuration file (or the defaults) with an engine profile applied
+/// ([`Config::load_with_profile`]).
 pub fn config_with_profile(
     config: Option<&Path>,
     profile: Option<&Path>,
     no_profile: bool,
 ) -> anyhow::Result<Config> {
-    let cfg = Config::load_or_default(config)?;
-    let default = PathBuf::from(DEFAULT_PROFILE);
-    Ok(match profile {
-        _ if no_profile => cfg,
-        Some(p) => cfg.with_profile(p)?,
-        None if cfg.applied_profile.is_none() && default.exists() => cfg.with_profile(&default)?,
-        None => cfg,
-    })
+    Ok(Config::load_with_profile(config, profile, no_profile)?)
 }

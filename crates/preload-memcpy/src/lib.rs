@@ -7,9 +7,9 @@
 //! ```
 //!
 //! Environment: `SWITCHYARD_MEMCPY_MIN` (bytes, default 65536): smaller copies go straight to
-//! libc; `SWITCHYARD_CONFIG`: the mover's configuration file (default: the built-in
-//! configuration, with `./switchyard.profile.toml` if present); `SWITCHYARD_MEMCPY_STATS=1`:
-//! counters on stderr at exit.
+//! libc; `SWITCHYARD_CONFIG`: the configuration file, of which it uses the mover's sections
+//! (default: the built-in configuration, with `./switchyard.profile.toml` if present);
+//! `SWITCHYARD_MEMCPY_STATS=1`: counters on stderr at exit.
 //!
 //! What keeps an arbitrary program safe:
 //!
@@ -209,9 +209,9 @@ fn mover() -> Option<&'static Mover> {
         return None;
     }
     let config = std::env::var_os("SWITCHYARD_CONFIG").map(std::path::PathBuf::from);
-    let started = switchyard_options::config_with_profile(config.as_deref(), None, false)
+    let started = switchyard_config::Config::load_with_profile(config.as_deref(), None, false)
         .ok()
-        .and_then(|c| Mover::start(&c).ok());
+        .and_then(|c| Mover::start(&c.mover).ok());
     match started {
         Some(m) => {
             let _ = MOVER.set(m);

@@ -67,6 +67,41 @@ fn every_copy_is_right_in_threads_and_a_forked_child() {
     assert!(counted(&out.stderr, 1) > 1 << 28, "{err}");
 }
 
+/// `SWITCHYARD_CONFIG` names the stack's configuration file: the library takes the mover's
+/// sections from it and accepts every other layer's; a file that fails its checks turns the
+/// library off (every copy to libc) instead of failing the program.
+#[test]
+fn the_configuration_file_is_the_whole_stacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("copies");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/copies.c");
+    let ok = Command::new("cc")
+        .args(["-O2", "-fno-builtin", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let run = |toml: &str| {
+        let config = dir.path().join("switchyard.toml");
+        std::fs::write(&config, toml).unwrap();
+        let out = preloaded(
+            Command::new(&exe)
+                .current_dir(dir.path())
+                .env("SWITCHYARD_CONFIG", &config),
+        );
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{toml}: {err}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("copies ok"));
+        moved(&out.stderr)
+    };
+    let whole = "[mover]\npolicy = \"engine\"\n[runtime]\nspin_us = 10\n\
+                 [store]\nsync = \"always\"\n[fuse]\nworkers = 2\n";
+    assert!(run(whole) > 1 << 30);
+    assert_eq!(run("[fuse]\nmax_io = 1\n"), 0);
+}
+
 #[test]
 fn unmodified_programs_give_the_same_output() {
     let dir = tempfile::tempdir().unwrap();

@@ -13,7 +13,8 @@ use std::time::Duration;
 use switchyard_engine::{clock, Probe};
 use switchyard_media::Persist;
 use switchyard_mover::beside;
-use switchyard_mover::config::RuntimeConfig;
+
+use crate::config::RuntimeConfig;
 
 type Task = Pin<Box<dyn Future<Output = ()>>>;
 

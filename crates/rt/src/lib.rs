@@ -33,8 +33,10 @@
 
 #![warn(missing_docs)]
 
+pub mod config;
 mod executor;
 mod io;
 
+pub use config::RuntimeConfig;
 pub use executor::{spawn, Executor, JoinHandle};
 pub use io::{copy, wake_when_finished, Copy};

@@ -21,6 +21,7 @@ pub mod acl;
 pub mod aio;
 pub mod alloc;
 pub mod changes;
+pub mod config;
 #[cfg(feature = "testing")]
 pub mod crash;
 pub mod error;
@@ -41,6 +42,7 @@ mod table;
 pub mod xattr;
 
 pub use aio::{IoBuf, ReadFuture, WriteFuture, WriteOrder};
+pub use config::{StoreConfig, SyncMode};
 pub use error::{Corruption, Errno, Error, MountError, Object, Op};
 pub use fallocate::Falloc;
 pub use files::Files;

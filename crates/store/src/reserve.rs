@@ -28,7 +28,7 @@ use crate::store::Store;
 /// The reserved share a mount starts with, in percent of the data zone: the configuration's
 /// default `store.reserved_percent` (ext4's 5%).
 pub fn default_reserved_percent() -> u32 {
-    switchyard_mover::config::StoreConfig::default().reserved_percent
+    crate::config::StoreConfig::default().reserved_percent
 }
 
 thread_local!(static UNPRIVILEGED: Cell<bool> = const { Cell::new(false) });

@@ -276,7 +276,12 @@ impl AppStore {
 }
 
 fn load_config(a: &AppsArgs) -> anyhow::Result<Config> {
-    switchyard_options::config_with_profile(a.config.as_deref(), a.profile.as_deref(), a.no_profile)
+    Ok(switchyard_options::config_with_profile(
+        a.config.as_deref(),
+        a.profile.as_deref(),
+        a.no_profile,
+    )?
+    .mover)
 }
 
 /// Runs the benchmark.

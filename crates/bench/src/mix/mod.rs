@@ -268,7 +268,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
             "no workload named {n:?} (the workloads: bulk, mixed, tpcc, fileserver, graph)"
         );
     }
-    let base = Config::load_or_default(a.config.as_deref())?;
+    let base = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
     let dir = scratch_dir(&a.dir);
     let profile_path = a
         .profile

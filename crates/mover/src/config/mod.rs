@@ -1,6 +1,9 @@
-//! Every knob of the stack, with its default, in one type with a section per layer. Loaded
-//! from TOML; `switchyard config` prints the configuration in effect with each key's
-//! documentation (these fields') and where its value came from ([`Config::to_commented_toml`]).
+//! The mover's sections of the configuration file — the copy engine, the persistence
+//! primitives, the scheduler and the tenants — with their defaults and their checks. The other
+//! layers own theirs (`[runtime]` in `switchyard_rt`, `[store]` in `switchyard_store`, `[fuse]`
+//! in `switchyard_fuse`); the top level (`switchyard_config`) reads the file, hands each layer
+//! its sections, and prints the whole with each key's documentation (these fields') and where
+//! its value came from (`switchyard config`).
 //!
 //! ```toml
 //! [engine]
@@ -57,21 +60,6 @@
 //! bulk_sample_every = 4      # one in this many bulk CPU copies is timed
 //! bulk_bytes = 262144        # from this size a CPU copy is bulk
 //!
-//! [runtime]                  # the async runtime's executor, with copies outstanding:
-//! spin_us = 100              # spins this long past a copy's expected completion,
-//! wake_early_us = 20         # wakes this long before it from a timed sleep,
-//! max_park_us = 1000         # and parks at most this long
-//!
-//! [store]
-//! reserved_percent = 5       # share only root and the owner may fill (ext4's reserve)
-//! sync = "interval"          # interval | always: when a store file on a disk reaches it
-//! sync_interval_ms = 5000    # the periodic sync of `interval` (ext4 commits every 5 s)
-//!
-//! [fuse]
-//! workers = 0                # request threads; 0 = one per core, at least 2
-//! attr_ttl_ms = 1000         # how long the kernel caches attributes and names
-//! max_io = 1048576           # largest read or write request the kernel sends
-//!
 //! [qos]                      # tenants and the channel manager (see `qos`); none by default
 //! bulk_channels = 1          # channels the bulk tenants share
 //! latency_channels = 1       # channels for latency tenants and unclassed requests (1-4)
@@ -98,20 +86,19 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use switchyard_engine::ThreadsConfig;
 use switchyard_media::{FlushKind, Persist};
 
 use crate::profile::{Profile, ProfileError};
 
-mod commented;
 mod qos;
 mod validate;
 
-pub use commented::Sources;
 pub use qos::{QosConfig, TenantConfig, TenantKind};
 
-/// The whole configuration.
+/// The mover's configuration: `[engine]`, `[media]`, `[mover]` and `[qos]`, and the engine
+/// profile applied over them.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -121,12 +108,6 @@ pub struct Config {
     pub media: MediaConfig,
     /// The scheduler.
     pub mover: MoverConfig,
-    /// The async runtime's executor (`switchyard_rt`).
-    pub runtime: RuntimeConfig,
-    /// The file store.
-    pub store: StoreConfig,
-    /// The FUSE mount (`switchyard_fuse`).
-    pub fuse: FuseConfig,
     /// Tenants and the channel manager.
     pub qos: QosConfig,
     /// The profile applied by [`Config::with_profile`] (its bandwidths seed the mover).
@@ -258,118 +239,6 @@ impl Default for EstimatesConfig {
             bulk_sample_every: 4,
             bulk_bytes: 256 << 10,
         }
-    }
-}
-
-/// `[runtime]`: when an idle `switchyard_rt` executor with copies outstanding wakes, spins
-/// and parks.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct RuntimeConfig {
-    /// How long past a copy's expected completion the executor spins before it parks, µs.
-    pub spin_us: u64,
-    /// How long before a copy's expected completion a sleeping executor wakes to spin (a
-    /// thread woken from a timed sleep runs a few microseconds late), µs.
-    pub wake_early_us: u64,
-    /// Longest park while copies are outstanding (a safety net for an expectation that was
-    /// too optimistic), µs.
-    pub max_park_us: u64,
-}
-
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        RuntimeConfig {
-            spin_us: 100,
-            wake_early_us: 20,
-            max_park_us: 1000,
-        }
-    }
-}
-
-/// `[store]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct StoreConfig {
-    /// Share of the data space, in percent, only root and the store's owner may fill (as
-    /// ext4's reserved blocks), 0..=50.
-    pub reserved_percent: u32,
-    /// When a store file on a disk file system (page-cache media) writes what returned to
-    /// its disk; persistent memory needs no sync and a memory file system has no disk, so
-    /// there it changes nothing. `switchyard mount --sync` and `up --sync` override it.
-    pub sync: SyncMode,
-    /// The periodic sync of `sync = "interval"`, ms (at least 1): after a power cut the store
-    /// holds every operation up to its last sync.
-    pub sync_interval_ms: u64,
-}
-
-impl Default for StoreConfig {
-    fn default() -> Self {
-        StoreConfig {
-            reserved_percent: 5,
-            sync: SyncMode::Interval,
-            sync_interval_ms: 5000,
-        }
-    }
-}
-
-impl StoreConfig {
-    /// The interval between periodic syncs, or `None` when every operation is synced before
-    /// it returns (`sync = "always"`): what `switchyard_store::SyncPolicy` is made from.
-    pub fn sync_every(&self) -> Option<std::time::Duration> {
-        match self.sync {
-            SyncMode::Interval => Some(std::time::Duration::from_millis(self.sync_interval_ms)),
-            SyncMode::Always => None,
-        }
-    }
-}
-
-/// `store.sync`: when a store file on a disk reaches the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum SyncMode {
-    /// An operation survives a power cut once fsync (fdatasync, syncfs, an O_SYNC write) or
-    /// the periodic sync every `sync_interval_ms` returns, as on ext4.
-    #[default]
-    Interval,
-    /// Every operation is synced before it returns (persistent-memory semantics on a disk
-    /// file; a disk flush per operation, so slow).
-    Always,
-}
-
-/// `[fuse]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct FuseConfig {
-    /// Request worker threads, each with its own `/dev/fuse` descriptor; 0 = one per core,
-    /// at least 2.
-    pub workers: usize,
-    /// How long the kernel may cache attributes and names it was told, ms. Every change goes
-    /// through the mount, so the caches cannot go stale.
-    pub attr_ttl_ms: u64,
-    /// Largest read or write request the kernel sends, bytes (4 KiB to 1 MiB).
-    pub max_io: u32,
-}
-
-impl Default for FuseConfig {
-    fn default() -> Self {
-        FuseConfig {
-            workers: 0,
-            attr_ttl_ms: 1000,
-            max_io: 1 << 20,
-        }
-    }
-}
-
-impl FuseConfig {
-    /// Worker threads to start: the configured number, or one per core (at least 2).
-    pub fn effective_workers(&self) -> usize {
-        if self.workers > 0 {
-            return self.workers;
-        }
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2)
-            .max(2)
     }
 }
 
@@ -552,25 +421,9 @@ impl Default for MoverConfig {
     }
 }
 
-/// A configuration that could not be loaded.
+/// A mover configuration that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("config {path}: {source}")]
-    Read {
-        /// The path.
-        path: String,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The TOML is malformed or names an unknown key.
-    #[error("config {path}: {message}")]
-    Parse {
-        /// The path.
-        path: String,
-        /// What the parser said, with the line.
-        message: String,
-    },
     /// A value is out of range.
     #[error("config: {0}")]
     Invalid(String),
@@ -580,31 +433,6 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// [`Config::load`] of `path` if given, else the defaults.
-    pub fn load_or_default(path: Option<&Path>) -> Result<Config, ConfigError> {
-        path.map_or_else(|| Ok(Config::default()), Config::load)
-    }
-
-    /// Reads and validates a TOML file.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let p = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: p.clone(),
-            source,
-        })?;
-        let cfg: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: p,
-            message: e.to_string(),
-        })?;
-        cfg.validate()?;
-        if cfg.mover.profile.is_empty() {
-            Ok(cfg)
-        } else {
-            let p = PathBuf::from(&cfg.mover.profile);
-            cfg.with_profile(&p)
-        }
-    }
-
     /// Loads the profile at `path`, refuses it if it was measured on another machine or
     /// engine, and applies it (see [`Profile::apply`]).
     pub fn with_profile(mut self, path: &Path) -> Result<Config, ConfigError> {
@@ -664,11 +492,8 @@ mod tests {
     }
 
     #[test]
-    fn every_section_refuses_values_out_of_range_naming_the_key() {
+    fn every_mover_section_refuses_values_out_of_range_naming_the_key() {
         for (text, key) in [
-            ("[fuse]\nmax_io = 100\n", "fuse.max_io"),
-            ("[store]\nreserved_percent = 80\n", "store.reserved_percent"),
-            ("[store]\nsync_interval_ms = 0\n", "store.sync_interval_ms"),
             ("[mover.adaptation]\nhold = 0\n", "mover.adaptation"),
             ("[mover.adaptation]\nmargin = 1.5\n", "mover.adaptation"),
             ("[mover.estimates]\nweight = 2.0\n", "mover.estimates"),
@@ -678,7 +503,7 @@ mod tests {
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");
         }
-        let e = toml::from_str::<Config>("[runtime]\nspin = 3\n").unwrap_err();
+        let e = toml::from_str::<Config>("[engine]\nspin = 3\n").unwrap_err();
         assert!(e.to_string().contains("spin"), "{e}");
     }
 }

@@ -11,7 +11,7 @@ pub(super) fn bad(message: String) -> Result<(), ConfigError> {
 }
 
 impl Config {
-    /// Checks ranges and names.
+    /// Checks the ranges and names of the mover's sections; the error names the key.
     pub fn validate(&self) -> Result<(), ConfigError> {
         validate_engine(&self.engine)?;
         validate_media(&self.media)?;
@@ -22,21 +22,6 @@ impl Config {
             return bad(format!(
                 "mover.split_share = {}: must be 0 (live estimates) or between 0 and 1",
                 self.mover.split_share
-            ));
-        }
-        if self.store.reserved_percent > 50 {
-            return bad(format!(
-                "store.reserved_percent = {}: must be 0..=50",
-                self.store.reserved_percent
-            ));
-        }
-        if self.store.sync_interval_ms == 0 {
-            return bad("store.sync_interval_ms = 0: must be at least 1".into());
-        }
-        if !(4096..=1 << 20).contains(&self.fuse.max_io) {
-            return bad(format!(
-                "fuse.max_io = {}: must be 4096..=1048576",
-                self.fuse.max_io
             ));
         }
         Ok(())

@@ -1,13 +1,13 @@
 //! The configuration as commented TOML (`switchyard config`): every key with its value in
-//! effect, what it does (the field's own documentation, read from [`Config`]'s JSON schema,
-//! so there is no second copy to go stale) and where the value comes from — the built-in
-//! default, the configuration file, or the engine profile.
+//! effect, what it does (the field's own documentation in the layer that owns it, read from
+//! [`Config`]'s JSON schema, so there is no second copy to go stale) and where the value
+//! comes from — the built-in default, the configuration file, or the engine profile.
 
 use schemars::schema_for;
 use serde_json::Value as Json;
 use toml::{Table, Value};
 
-use super::Config;
+use crate::Config;
 
 /// Where the values of a configuration came from.
 #[derive(Debug, Clone, Copy)]
@@ -184,6 +184,22 @@ mod tests {
                 last_comment = false;
             }
         }
+        for section in [
+            "[engine]",
+            "[media]",
+            "[mover.adaptation]",
+            "[qos]",
+            "[runtime]",
+        ] {
+            assert!(text.contains(section), "{section} missing:\n{text}");
+        }
+        for key in [
+            "max_park_us = 1000",
+            "sync = \"interval\"",
+            "attr_ttl_ms = 1000",
+        ] {
+            assert!(text.contains(&format!("{key}  # default")), "{key} missing");
+        }
         let back: Config = toml::from_str(&text).expect("the output is a configuration file");
         assert_eq!(back, cfg);
     }
@@ -193,7 +209,7 @@ mod tests {
         let file: Table = toml::from_str("[mover]\nsplit = false\n").unwrap();
         let before: Config = file.clone().try_into().unwrap();
         let mut now = before.clone();
-        now.mover.concurrency_limit = 3;
+        now.mover.mover.concurrency_limit = 3;
         let text = now.to_commented_toml(Sources {
             file: Some(&file),
             before_profile: &before,
