@@ -22,6 +22,7 @@ pub mod memcpy;
 pub mod meta;
 pub mod mix;
 pub mod mount;
+pub mod passthrough;
 mod pmdk;
 pub mod preload;
 pub mod qos;
