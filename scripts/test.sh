@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 # everything is there.
 bash scripts/install-deps.sh --test
 cargo fmt --all --check
+# The product depends on nothing of the benchmarks and carries no test hook.
+bash scripts/check-deps.sh
 cargo clippy --workspace --all-targets -- -D warnings
 # Docs build without broken or private intra-doc links.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet

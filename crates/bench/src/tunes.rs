@@ -24,7 +24,7 @@ use serde::Serialize;
 use switchyard_mover::profile::{Profile, NEVER};
 use switchyard_mover::Config;
 
-use crate::tune::{scratch_in, threshold, tune_on};
+use switchyard_options::tune::{scratch_in, threshold, tune_on};
 
 /// `bench tunes` options.
 #[derive(Args)]
