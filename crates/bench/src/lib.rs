@@ -35,6 +35,7 @@ pub mod mount;
 pub mod passthrough;
 mod pmdk;
 pub mod preload;
+pub mod product;
 pub mod qos;
 pub mod remote;
 pub mod report;
