@@ -22,8 +22,12 @@ work=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$work/old" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 git worktree add -q --detach "$work/old" "$rev"
 echo "building $rev and this checkout (release)" >&2
-(cd "$work/old" && CARGO_TARGET_DIR="$work/old-target" cargo build --release -q -p switchyard)
-cargo build --release -q -p switchyard
+# `switchyard bench` runs switchyard-bench from beside it (a library only before it had a
+# program of its own). Two cargo commands, so the product is built without the benchmarks'
+# features.
+build() { cargo build --release -q -p switchyard && cargo build --release -q -p switchyard-bench; }
+(cd "$work/old" && CARGO_TARGET_DIR="$work/old-target" build)
+build
 old="$work/old-target/release/switchyard"
 new="$root/target/release/switchyard"
 mkdir -p "$work/run"

@@ -9,6 +9,8 @@ bash scripts/install-deps.sh --test
 cargo fmt --all --check
 # The C library and the preload libraries link no command-line parser.
 bash scripts/check-config-deps.sh
+# The product depends on nothing of the benchmarks and carries no test hook.
+bash scripts/check-deps.sh
 cargo clippy --workspace --all-targets -- -D warnings
 # Docs build without broken or private intra-doc links.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet

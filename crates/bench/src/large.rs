@@ -125,7 +125,7 @@ struct Summary {
 /// Runs `switchyard args…`; returns its wall time, peak resident set and standard output,
 /// failing if it fails.
 fn timed(args: &[&str]) -> anyhow::Result<(f64, u64, String)> {
-    let exe = std::env::current_exe().context("finding this program")?;
+    let exe = crate::product::program()?;
     let t0 = Instant::now();
     let mut child = Command::new(exe)
         .args(args)

@@ -178,7 +178,7 @@ pub fn run(a: &MemcpyArgs) -> anyhow::Result<()> {
         rounds,
         ms,
         library: library.display().to_string(),
-        profile: std::path::Path::new("switchyard.profile.toml").exists(),
+        profile: std::path::Path::new(switchyard_options::DEFAULT_PROFILE).exists(),
     };
     emit(a.json, &records, &summary, print_table)
 }

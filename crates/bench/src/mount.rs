@@ -174,7 +174,7 @@ pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
     let store_mount =
         switchyard_fuse::mount(store, &mnt_store, &fuse_cfg, switchyard_fuse::Access::Owner)
             .with_context(|| format!("mounting the store on {}", mnt_store.display()))?;
-    let pass_mount = switchyard_fuse::mount_passthrough(backing, &mnt_pass, &fuse_cfg)
+    let pass_mount = crate::passthrough::mount_passthrough(backing, &mnt_pass, &fuse_cfg)
         .with_context(|| format!("mounting the passthrough on {}", mnt_pass.display()))?;
     let dirs = [mnt_store.as_path(), mnt_pass.as_path(), tmpfs.as_path()];
 

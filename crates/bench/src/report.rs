@@ -791,7 +791,7 @@ fn page(i: &Inputs, figures: &[Figure], made: u64) -> anyhow::Result<String> {
             "<p>The engine profile from <code>{}</code> (what the tuned scheduler \
              uses):</p>\n<pre>{}</pre>\n",
             esc(&path.display().to_string()),
-            esc(&crate::tune::describe(&t.profile))
+            esc(&switchyard_options::tune::describe(&t.profile))
         );
     }
     h += "</section>\n";

@@ -23,7 +23,7 @@ use clap::Args;
 use serde::Serialize;
 use switchyard_mover::profile::{Profile, NEVER};
 
-use crate::tune::{scratch_in, threshold, tune_on};
+use switchyard_options::tune::{scratch_in, threshold, tune_on};
 
 /// `bench tunes` options.
 #[derive(Args)]

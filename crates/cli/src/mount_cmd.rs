@@ -12,8 +12,8 @@ use switchyard_mover::Config;
 use switchyard_store::{StoreConfig, SyncMode, SyncPolicy};
 
 use crate::store_cmd::{self, MkfsArgs, StoreArgs};
-use switchyard_bench::tune;
 use switchyard_options::size;
+use switchyard_options::tune;
 
 /// How often a mount saves its mover's counters for `switchyard stat`.
 const STATS_EVERY: Duration = Duration::from_secs(5);

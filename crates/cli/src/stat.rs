@@ -171,7 +171,7 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
         Some(prof) => println!(
             "engine profile: {}, {}",
             cfg.mover.mover.profile,
-            switchyard_bench::tune::describe(prof)
+            switchyard_options::tune::describe(prof)
         ),
         None => println!(
             "engine profile: none (built-in thresholds; `switchyard tune` measures this machine)"

@@ -747,3 +747,35 @@ fn install_deps_shows_why_a_step_failed() {
         "the failing step and its own output are shown: {err}"
     );
 }
+
+#[test]
+fn bench_runs_the_benchmarks_program_and_says_how_to_build_it_when_it_is_missing() {
+    // Next to the benchmarks' program (where cargo builds both), `bench` is that program's.
+    let d = tempfile::tempdir().unwrap();
+    sy(d.path())
+        .args(["bench", "--help"])
+        .assert()
+        .success()
+        .stdout(contains("switchyard-bench bench").and(contains("copy")));
+    sy(d.path())
+        .args(["crashtest", "--bogus"])
+        .assert()
+        .failure()
+        .stderr(contains("--bogus"));
+    // A switchyard alone: every forwarded command fails, naming the build command.
+    let alone = d.path().join("switchyard");
+    std::fs::copy(assert_cmd::cargo::cargo_bin("switchyard"), &alone).unwrap();
+    for command in ["bench", "crashtest", "report"] {
+        let out = std::process::Command::new(&alone)
+            .args([command, "--help"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{command}");
+        assert!(
+            err.contains("switchyard-bench")
+                && err.contains("cargo build --release -p switchyard-bench"),
+            "{command}: {err}"
+        );
+    }
+}

@@ -1,5 +1,7 @@
 //! Fault injection for tests, in the spirit of SPDK's error accel module: a plan that makes a
-//! channel end some batches partially, with an error, or late, deterministically.
+//! channel end some batches partially, with an error, or late, deterministically. Only with
+//! the `testing` feature (tests, and the crash-state harness's build): without it the engine
+//! has no plan to check, and every batch runs whole.
 
 use std::time::Duration;
 

@@ -41,6 +41,7 @@ pub mod cpus;
 mod descriptor;
 #[cfg(not(loom))]
 pub mod durable;
+#[cfg(feature = "testing")]
 pub mod fault;
 mod ring;
 mod sync;
@@ -53,6 +54,7 @@ pub use completion::{CompletionRecord, Outcome, Probe, RecordSnapshot, Status, T
 pub use descriptor::{Batch, Descriptor, Flags, Op};
 #[cfg(not(loom))]
 pub use durable::{DurableRecord, RecordImage};
+#[cfg(feature = "testing")]
 pub use fault::FaultPlan;
 #[cfg(not(loom))]
 pub use threads::{ThreadsConfig, ThreadsEngine};

@@ -25,6 +25,7 @@ use crate::budget::{self, Budget, BudgetCell, Meter};
 use crate::completion::{CompletionRecord, RecordSnapshot, Status};
 use crate::cpus;
 use crate::descriptor::{Batch, Flags};
+#[cfg(feature = "testing")]
 use crate::fault::{Fault, FaultPlan};
 use crate::ring::Ring;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
@@ -50,7 +51,9 @@ pub struct ThreadsConfig {
     pub descriptor_bytes: usize,
     /// Kernels the workers use.
     pub persist: Persist,
-    /// Injected faults (tests).
+    /// Injected faults (tests; only with the `testing` feature, so that a product build checks
+    /// no plan on its hot path).
+    #[cfg(feature = "testing")]
     pub faults: FaultPlan,
 }
 
@@ -64,6 +67,7 @@ impl Default for ThreadsConfig {
             pin: true,
             descriptor_bytes: 64 << 10,
             persist: Persist::detect(),
+            #[cfg(feature = "testing")]
             faults: FaultPlan::default(),
         }
     }
@@ -372,16 +376,13 @@ fn process(
         ch.record.advance(Status::Cancelled, 0);
         return;
     }
+    #[cfg(feature = "testing")]
     if !cfg.faults.delay.is_zero() {
         std::thread::sleep(cfg.faults.delay);
     }
     let started = Instant::now();
     let paused_before = ch.paused_ns.load(Ordering::Relaxed);
-    let stop = match cfg.faults.fault_for(n, total) {
-        Fault::None => None,
-        Fault::Partial(cut) => Some((cut, Status::Partial)),
-        Fault::Error(cut) => Some((cut, Status::Error)),
-    };
+    let stop = injected(cfg, n, total);
     let (status, bytes) = execute(&cfg.persist, &batch, stop, &mut |len| ch.pace(meter, len));
     // Busy: executing, not paused for the budget.
     let paused = ch.paused_ns.load(Ordering::Relaxed) - paused_before;
@@ -398,6 +399,23 @@ fn process(
     // already covering it (completion rule 5).
     ch.record.advance(status, bytes);
     batch.completion.finish(status, bytes, clock::now_ns());
+}
+
+/// Where the fault plan stops the `n`-th batch (from 1) of `total` bytes: the byte count and
+/// the status it ends with, or `None` to run it whole.
+#[cfg(feature = "testing")]
+fn injected(cfg: &ThreadsConfig, n: u64, total: u64) -> Option<(u64, Status)> {
+    match cfg.faults.fault_for(n, total) {
+        Fault::None => None,
+        Fault::Partial(cut) => Some((cut, Status::Partial)),
+        Fault::Error(cut) => Some((cut, Status::Error)),
+    }
+}
+
+/// Without the `testing` feature there is no fault plan: every batch runs whole.
+#[cfg(not(feature = "testing"))]
+fn injected(_: &ThreadsConfig, _: u64, _: u64) -> Option<(u64, Status)> {
+    None
 }
 
 /// Runs the batch's descriptors in order from the front, as long as helpers have not claimed

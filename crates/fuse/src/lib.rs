@@ -1,6 +1,5 @@
 //! The store as a FUSE file system, so unmodified programs use it (the `switchyard mount`
-//! command, and `mount --remote` for a store another process serves), and a minimal
-//! passthrough file system that measures FUSE's own cost.
+//! command, and `mount --remote` for a store another process serves).
 //!
 //! One front end, [`InodeFs`], serves any [`Inodes`]: the store in this process, or a served
 //! store through its client. FUSE inode numbers are the store's inode numbers (the root is 1
@@ -31,22 +30,20 @@
 //! Directory listings are read once at `opendir` and served by index from that snapshot, so
 //! `readdir` offsets stay valid while the directory changes underneath.
 //!
-//! [`mount_passthrough`] serves a directory of another file system through the same library,
-//! mount options, request sizes, worker count and page-cache policy: the FUSE floor that
-//! `switchyard bench mount` compares the store's mount with.
+//! What any file system mounted here tells the kernel ([`Replies`], [`configure`],
+//! [`open_flags`]) and how it is mounted ([`mount_filesystem`]) are public, so that the
+//! benchmarks' passthrough file system (`switchyard_bench::passthrough`, the FUSE floor that
+//! `bench mount` compares the store's mount with) is served exactly as the store is.
 
 #![warn(missing_docs)]
 mod config;
 mod inode_fs;
-mod passthrough;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{FopenFlags, KernelConfig, OpenFlags};
 use switchyard_store::{Inodes, Store};
-
-pub use passthrough::Passthrough;
 
 pub use inode_fs::InodeFs;
 
@@ -54,17 +51,18 @@ pub use config::FuseConfig;
 
 /// What the file systems tell the kernel, from `[fuse]`.
 #[derive(Debug, Clone, Copy)]
-struct Replies {
+pub struct Replies {
     /// How long the kernel may cache attributes and names: a mount is the only way to
     /// change the files it serves, so the kernel's view can only go stale through its own
     /// requests.
-    ttl: Duration,
+    pub ttl: Duration,
     /// Largest read or write request the kernel sends.
-    max_io: u32,
+    pub max_io: u32,
 }
 
 impl Replies {
-    fn of(c: &FuseConfig) -> Replies {
+    /// What `[fuse]` (`c`) says to tell the kernel.
+    pub fn of(c: &FuseConfig) -> Replies {
         Replies {
             ttl: Duration::from_millis(c.attr_ttl_ms),
             max_io: c.max_io,
@@ -102,7 +100,7 @@ pub fn mount(
     access: Access,
 ) -> std::io::Result<Mount> {
     let classes = store.mover().classes().clone();
-    spawn(
+    mount_filesystem(
         InodeFs::new(std::sync::Arc::new(store), config).classing(&classes),
         "switchyard",
         dir,
@@ -122,7 +120,7 @@ pub fn mount_inodes<I: Inodes>(
     access: Access,
     read_only: bool,
 ) -> std::io::Result<Mount> {
-    spawn(
+    mount_filesystem(
         InodeFs::new(inodes, config),
         "switchyard",
         dir,
@@ -132,24 +130,12 @@ pub fn mount_inodes<I: Inodes>(
     )
 }
 
-/// Mounts the directory `backing` at `dir` as a passthrough file system, with the same
-/// options, request sizes, workers and page-cache policy as [`mount`].
-pub fn mount_passthrough(
-    backing: PathBuf,
-    dir: &Path,
-    config: &FuseConfig,
-) -> std::io::Result<Mount> {
-    spawn(
-        Passthrough::new(backing, config)?,
-        "passthrough",
-        dir,
-        config.effective_workers(),
-        Access::Owner,
-        false,
-    )
-}
-
-fn spawn<F: fuser::Filesystem + Send + Sync + 'static>(
+/// Mounts the file system `fs` at `dir` in the background with `workers` request threads
+/// (each with its own `/dev/fuse` descriptor), `name` as its name and type in the mount table,
+/// kernel permission checks, no devices or set-user-ID files, access for `access`, and
+/// read-only if `read_only`: the options every mount here gets, the store's and the
+/// benchmarks' passthrough alike.
+pub fn mount_filesystem<F: fuser::Filesystem + Send + Sync + 'static>(
     fs: F,
     name: &str,
     dir: &Path,
@@ -213,9 +199,9 @@ impl Mount {
     }
 }
 
-/// What both file systems ask of the kernel at `init`: large requests (a 1 MiB write is one
-/// request) and nanosecond timestamps.
-fn configure(config: &mut KernelConfig, replies: Replies) {
+/// What every file system mounted here asks of the kernel at `init`: large requests (a 1 MiB
+/// write is one request) and nanosecond timestamps.
+pub fn configure(config: &mut KernelConfig, replies: Replies) {
     let _ = config.set_max_write(replies.max_io);
     let _ = config.set_max_readahead(replies.max_io);
     let _ = config.set_time_granularity(Duration::from_nanos(1));
@@ -224,7 +210,7 @@ fn configure(config: &mut KernelConfig, replies: Replies) {
 /// The page-cache policy of an open file: `O_DIRECT` bypasses the cache; every other open
 /// keeps what the cache holds if it is `current` (no one but this mount changed the file
 /// since), and drops it otherwise.
-fn open_flags(flags: OpenFlags, current: bool) -> FopenFlags {
+pub fn open_flags(flags: OpenFlags, current: bool) -> FopenFlags {
     if flags.0 & libc::O_DIRECT != 0 {
         FopenFlags::FOPEN_DIRECT_IO
     } else if current {
@@ -234,13 +220,8 @@ fn open_flags(flags: OpenFlags, current: bool) -> FopenFlags {
     }
 }
 
-/// The permission bits a new inode gets: `mode` less the caller's umask.
-fn masked(mode: u32, umask: u32) -> u32 {
-    mode & !umask & 0o7777
-}
-
 /// Nanoseconds since the epoch (negative before it) as a time.
-fn time(ns: i64) -> SystemTime {
+pub fn time(ns: i64) -> SystemTime {
     if ns >= 0 {
         UNIX_EPOCH + Duration::from_nanos(ns as u64)
     } else {
@@ -250,7 +231,7 @@ fn time(ns: i64) -> SystemTime {
 
 /// The reply buffer of a read: one per worker thread, so a 1 MiB read neither allocates nor
 /// zeroes 1 MiB. `f` fills the first `size` bytes and says how many it filled.
-fn with_read_buffer<R>(size: u32, f: impl FnOnce(&mut [u8]) -> R) -> R {
+pub fn with_read_buffer<R>(size: u32, f: impl FnOnce(&mut [u8]) -> R) -> R {
     thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
     BUF.with_borrow_mut(|buf| {
         if buf.len() < size as usize {

@@ -1,13 +1,17 @@
 //! What every `switchyard` command shares: the options that choose the configuration file and
-//! the engine profile, read into a [`Config`] by `switchyard_config`, byte sizes as the command line writes
-//! them ([`size`]), and the counters file `switchyard stat` reads ([`counters`]). The product
+//! the engine profile, read into a [`Config`] by `switchyard_config`, byte sizes as the command
+//! line writes them ([`size`]), the counters file `switchyard stat` reads ([`counters`]),
+//! running the tuner and describing its profile ([`tune`]), and the medium a measurement ran
+//! on ([`medium`]). The product
 //! commands (`crates/cli`) and the benchmarks (`crates/bench`) both take these, so they live
 //! below both.
 
 #![warn(missing_docs)]
 
 pub mod counters;
+pub mod medium;
 pub mod size;
+pub mod tune;
 
 use std::path::{Path, PathBuf};
 

@@ -46,8 +46,9 @@ use switchyard_mover::config::Thresholds;
 use switchyard_mover::lab::Lab;
 use switchyard_mover::{Config, Direction, Mover, Policy};
 
+use crate::cpu_time;
 use crate::measure::{emit, median, scratch_dir, scratch_region, Measured, Rounds, Setup};
-use crate::{cpu_time, tune};
+use switchyard_options::tune;
 
 mod grid;
 mod table;
@@ -273,7 +274,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
     let profile_path = a
         .profile
         .clone()
-        .unwrap_or_else(|| PathBuf::from(tune::DEFAULT_PROFILE));
+        .unwrap_or_else(|| PathBuf::from(switchyard_options::DEFAULT_PROFILE));
     if !profile_path.exists() {
         eprintln!(
             "no engine profile at {}: tuning first (`switchyard tune --quick`)",

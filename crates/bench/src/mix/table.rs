@@ -1,7 +1,7 @@
 //! `bench mix`'s table and summary lines.
 
 use super::{Record, Summary, PARITY_SHARE};
-use crate::tune;
+use switchyard_options::tune;
 
 pub(super) fn print_table(records: &[Record], s: &Summary) {
     println!(

@@ -294,7 +294,7 @@ pub(super) fn compare(rounds: usize, quick: bool, json: bool) -> anyhow::Result<
         .context("a scratch directory in /dev/shm")?;
     let t = tmp.path();
     let ns = Namespace::create("bn")?;
-    let exe = std::env::current_exe()?;
+    let exe = crate::product::program()?;
     let size = if quick { "128M" } else { "512M" };
     // The served store.
     let store = t.join("s.store");

@@ -253,7 +253,7 @@ impl EngineConfig {
             pin: self.pin,
             descriptor_bytes: self.descriptor_bytes,
             persist,
-            faults: Default::default(),
+            ..ThreadsConfig::default()
         }
     }
 

@@ -23,7 +23,10 @@ use fuser::{
 };
 use parking_lot::RwLock;
 
-use crate::{configure, masked, open_flags, time, with_read_buffer, FuseConfig, Replies};
+use switchyard_fuse::{
+    configure, mount_filesystem, open_flags, time, with_read_buffer, Access, FuseConfig, Mount,
+    Replies,
+};
 
 /// A directory as `opendir` found it: each entry's inode number, type and name.
 type Listing = Vec<(u64, FileType, std::ffi::OsString)>;
@@ -40,6 +43,29 @@ pub struct Passthrough {
     files: RwLock<HashMap<u64, Arc<File>>>,
     dirs: RwLock<HashMap<u64, Arc<Listing>>>,
     next_fh: AtomicU64,
+}
+
+/// Mounts the directory `backing` at `dir` as a passthrough file system, with the same
+/// options, request sizes, workers and page-cache policy as the store's mount
+/// ([`switchyard_fuse::mount`]).
+pub fn mount_passthrough(
+    backing: PathBuf,
+    dir: &Path,
+    config: &FuseConfig,
+) -> std::io::Result<Mount> {
+    mount_filesystem(
+        Passthrough::new(backing, config)?,
+        "passthrough",
+        dir,
+        config.effective_workers(),
+        Access::Owner,
+        false,
+    )
+}
+
+/// The permission bits a new inode gets: `mode` less the caller's umask.
+fn masked(mode: u32, umask: u32) -> u32 {
+    mode & !umask & 0o7777
 }
 
 fn io_errno(e: std::io::Error) -> fuser::Errno {

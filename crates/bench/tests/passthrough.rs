@@ -12,7 +12,7 @@ fn passthrough_forwards_files_and_directories() {
     std::fs::create_dir(&backing).unwrap();
     std::fs::create_dir(&mnt).unwrap();
     std::fs::write(backing.join("before"), b"was here").unwrap();
-    let m = switchyard_fuse::mount_passthrough(
+    let m = switchyard_bench::passthrough::mount_passthrough(
         backing.clone(),
         &mnt,
         &switchyard_fuse::FuseConfig {

@@ -1,51 +1,19 @@
-//! `switchyard tune`: profiles this machine's copy paths and writes the engine profile that
-//! every later command loads (see `switchyard_mover::tune` for what is measured and how).
+//! Running the tuner as the commands do: on a scratch region next to the store, saving the
+//! profile every later command loads ([`tune_on`], [`tune_to`]), and saying what a profile
+//! sets ([`describe`]). `switchyard tune` and `up`'s background tune run it, and so do the
+//! benchmarks that tune (`bench mix`, `bench tunes`); what is measured and how is
+//! `switchyard_mover::tune`'s.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
-use clap::Args;
-use serde::Serialize;
 use switchyard_media::Region;
 use switchyard_mover::profile::{Profile, NEVER};
 use switchyard_mover::tune::{self, Effort, Measurements};
 use switchyard_mover::Config;
 
-use crate::measure::Media;
-use switchyard_options::size;
-
-/// Where the profile lives unless told otherwise: the working directory, next to the store.
-pub const DEFAULT_PROFILE: &str = "switchyard.profile.toml";
-
-/// `tune` options.
-#[derive(Args)]
-pub struct TuneArgs {
-    /// Configuration file (TOML): the engine to profile. Its thresholds are not read.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Where to write the profile.
-    #[arg(long, default_value = DEFAULT_PROFILE)]
-    out: PathBuf,
-    /// Directory for the scratch region (the medium measured), removed afterwards. Default:
-    /// the working directory, where the main job keeps its store.
-    #[arg(long, default_value = ".")]
-    dir: PathBuf,
-    /// Within 30 s: a coarser sweep, fewer rounds (within 2 minutes without it).
-    #[arg(long)]
-    quick: bool,
-    /// Print the profile and every measurement as one JSON object (for `switchyard report`).
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Serialize)]
-struct Output<'a> {
-    tune: bool,
-    profile: &'a Profile,
-    measurements: &'a Measurements,
-    /// The scratch region measured (the profile names the machine, the engine and when).
-    media: &'a Media,
-}
+use crate::medium::Media;
+use crate::size;
 
 /// Runs the tuner with a progress bar and saves the profile; returns it, what was measured,
 /// and on which medium.
@@ -176,26 +144,6 @@ pub fn describe(p: &Profile) -> String {
         ));
     }
     said
-}
-
-/// Runs `switchyard tune`.
-pub fn run(a: &TuneArgs) -> anyhow::Result<()> {
-    let config = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
-    let (profile, m, media) = tune_to(&config, &a.dir, &a.out, a.quick)?;
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string(&Output {
-                tune: true,
-                profile: &profile,
-                measurements: &m,
-                media: &media,
-            })?
-        );
-    } else {
-        println!("wrote {}, {}", a.out.display(), describe(&profile));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
