@@ -296,31 +296,9 @@ fn latency(copy: Option<&CopyRun>, tune: Option<&TuneRun>) -> Figure {
         }
         let mut marks = Vec::new();
         if let Some(t) = tune {
-            let mut sweep: Vec<_> = t
-                .measurements
-                .sweep
-                .iter()
-                .filter(|p| p.direction == dir && p.aligned && p.ratio > 0.0)
-                .map(|p| (p.size as f64, 1.0 / p.ratio))
-                .collect();
-            sweep.sort_by(|a, b| a.0.total_cmp(&b.0));
-            series.push(Series {
-                name: "offload all (tune, mean)".into(),
-                color: color("offload"),
-                points: sweep,
-            });
-            let th = &t.profile.tuned.thresholds;
-            let at = if dir == "to_slow" {
-                th.to_slow.local_aligned
-            } else {
-                th.from_slow.local_aligned
-            };
-            if at < NEVER {
-                marks.push((
-                    at as f64,
-                    format!("tuned threshold {}", chart::bytes(at as f64)),
-                ));
-            }
+            let (sweep, mark) = tune_sweep(t, dir);
+            series.push(sweep);
+            marks.extend(mark);
         }
         panels.push(Panel::Lines(Lines {
             title,
@@ -332,26 +310,7 @@ fn latency(copy: Option<&CopyRun>, tune: Option<&TuneRun>) -> Figure {
             reference: Some(1.0),
         }));
     }
-    let table = copy.zip(threads).map(|(c, t)| {
-        let mut h = String::from("<table><caption>cpu-only p50 latency, µs (");
-        h += &plural(t, "thread");
-        h += "): the baseline of the ratios</caption><tr><th></th>";
-        for &s in &sizes {
-            h += &format!("<th>{}</th>", chart::bytes(s as f64));
-        }
-        h += "</tr>";
-        for (dir, what) in DIRECTIONS {
-            h += &format!("<tr><th>{what}</th>");
-            for &s in &sizes {
-                h += &match c.point("cpu", dir, s, t) {
-                    Some(p) => format!("<td>{}</td>", chart::num(p.p50_us)),
-                    None => "<td>–</td>".to_string(),
-                };
-            }
-            h += "</tr>";
-        }
-        h + "</table>"
-    });
+    let table = copy.zip(threads).map(|(c, t)| latency_table(c, t, &sizes));
     let mut notes = vec!["Below 1: faster than the CPU alone. Log scales.".to_string()];
     if copy.is_some() {
         notes.push(
@@ -377,6 +336,60 @@ fn latency(copy: Option<&CopyRun>, tune: Option<&TuneRun>) -> Figure {
         table,
         absent: absent(&[(Kind::Copy, copy.is_some()), (Kind::Tune, tune.is_some())]),
     }
+}
+
+/// The table of cpu-only p50 latencies by direction and size (`t` threads): the ratios'
+/// baseline.
+fn latency_table(c: &CopyRun, t: usize, sizes: &[u64]) -> String {
+    let mut h = String::from("<table><caption>cpu-only p50 latency, µs (");
+    h += &plural(t, "thread");
+    h += "): the baseline of the ratios</caption><tr><th></th>";
+    for &s in sizes {
+        h += &format!("<th>{}</th>", chart::bytes(s as f64));
+    }
+    h += "</tr>";
+    for (dir, what) in DIRECTIONS {
+        h += &format!("<tr><th>{what}</th>");
+        for &s in sizes {
+            h += &match c.point("cpu", dir, s, t) {
+                Some(p) => format!("<td>{}</td>", chart::num(p.p50_us)),
+                None => "<td>–</td>".to_string(),
+            };
+        }
+        h += "</tr>";
+    }
+    h + "</table>"
+}
+
+/// tune's sweep of offloading every request in direction `dir` (mean time ÷ cpu-only's, by
+/// size), and the threshold it chose there (none when it never offloads).
+fn tune_sweep(t: &TuneRun, dir: &str) -> (Series, Option<(f64, String)>) {
+    let mut sweep: Vec<_> = t
+        .measurements
+        .sweep
+        .iter()
+        .filter(|p| p.direction == dir && p.aligned && p.ratio > 0.0)
+        .map(|p| (p.size as f64, 1.0 / p.ratio))
+        .collect();
+    sweep.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let series = Series {
+        name: "offload all (tune, mean)".into(),
+        color: color("offload"),
+        points: sweep,
+    };
+    let th = &t.profile.tuned.thresholds;
+    let at = if dir == "to_slow" {
+        th.to_slow.local_aligned
+    } else {
+        th.from_slow.local_aligned
+    };
+    let mark = (at < NEVER).then(|| {
+        (
+            at as f64,
+            format!("tuned threshold {}", chart::bytes(at as f64)),
+        )
+    });
+    (series, mark)
 }
 
 fn absent(given: &[(Kind, bool)]) -> Vec<Kind> {
@@ -427,44 +440,7 @@ fn scaling(copy: Option<&CopyRun>, tune: Option<&TuneRun>) -> Figure {
     let title = "tune: 64 KiB, engine reads and CPU writes".to_string();
     match tune {
         None => panels.push(missing(title, Kind::Tune)),
-        Some(t) => {
-            let points = |v: &[input::ScalePoint]| {
-                v.iter()
-                    .map(|p| (p.threads as f64, p.gib_s))
-                    .collect::<Vec<_>>()
-            };
-            let tuned = &t.profile.tuned;
-            let mut marks = vec![(
-                tuned.concurrency_limit as f64,
-                format!("M = {}", tuned.concurrency_limit),
-            )];
-            if tuned.cpu_writers > 0 {
-                marks.push((
-                    tuned.cpu_writers as f64,
-                    format!("writer cap {}", tuned.cpu_writers),
-                ));
-            }
-            panels.push(Panel::Lines(Lines {
-                title,
-                x: XAxis::Threads,
-                y_label: "GiB/s, all callers".into(),
-                y_log: false,
-                series: vec![
-                    Series {
-                        name: "engine-only reads".into(),
-                        color: color("engine"),
-                        points: points(&t.measurements.engine_scaling),
-                    },
-                    Series {
-                        name: "cpu-only durable writes".into(),
-                        color: color("cpu"),
-                        points: points(&t.measurements.writer_scaling),
-                    },
-                ],
-                marks,
-                reference: None,
-            }));
-        }
+        Some(t) => panels.push(tune_scaling(t, title)),
     }
     let mut notes = vec!["Aggregate bandwidth of all threads.".to_string()];
     if copy.is_some() {
@@ -493,6 +469,47 @@ fn scaling(copy: Option<&CopyRun>, tune: Option<&TuneRun>) -> Figure {
         table: None,
         absent: absent(&[(Kind::Copy, copy.is_some()), (Kind::Tune, tune.is_some())]),
     }
+}
+
+/// tune's scaling of engine reads and CPU-only durable writes by callers, with the M and the
+/// writer cap it chose.
+fn tune_scaling(t: &TuneRun, title: String) -> Panel {
+    let points = |v: &[input::ScalePoint]| {
+        v.iter()
+            .map(|p| (p.threads as f64, p.gib_s))
+            .collect::<Vec<_>>()
+    };
+    let tuned = &t.profile.tuned;
+    let mut marks = vec![(
+        tuned.concurrency_limit as f64,
+        format!("M = {}", tuned.concurrency_limit),
+    )];
+    if tuned.cpu_writers > 0 {
+        marks.push((
+            tuned.cpu_writers as f64,
+            format!("writer cap {}", tuned.cpu_writers),
+        ));
+    }
+    Panel::Lines(Lines {
+        title,
+        x: XAxis::Threads,
+        y_label: "GiB/s, all callers".into(),
+        y_log: false,
+        series: vec![
+            Series {
+                name: "engine-only reads".into(),
+                color: color("engine"),
+                points: points(&t.measurements.engine_scaling),
+            },
+            Series {
+                name: "cpu-only durable writes".into(),
+                color: color("cpu"),
+                points: points(&t.measurements.writer_scaling),
+            },
+        ],
+        marks,
+        reference: None,
+    })
 }
 
 /// The cases of `workloads` in direction `dir`, in workload order, then by threads.
@@ -613,38 +630,10 @@ fn cpu_cost(copy: Option<&CopyRun>, mix: Option<&MixRun>) -> Figure {
         }));
     }
     for (dir, what) in DIRECTIONS {
-        let Some(m) = mix else {
-            panels.push(missing(format!("bench mix: {what}"), Kind::Mix));
-            continue;
-        };
-        let fewest = m
-            .cases
-            .iter()
-            .filter(|c| c.direction == dir)
-            .map(|c| c.threads)
-            .min();
-        let cs: Vec<_> = m
-            .cases
-            .iter()
-            .filter(|c| c.direction == dir && Some(c.threads) == fewest)
-            .collect();
-        panels.push(Panel::Bars(Bars {
-            title: format!(
-                "bench mix: {what}, {}",
-                plural(fewest.unwrap_or(0), "thread")
-            ),
-            groups: cs.iter().map(|c| c.workload.clone()).collect(),
-            y_label: "CPU s/GiB".into(),
-            series: POLICIES
-                .iter()
-                .map(|&(key, name)| BarSeries {
-                    name: name.into(),
-                    color: color(key),
-                    values: cs.iter().map(|c| c.cpu_s_per_gib(key)).collect(),
-                })
-                .collect(),
-            reference: None,
-        }));
+        panels.push(match mix {
+            Some(m) => mix_cpu_cost(m, dir, what),
+            None => missing(format!("bench mix: {what}"), Kind::Mix),
+        });
     }
     Figure {
         id: "cpu-cost",
@@ -662,6 +651,39 @@ fn cpu_cost(copy: Option<&CopyRun>, mix: Option<&MixRun>) -> Figure {
         table: None,
         absent: absent(&[(Kind::Copy, copy.is_some()), (Kind::Mix, mix.is_some())]),
     }
+}
+
+/// bench mix's CPU seconds per GiB by policy, per workload, in direction `dir` (`what`), at
+/// the fewest threads measured.
+fn mix_cpu_cost(m: &MixRun, dir: &str, what: &str) -> Panel {
+    let fewest = m
+        .cases
+        .iter()
+        .filter(|c| c.direction == dir)
+        .map(|c| c.threads)
+        .min();
+    let cs: Vec<_> = m
+        .cases
+        .iter()
+        .filter(|c| c.direction == dir && Some(c.threads) == fewest)
+        .collect();
+    Panel::Bars(Bars {
+        title: format!(
+            "bench mix: {what}, {}",
+            plural(fewest.unwrap_or(0), "thread")
+        ),
+        groups: cs.iter().map(|c| c.workload.clone()).collect(),
+        y_label: "CPU s/GiB".into(),
+        series: POLICIES
+            .iter()
+            .map(|&(key, name)| BarSeries {
+                name: name.into(),
+                color: color(key),
+                values: cs.iter().map(|c| c.cpu_s_per_gib(key)).collect(),
+            })
+            .collect(),
+        reference: None,
+    })
 }
 
 /// `s` with HTML's special characters escaped.
@@ -762,28 +784,29 @@ fn setup_table(i: &Inputs) -> String {
     h
 }
 
+/// The page's head and style, and the start of its body.
+const HEAD: &str = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+     <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+     <title>Switchyard report</title>\n<style>\n\
+     body { font-family: sans-serif; max-width: 1240px; margin: 1.5em auto; padding: 0 1em; \
+     color: #222; line-height: 1.4; }\n\
+     h1 { font-size: 1.6em; margin-bottom: 0.2em; }\n\
+     table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }\n\
+     th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; \
+     vertical-align: top; }\n\
+     caption { text-align: left; font-style: italic; padding-bottom: 0.3em; }\n\
+     figure { margin: 2em 0; padding-top: 1em; border-top: 1px solid #ddd; }\n\
+     figcaption { font-weight: bold; font-size: 1.15em; margin-bottom: 0.5em; }\n\
+     figure svg { width: 100%; height: auto; display: block; }\n\
+     p.note { margin: 0.4em 0; font-size: 0.95em; }\n\
+     .missing { border: 2px dashed #aaa; padding: 2em; color: #555; text-align: center; }\n\
+     .warn { color: #a40; font-weight: bold; }\n\
+     pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; }\n\
+     </style>\n</head>\n<body>\n<h1>Switchyard data-movement report</h1>\n";
+
 /// The whole page.
 fn page(i: &Inputs, figures: &[Figure], made: u64) -> anyhow::Result<String> {
-    let mut h = String::from(
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>Switchyard report</title>\n<style>\n\
-         body { font-family: sans-serif; max-width: 1240px; margin: 1.5em auto; padding: 0 1em; \
-         color: #222; line-height: 1.4; }\n\
-         h1 { font-size: 1.6em; margin-bottom: 0.2em; }\n\
-         table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.9em; }\n\
-         th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; \
-         vertical-align: top; }\n\
-         caption { text-align: left; font-style: italic; padding-bottom: 0.3em; }\n\
-         figure { margin: 2em 0; padding-top: 1em; border-top: 1px solid #ddd; }\n\
-         figcaption { font-weight: bold; font-size: 1.15em; margin-bottom: 0.5em; }\n\
-         figure svg { width: 100%; height: auto; display: block; }\n\
-         p.note { margin: 0.4em 0; font-size: 0.95em; }\n\
-         .missing { border: 2px dashed #aaa; padding: 2em; color: #555; text-align: center; }\n\
-         .warn { color: #a40; font-weight: bold; }\n\
-         pre { background: #f6f6f6; padding: 0.6em; overflow-x: auto; }\n\
-         </style>\n</head>\n<body>\n<h1>Switchyard data-movement report</h1>\n",
-    );
+    let mut h = String::from(HEAD);
     h += "<section id=\"setup\">\n<h2>Measured on</h2>\n";
     h += &setup_table(i);
     if let Some((path, t)) = &i.tune {
@@ -796,47 +819,7 @@ fn page(i: &Inputs, figures: &[Figure], made: u64) -> anyhow::Result<String> {
     }
     h += "</section>\n";
     for f in figures {
-        h += &format!(
-            "<figure id=\"{}\">\n<figcaption>{}</figcaption>\n",
-            f.id,
-            esc(f.title)
-        );
-        if f.drawn() {
-            h += &chart::figure(&f.panels, f.cols, f.row_height)
-                .with_context(|| format!("drawing figure {:?}", f.id))?;
-            h += "\n";
-            for n in &f.notes {
-                h += &format!("<p class=\"note\">{n}</p>\n");
-            }
-            for k in &f.absent {
-                h += &format!(
-                    "<p class=\"note missing-input\">Not measured here: <code>{}</code> \
-                     (run <code>{} &gt; {}</code> and pass it with <code>{}</code>).</p>\n",
-                    k.command(),
-                    k.command(),
-                    k.default_file(),
-                    k.option()
-                );
-            }
-            if let Some(t) = &f.table {
-                h += t;
-                h += "\n";
-            }
-        } else {
-            h += "<div class=\"missing\">";
-            for k in &f.absent {
-                h += &format!(
-                    "<p>not measured: run <code>{} &gt; {}</code>, then \
-                     <code>switchyard report {} {}</code></p>",
-                    k.command(),
-                    k.default_file(),
-                    k.option(),
-                    k.default_file()
-                );
-            }
-            h += "</div>\n";
-        }
-        h += "</figure>\n";
+        h += &figure_html(f)?;
     }
     let files: Vec<String> = [
         i.copy.as_ref().map(|c| &c.0),
@@ -854,6 +837,53 @@ fn page(i: &Inputs, figures: &[Figure], made: u64) -> anyhow::Result<String> {
         utc(made),
         files.join(", ")
     );
+    Ok(h)
+}
+
+/// Figure `f` as HTML: its panels, notes, what was not measured and its table; or, with
+/// nothing to draw, what to run.
+fn figure_html(f: &Figure) -> anyhow::Result<String> {
+    let mut h = format!(
+        "<figure id=\"{}\">\n<figcaption>{}</figcaption>\n",
+        f.id,
+        esc(f.title)
+    );
+    if f.drawn() {
+        h += &chart::figure(&f.panels, f.cols, f.row_height)
+            .with_context(|| format!("drawing figure {:?}", f.id))?;
+        h += "\n";
+        for n in &f.notes {
+            h += &format!("<p class=\"note\">{n}</p>\n");
+        }
+        for k in &f.absent {
+            h += &format!(
+                "<p class=\"note missing-input\">Not measured here: <code>{}</code> \
+                 (run <code>{} &gt; {}</code> and pass it with <code>{}</code>).</p>\n",
+                k.command(),
+                k.command(),
+                k.default_file(),
+                k.option()
+            );
+        }
+        if let Some(t) = &f.table {
+            h += t;
+            h += "\n";
+        }
+    } else {
+        h += "<div class=\"missing\">";
+        for k in &f.absent {
+            h += &format!(
+                "<p>not measured: run <code>{} &gt; {}</code>, then \
+                 <code>switchyard report {} {}</code></p>",
+                k.command(),
+                k.default_file(),
+                k.option(),
+                k.default_file()
+            );
+        }
+        h += "</div>\n";
+    }
+    h += "</figure>\n";
     Ok(h)
 }
 
