@@ -26,12 +26,10 @@
 //! for a tail after the latency tenant's last request (module `recovery`): how many epochs
 //! the throttled bulk tenant takes to reach 90% of its unthrottled rate.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use switchyard_media::Region;
@@ -42,7 +40,10 @@ use switchyard_mover::{Config, Hints, Mover};
 use crate::cpu_time;
 use crate::measure::{emit, median, scratch_dir, scratch_region, Setup};
 
+mod cpu;
 mod recovery;
+
+use cpu::{CpuLatency, CpuQuota};
 
 use recovery::{Tail, PIECE, TAIL_EPOCHS};
 
@@ -183,102 +184,6 @@ struct Summary {
     /// Each slice ran this long before it was measured.
     warmup_ms: u64,
     setup: Setup,
-}
-
-/// A cgroup (v1 `cpu` controller) limiting the threads put in it to a share of one core.
-struct CpuQuota {
-    dir: PathBuf,
-}
-
-impl CpuQuota {
-    const ROOT: &'static str = "/sys/fs/cgroup/cpu";
-
-    const PREFIX: &'static str = "switchyard-bench-qos-";
-
-    fn new(share: f64) -> anyhow::Result<CpuQuota> {
-        Self::remove_stale();
-        let dir = Path::new(Self::ROOT).join(format!("{}{}", Self::PREFIX, std::process::id()));
-        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let q = CpuQuota { dir };
-        q.write("cpu.cfs_period_us", "100000")?;
-        q.write(
-            "cpu.cfs_quota_us",
-            &((share * 100_000.0) as u64).max(1000).to_string(),
-        )?;
-        Ok(q)
-    }
-
-    /// Removes the cgroups of runs that were killed before they could (their process is gone;
-    /// a cgroup without tasks can be removed).
-    fn remove_stale() {
-        let Ok(entries) = std::fs::read_dir(Self::ROOT) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some(pid) = name.strip_prefix(Self::PREFIX) else {
-                continue;
-            };
-            if !Path::new("/proc").join(pid).exists() {
-                let _ = std::fs::remove_dir(e.path());
-            }
-        }
-    }
-
-    fn write(&self, file: &str, value: &str) -> anyhow::Result<()> {
-        let path = self.dir.join(file);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(value.as_bytes()))
-            .with_context(|| format!("writing {value} to {}", path.display()))
-    }
-
-    /// Moves the calling thread into the cgroup (`true`) or back to the root.
-    fn place_me(&self, inside: bool) {
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() }.to_string();
-        let tasks = if inside {
-            self.dir.join("tasks")
-        } else {
-            Path::new(Self::ROOT).join("tasks")
-        };
-        if let Err(e) = std::fs::write(&tasks, &tid) {
-            eprintln!(
-                "bench qos: cannot move thread {tid} to {}: {e}",
-                tasks.display()
-            );
-        }
-    }
-}
-
-impl Drop for CpuQuota {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
-/// The kernel's CPU latency request (PM QoS) held at 0 µs while this lives: idle CPUs poll
-/// instead of halting. On a virtual machine a halted vCPU wakes 50 µs to milliseconds late,
-/// and that wake-up, the host's and not the engine's, set an idle latency tenant's p99 and
-/// moved it tenfold between slices; latency benchmarks hold it the same way (cyclictest).
-struct CpuLatency {
-    _file: std::fs::File,
-}
-
-impl CpuLatency {
-    const PATH: &'static str = "/dev/cpu_dma_latency";
-
-    fn hold() -> anyhow::Result<CpuLatency> {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(Self::PATH)
-            .with_context(|| format!("opening {}", Self::PATH))?;
-        // The request is a binary 32-bit integer, µs; it holds until the file is closed.
-        file.write_all(&0i32.to_ne_bytes())
-            .with_context(|| format!("writing 0 to {}", Self::PATH))?;
-        Ok(CpuLatency { _file: file })
-    }
 }
 
 /// What the slices share.
