@@ -378,22 +378,7 @@ fn store_point(fs: &Fs, files: &Files, p: Point) -> anyhow::Result<Measured> {
                         if t0 >= end {
                             break;
                         }
-                        match op {
-                            Work::Read | Work::Randread => {
-                                fs.pread(files.data[t], &mut buf, off)?;
-                            }
-                            Work::Write | Work::Randwrite => {
-                                fs.pwrite(files.data[t], &buf, off)?;
-                            }
-                            Work::Append => {
-                                if fs.lseek(files.append[t], 0, switchyard_store::Whence::End)? + bs
-                                    > file_size
-                                {
-                                    fs.ftruncate(files.append[t], 0)?;
-                                }
-                                fs.write(files.append[t], &buf)?;
-                            }
-                        }
+                        store_op(fs, files, op, t, &mut buf, off, file_size)?;
                         lat.record(t0.elapsed());
                         bytes += bs;
                     }
@@ -419,6 +404,36 @@ fn store_point(fs: &Fs, files: &Files, p: Point) -> anyhow::Result<Measured> {
         p50_us: lat.median_ns() / 1000.0,
         cpu_s_per_gib: None,
     })
+}
+
+/// One operation `op` of thread `t` on the store: `buf` read from or written at `off` of its
+/// file, or appended to its append file (truncated first once it would pass `file_size`).
+fn store_op(
+    fs: &Fs,
+    files: &Files,
+    op: Work,
+    t: usize,
+    buf: &mut [u8],
+    off: u64,
+    file_size: u64,
+) -> anyhow::Result<()> {
+    match op {
+        Work::Read | Work::Randread => {
+            fs.pread(files.data[t], buf, off)?;
+        }
+        Work::Write | Work::Randwrite => {
+            fs.pwrite(files.data[t], buf, off)?;
+        }
+        Work::Append => {
+            if fs.lseek(files.append[t], 0, switchyard_store::Whence::End)? + buf.len() as u64
+                > file_size
+            {
+                fs.ftruncate(files.append[t], 0)?;
+            }
+            fs.write(files.append[t], buf)?;
+        }
+    }
+    Ok(())
 }
 
 /// A latency histogram with 10 ns buckets up to 100 µs (and one above): recording costs no

@@ -482,46 +482,56 @@ fn print_tables(records: &[Record], s: &Summary) {
         })
         .collect();
     if !apps.is_empty() {
-        println!(
-            "{:<11} {:<10} {:>7} {:>9} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7}",
-            "app", "mode", "GiB/s", "ops/s", "p50", "p99", "CPU s/GiB", "I/O", "engine", "helped"
-        );
-        for r in &apps {
-            println!(
-                "{:<11} {:<10} {:>7.2} {:>9.1} {:>8.0}µs {:>8.0}µs {:>8.3} {:>6} {:>6.0}% {:>6.0}%",
-                r.app.name(),
-                r.mode.name(),
-                r.gib_s,
-                r.ops_s,
-                r.p50_us,
-                r.p99_us,
-                r.cpu_s_per_gib,
-                r.io_share
-                    .map_or(String::new(), |x| format!("{:.0}%", 100.0 * x)),
-                100.0 * r.engine_share,
-                100.0 * r.helped_share,
-            );
-        }
-        println!(
-            "(I/O: sync's share of time in store calls; engine, helped: shares of the copied bytes \
-             the engine copied, and the idle executor copied from the tail of engine batches)"
-        );
-        println!(
-            "\nthroughput ÷ sync's (median over rounds of the same round's ratio): async, and \
-             async-wait (an executor that does not help the engine)"
-        );
-        for c in &s.apps {
-            println!(
-                "  {:<11} {:>6.3} {:>6.3}   (sync spends {:.0}% of its time in store calls; one \
-                 operation: {})",
-                c.app.name(),
-                c.async_vs_sync,
-                c.waiting_vs_sync,
-                100.0 * c.io_share,
-                c.op
-            );
-        }
+        print_apps(&apps, s);
     }
+    print_fxmark(records);
+}
+
+/// The applications' table, and their throughput over sync's.
+fn print_apps(apps: &[&AppRecord], s: &Summary) {
+    println!(
+        "{:<11} {:<10} {:>7} {:>9} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7}",
+        "app", "mode", "GiB/s", "ops/s", "p50", "p99", "CPU s/GiB", "I/O", "engine", "helped"
+    );
+    for r in apps {
+        println!(
+            "{:<11} {:<10} {:>7.2} {:>9.1} {:>8.0}µs {:>8.0}µs {:>8.3} {:>6} {:>6.0}% {:>6.0}%",
+            r.app.name(),
+            r.mode.name(),
+            r.gib_s,
+            r.ops_s,
+            r.p50_us,
+            r.p99_us,
+            r.cpu_s_per_gib,
+            r.io_share
+                .map_or(String::new(), |x| format!("{:.0}%", 100.0 * x)),
+            100.0 * r.engine_share,
+            100.0 * r.helped_share,
+        );
+    }
+    println!(
+        "(I/O: sync's share of time in store calls; engine, helped: shares of the copied bytes \
+         the engine copied, and the idle executor copied from the tail of engine batches)"
+    );
+    println!(
+        "\nthroughput ÷ sync's (median over rounds of the same round's ratio): async, and \
+         async-wait (an executor that does not help the engine)"
+    );
+    for c in &s.apps {
+        println!(
+            "  {:<11} {:>6.3} {:>6.3}   (sync spends {:.0}% of its time in store calls; one \
+             operation: {})",
+            c.app.name(),
+            c.async_vs_sync,
+            c.waiting_vs_sync,
+            100.0 * c.io_share,
+            c.op
+        );
+    }
+}
+
+/// FxMark's table of throughput and latency, where it ran.
+fn print_fxmark(records: &[Record]) {
     let mut fx = records
         .iter()
         .filter_map(|r| match r {
