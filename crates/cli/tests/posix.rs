@@ -729,75 +729,87 @@ fn timestamps(s: &mut Suite, root: &Path) {
     dir(&d, 0, 0, 0o755);
     let f = d.join("f");
     std::fs::write(&f, b"x").unwrap();
-    let changed = |before: (i64, i64, i64), after: (i64, i64, i64)| {
-        (
-            after.0 != before.0,
-            after.1 != before.1,
-            after.2 != before.2,
-        )
-    };
-    let (t0, d0) = (times(&f), times(&d));
+    times_on_contents_and_attributes(s, &f, &d);
+    times_on_names(s, &f, &d);
+}
+
+/// Which of atime, mtime and ctime differ between `before` and `after`.
+fn changed(before: (i64, i64, i64), after: (i64, i64, i64)) -> (bool, bool, bool) {
+    (
+        after.0 != before.0,
+        after.1 != before.1,
+        after.2 != before.2,
+    )
+}
+
+/// write(2), chmod(2), chown(2), truncate(2) on `f` in `d`: what changes which time.
+fn times_on_contents_and_attributes(s: &mut Suite, f: &Path, d: &Path) {
+    let (t0, d0) = (times(f), times(d));
     tick();
-    append(&f, b"y").unwrap();
+    append(f, b"y").unwrap();
     s.check(
         "write changes mtime and ctime, not atime",
-        changed(t0, times(&f)),
+        changed(t0, times(f)),
         (false, true, true),
     );
-    s.check("write leaves the directory alone", times(&d), d0);
-    let t0 = times(&f);
+    s.check("write leaves the directory alone", times(d), d0);
+    let t0 = times(f);
     tick();
-    chmod(&f, 0o600).unwrap();
+    chmod(f, 0o600).unwrap();
     s.check(
         "chmod changes ctime only",
-        changed(t0, times(&f)),
+        changed(t0, times(f)),
         (false, false, true),
     );
-    let t0 = times(&f);
+    let t0 = times(f);
     tick();
-    chown(&f, Some(ALICE.uid), None).unwrap();
+    chown(f, Some(ALICE.uid), None).unwrap();
     s.check(
         "chown changes ctime only",
-        changed(t0, times(&f)),
+        changed(t0, times(f)),
         (false, false, true),
     );
-    let t0 = times(&f);
+    let t0 = times(f);
     tick();
-    truncate(&f, 0).unwrap();
+    truncate(f, 0).unwrap();
     s.check(
         "truncate changes mtime and ctime",
-        changed(t0, times(&f)),
+        changed(t0, times(f)),
         (false, true, true),
     );
-    let (t0, d0) = (times(&f), times(&d));
+}
+
+/// link(2), unlink(2), rename(2) of `f` in `d`, and mkdir(2) in `d`: what changes which time.
+fn times_on_names(s: &mut Suite, f: &Path, d: &Path) {
+    let (t0, d0) = (times(f), times(d));
     tick();
-    link(&f, &d.join("g")).unwrap();
+    link(f, &d.join("g")).unwrap();
     s.check(
         "link changes the file's ctime",
-        changed(t0, times(&f)),
+        changed(t0, times(f)),
         (false, false, true),
     );
     s.check(
         "link changes the directory's mtime and ctime",
-        changed(d0, times(&d)),
+        changed(d0, times(d)),
         (false, true, true),
     );
-    let (t0, d0) = (times(&f), times(&d));
+    let (t0, d0) = (times(f), times(d));
     tick();
     unlink(&d.join("g")).unwrap();
     s.check(
         "unlink of one of two links changes the file's ctime",
-        changed(t0, times(&f)),
+        changed(t0, times(f)),
         (false, false, true),
     );
     s.check(
         "unlink changes the directory's mtime and ctime",
-        changed(d0, times(&d)),
+        changed(d0, times(d)),
         (false, true, true),
     );
-    let (t0, d0) = (times(&f), times(&d));
+    let (t0, d0) = (times(f), times(d));
     tick();
-    rename(&f, &d.join("h")).unwrap();
+    rename(f, &d.join("h")).unwrap();
     s.check(
         "rename changes the moved file's ctime (as Linux file systems do)",
         changed(t0, times(&d.join("h"))),
@@ -805,15 +817,15 @@ fn timestamps(s: &mut Suite, root: &Path) {
     );
     s.check(
         "rename changes the directory's mtime and ctime",
-        changed(d0, times(&d)),
+        changed(d0, times(d)),
         (false, true, true),
     );
-    let d0 = times(&d);
+    let d0 = times(d);
     tick();
     mkdir(&d.join("sub"), 0o755).unwrap();
     s.check(
         "mkdir changes the parent's mtime and ctime",
-        changed(d0, times(&d)),
+        changed(d0, times(d)),
         (false, true, true),
     );
     let new = times(&d.join("sub"));
@@ -829,107 +841,9 @@ fn rename_and_link(s: &mut Suite, base: &Path, who: Who) {
     let base: PathBuf = base.join(format!("rename-{}", who.name));
     let b = base.clone();
     let got = as_user(who, move || {
-        let p = |n: &str| b.join(n);
-        let mut out: Vec<(&'static str, Result<(), i32>)> = Vec::new();
-        mkdir(&b, 0o755).unwrap();
-        std::fs::write(p("a"), b"a").unwrap();
-        std::fs::write(p("f"), b"f").unwrap();
-        mkdir(&p("d"), 0o755).unwrap();
-        mkdir(&p("d/sub"), 0o755).unwrap();
-        mkdir(&p("e"), 0o755).unwrap();
-        mkdir(&p("full"), 0o755).unwrap();
-        std::fs::write(p("full/x"), b"").unwrap();
-        out.push((
-            "rename of a name to itself succeeds",
-            rename(&p("a"), &p("a")),
-        ));
-        link(&p("a"), &p("a2")).unwrap();
-        out.push((
-            "rename between two links of one file succeeds and changes nothing",
-            rename(&p("a"), &p("a2")),
-        ));
-        out.push((
-            "both links are still there",
-            if p("a").exists() && p("a2").exists() {
-                Ok(())
-            } else {
-                Err(0)
-            },
-        ));
-        out.push((
-            "a directory cannot move into its own subtree (EINVAL)",
-            rename(&p("d"), &p("d/sub/d")),
-        ));
-        out.push((
-            "a file cannot replace a directory (EISDIR)",
-            rename(&p("f"), &p("e")),
-        ));
-        out.push((
-            "a directory cannot replace a file (ENOTDIR)",
-            rename(&p("e"), &p("f")),
-        ));
-        out.push((
-            "a directory cannot replace a non-empty one (ENOTEMPTY)",
-            rename(&p("e"), &p("full")),
-        ));
-        out.push((
-            "a directory replaces an empty one",
-            rename(&p("e"), &p("d/sub")),
-        ));
-        out.push((
-            "RENAME_NOREPLACE refuses an existing name (EEXIST)",
-            rename2(&p("f"), &p("a"), libc::RENAME_NOREPLACE),
-        ));
-        out.push((
-            "RENAME_NOREPLACE moves to a free name",
-            rename2(&p("f"), &p("g"), libc::RENAME_NOREPLACE),
-        ));
-        out.push((
-            "RENAME_EXCHANGE swaps a file and a directory",
-            rename2(&p("g"), &p("full"), libc::RENAME_EXCHANGE),
-        ));
-        out.push((
-            "after the exchange each name holds the other's inode",
-            if p("g").join("x").exists() && std::fs::read(p("full")).ok() == Some(b"f".to_vec()) {
-                Ok(())
-            } else {
-                Err(0)
-            },
-        ));
-        out.push((
-            "RENAME_EXCHANGE back restores both",
-            rename2(&p("full"), &p("g"), libc::RENAME_EXCHANGE),
-        ));
-        out.push((
-            "RENAME_EXCHANGE needs both names (ENOENT)",
-            rename2(&p("g"), &p("missing"), libc::RENAME_EXCHANGE),
-        ));
-        out.push((
-            "RENAME_EXCHANGE cannot put a directory inside itself (EINVAL)",
-            rename2(&p("d"), &p("d/sub"), libc::RENAME_EXCHANGE),
-        ));
-        out.push((
-            "a missing source gives ENOENT",
-            rename(&p("missing"), &p("x")),
-        ));
-        out.push((
-            "a directory cannot be hard-linked (EPERM)",
-            link(&p("d"), &p("d2")),
-        ));
-        out.push((
-            "link to an existing name gives EEXIST",
-            link(&p("g"), &p("a")),
-        ));
-        // SAFETY: a valid C string.
-        out.push((
-            "rmdir of \".\" gives EINVAL",
-            sys(unsafe { libc::rmdir(c(&p("d/.")).as_ptr()) }),
-        ));
-        out.push(("rmdir of a non-empty directory gives ENOTEMPTY", {
-            // SAFETY: a valid C string.
-            sys(unsafe { libc::rmdir(c(&p("full")).as_ptr()) })
-        }));
-        out.push(("unlink of a directory gives EISDIR", unlink(&p("d"))));
+        rename_tree(&b);
+        let mut out = renames(&b);
+        out.extend(exchanges_links_and_removals(&b));
         out
     });
     let want = [
@@ -959,6 +873,127 @@ fn rename_and_link(s: &mut Suite, base: &Path, who: Who) {
     for ((rule, r), w) in got.into_iter().zip(want) {
         s.check(&format!("{} ({})", rule, who.name), r, w);
     }
+}
+
+/// What the rename, link and rmdir cases start from in `b`: files `a` and `f`, directories
+/// `d` (with `sub`), `e`, and `full` (holding `x`).
+fn rename_tree(b: &Path) {
+    let p = |n: &str| b.join(n);
+    mkdir(b, 0o755).unwrap();
+    std::fs::write(p("a"), b"a").unwrap();
+    std::fs::write(p("f"), b"f").unwrap();
+    mkdir(&p("d"), 0o755).unwrap();
+    mkdir(&p("d/sub"), 0o755).unwrap();
+    mkdir(&p("e"), 0o755).unwrap();
+    mkdir(&p("full"), 0o755).unwrap();
+    std::fs::write(p("full/x"), b"").unwrap();
+}
+
+/// rename(2) of names in `b` to themselves, between links, and of directories onto files,
+/// subtrees and other directories: each rule and its result.
+fn renames(b: &Path) -> Vec<(&'static str, Result<(), i32>)> {
+    let p = |n: &str| b.join(n);
+    let mut out = Vec::new();
+    out.push((
+        "rename of a name to itself succeeds",
+        rename(&p("a"), &p("a")),
+    ));
+    link(&p("a"), &p("a2")).unwrap();
+    out.push((
+        "rename between two links of one file succeeds and changes nothing",
+        rename(&p("a"), &p("a2")),
+    ));
+    out.push((
+        "both links are still there",
+        if p("a").exists() && p("a2").exists() {
+            Ok(())
+        } else {
+            Err(0)
+        },
+    ));
+    out.push((
+        "a directory cannot move into its own subtree (EINVAL)",
+        rename(&p("d"), &p("d/sub/d")),
+    ));
+    out.push((
+        "a file cannot replace a directory (EISDIR)",
+        rename(&p("f"), &p("e")),
+    ));
+    out.push((
+        "a directory cannot replace a file (ENOTDIR)",
+        rename(&p("e"), &p("f")),
+    ));
+    out.push((
+        "a directory cannot replace a non-empty one (ENOTEMPTY)",
+        rename(&p("e"), &p("full")),
+    ));
+    out.push((
+        "a directory replaces an empty one",
+        rename(&p("e"), &p("d/sub")),
+    ));
+    out
+}
+
+/// renameat2(2)'s RENAME_NOREPLACE and RENAME_EXCHANGE, a missing source, link(2) and
+/// rmdir(2) and unlink(2) of names in `b`: each rule and its result.
+fn exchanges_links_and_removals(b: &Path) -> Vec<(&'static str, Result<(), i32>)> {
+    let p = |n: &str| b.join(n);
+    let mut out = Vec::new();
+    out.push((
+        "RENAME_NOREPLACE refuses an existing name (EEXIST)",
+        rename2(&p("f"), &p("a"), libc::RENAME_NOREPLACE),
+    ));
+    out.push((
+        "RENAME_NOREPLACE moves to a free name",
+        rename2(&p("f"), &p("g"), libc::RENAME_NOREPLACE),
+    ));
+    out.push((
+        "RENAME_EXCHANGE swaps a file and a directory",
+        rename2(&p("g"), &p("full"), libc::RENAME_EXCHANGE),
+    ));
+    out.push((
+        "after the exchange each name holds the other's inode",
+        if p("g").join("x").exists() && std::fs::read(p("full")).ok() == Some(b"f".to_vec()) {
+            Ok(())
+        } else {
+            Err(0)
+        },
+    ));
+    out.push((
+        "RENAME_EXCHANGE back restores both",
+        rename2(&p("full"), &p("g"), libc::RENAME_EXCHANGE),
+    ));
+    out.push((
+        "RENAME_EXCHANGE needs both names (ENOENT)",
+        rename2(&p("g"), &p("missing"), libc::RENAME_EXCHANGE),
+    ));
+    out.push((
+        "RENAME_EXCHANGE cannot put a directory inside itself (EINVAL)",
+        rename2(&p("d"), &p("d/sub"), libc::RENAME_EXCHANGE),
+    ));
+    out.push((
+        "a missing source gives ENOENT",
+        rename(&p("missing"), &p("x")),
+    ));
+    out.push((
+        "a directory cannot be hard-linked (EPERM)",
+        link(&p("d"), &p("d2")),
+    ));
+    out.push((
+        "link to an existing name gives EEXIST",
+        link(&p("g"), &p("a")),
+    ));
+    // SAFETY: a valid C string.
+    out.push((
+        "rmdir of \".\" gives EINVAL",
+        sys(unsafe { libc::rmdir(c(&p("d/.")).as_ptr()) }),
+    ));
+    out.push(("rmdir of a non-empty directory gives ENOTEMPTY", {
+        // SAFETY: a valid C string.
+        sys(unsafe { libc::rmdir(c(&p("full")).as_ptr()) })
+    }));
+    out.push(("unlink of a directory gives EISDIR", unlink(&p("d"))));
+    out
 }
 
 fn mknod(p: &Path, mode: u32, dev: libc::dev_t) -> Result<(), i32> {
