@@ -1210,130 +1210,9 @@ fn xattrs(s: &mut Suite, root: &Path) {
     dir(&d, ALICE.uid, ALICE.gid, 0o755);
     let f = d.join("f");
     file(&f, ALICE.uid, ALICE.gid, 0o644);
-    let ff = f.clone();
-    s.check(
-        "the owner sets a user. attribute",
-        as_user(ALICE, move || setxattr(&ff, "user.colour", b"blue", 0)),
-        Ok(()),
-    );
-    s.check(
-        "the value reads back",
-        getxattr(&f, "user.colour", 64),
-        Ok(b"blue".to_vec()),
-    );
-    s.check(
-        "a zero-size getxattr returns the value's size",
-        getxattr(&f, "user.colour", 0).map(|v| v.len()),
-        Ok(4),
-    );
-    s.check(
-        "a buffer too small gives ERANGE",
-        getxattr(&f, "user.colour", 2),
-        Err(libc::ERANGE),
-    );
-    s.check(
-        "XATTR_CREATE of an existing name gives EEXIST",
-        setxattr(&f, "user.colour", b"red", libc::XATTR_CREATE),
-        Err(libc::EEXIST),
-    );
-    s.check(
-        "XATTR_REPLACE of a missing name gives ENODATA",
-        setxattr(&f, "user.size", b"9", libc::XATTR_REPLACE),
-        Err(libc::ENODATA),
-    );
-    s.check(
-        "XATTR_REPLACE replaces",
-        setxattr(&f, "user.colour", b"green", libc::XATTR_REPLACE)
-            .and_then(|()| getxattr(&f, "user.colour", 64)),
-        Ok(b"green".to_vec()),
-    );
-    s.check(
-        "an empty value is a value",
-        setxattr(&f, "user.empty", b"", 0).and_then(|()| getxattr(&f, "user.empty", 64)),
-        Ok(Vec::new()),
-    );
-    let ff = f.clone();
-    s.check(
-        "another user reads a user. attribute of a file it may read",
-        as_user(CAROL, move || getxattr(&ff, "user.colour", 64)),
-        Ok(b"green".to_vec()),
-    );
-    let ff = f.clone();
-    s.check(
-        "another user may not set one on a file it may not write",
-        as_user(CAROL, move || setxattr(&ff, "user.x", b"1", 0)),
-        Err(libc::EACCES),
-    );
-    s.check(
-        "root sets a trusted. attribute",
-        setxattr(&f, "trusted.tag", b"t", 0),
-        Ok(()),
-    );
-    let ff = f.clone();
-    s.check(
-        "a user without CAP_SYS_ADMIN may not set a trusted. attribute",
-        as_user(ALICE, move || setxattr(&ff, "trusted.mine", b"t", 0)),
-        Err(libc::EPERM),
-    );
-    s.check(
-        "root lists every name",
-        listxattr(&f),
-        Ok(vec![
-            "trusted.tag".to_string(),
-            "user.colour".into(),
-            "user.empty".into(),
-        ]),
-    );
-    let ff = f.clone();
-    s.check(
-        "other users do not see trusted. names",
-        as_user(CAROL, move || listxattr(&ff)),
-        Ok(vec!["user.colour".to_string(), "user.empty".into()]),
-    );
-    s.check(
-        "a missing name gives ENODATA",
-        getxattr(&f, "user.none", 64),
-        Err(libc::ENODATA),
-    );
-    s.check(
-        "an unknown namespace gives EOPNOTSUPP",
-        setxattr(&f, "other.x", b"1", 0),
-        Err(libc::EOPNOTSUPP),
-    );
-    s.check(
-        "a name longer than 255 bytes gives ERANGE",
-        setxattr(&f, &format!("user.{}", "n".repeat(300)), b"1", 0),
-        Err(libc::ERANGE),
-    );
-    s.check(
-        "a value larger than the store keeps gives E2BIG",
-        setxattr(&f, "user.big", &vec![1u8; 8192], 0),
-        Err(libc::E2BIG),
-    );
-    s.check(
-        "a 3 KiB value is kept",
-        setxattr(&f, "user.large", &vec![7u8; 3072], 0)
-            .and_then(|()| getxattr(&f, "user.large", 4096)),
-        Ok(vec![7u8; 3072]),
-    );
-    let t0 = times(&f);
-    tick();
-    s.check(
-        "removexattr removes",
-        removexattr(&f, "user.empty").and_then(|()| getxattr(&f, "user.empty", 8)),
-        Err(libc::ENODATA),
-    );
-    let t1 = times(&f);
-    s.check(
-        "an attribute change updates ctime only",
-        (t1.0 == t0.0, t1.1 == t0.1, t1.2 > t0.2),
-        (true, true, true),
-    );
-    s.check(
-        "removexattr of a missing name gives ENODATA",
-        removexattr(&f, "user.empty"),
-        Err(libc::ENODATA),
-    );
+    user_xattrs(s, &f);
+    trusted_xattrs(s, &f);
+    xattr_limits_and_removal(s, &f);
     s.check(
         "a directory takes user. attributes",
         setxattr(&d, "user.dir", b"d", 0).and_then(|()| getxattr(&d, "user.dir", 8)),
@@ -1363,6 +1242,144 @@ fn xattrs(s: &mut Suite, root: &Path) {
         "cp -a copies the attributes",
         (out.success(), getxattr(&copy, "user.colour", 64)),
         (true, Ok(b"green".to_vec())),
+    );
+}
+
+/// `user.` attributes on Alice's file `f`: set by its owner, read back (sizes, ERANGE),
+/// XATTR_CREATE and XATTR_REPLACE, empty values; read but not set by another user.
+fn user_xattrs(s: &mut Suite, f: &Path) {
+    let ff = f.to_path_buf();
+    s.check(
+        "the owner sets a user. attribute",
+        as_user(ALICE, move || setxattr(&ff, "user.colour", b"blue", 0)),
+        Ok(()),
+    );
+    s.check(
+        "the value reads back",
+        getxattr(f, "user.colour", 64),
+        Ok(b"blue".to_vec()),
+    );
+    s.check(
+        "a zero-size getxattr returns the value's size",
+        getxattr(f, "user.colour", 0).map(|v| v.len()),
+        Ok(4),
+    );
+    s.check(
+        "a buffer too small gives ERANGE",
+        getxattr(f, "user.colour", 2),
+        Err(libc::ERANGE),
+    );
+    s.check(
+        "XATTR_CREATE of an existing name gives EEXIST",
+        setxattr(f, "user.colour", b"red", libc::XATTR_CREATE),
+        Err(libc::EEXIST),
+    );
+    s.check(
+        "XATTR_REPLACE of a missing name gives ENODATA",
+        setxattr(f, "user.size", b"9", libc::XATTR_REPLACE),
+        Err(libc::ENODATA),
+    );
+    s.check(
+        "XATTR_REPLACE replaces",
+        setxattr(f, "user.colour", b"green", libc::XATTR_REPLACE)
+            .and_then(|()| getxattr(f, "user.colour", 64)),
+        Ok(b"green".to_vec()),
+    );
+    s.check(
+        "an empty value is a value",
+        setxattr(f, "user.empty", b"", 0).and_then(|()| getxattr(f, "user.empty", 64)),
+        Ok(Vec::new()),
+    );
+    let ff = f.to_path_buf();
+    s.check(
+        "another user reads a user. attribute of a file it may read",
+        as_user(CAROL, move || getxattr(&ff, "user.colour", 64)),
+        Ok(b"green".to_vec()),
+    );
+    let ff = f.to_path_buf();
+    s.check(
+        "another user may not set one on a file it may not write",
+        as_user(CAROL, move || setxattr(&ff, "user.x", b"1", 0)),
+        Err(libc::EACCES),
+    );
+}
+
+/// `trusted.` attributes on `f`: root's only, and invisible to other users' lists.
+fn trusted_xattrs(s: &mut Suite, f: &Path) {
+    s.check(
+        "root sets a trusted. attribute",
+        setxattr(f, "trusted.tag", b"t", 0),
+        Ok(()),
+    );
+    let ff = f.to_path_buf();
+    s.check(
+        "a user without CAP_SYS_ADMIN may not set a trusted. attribute",
+        as_user(ALICE, move || setxattr(&ff, "trusted.mine", b"t", 0)),
+        Err(libc::EPERM),
+    );
+    s.check(
+        "root lists every name",
+        listxattr(f),
+        Ok(vec![
+            "trusted.tag".to_string(),
+            "user.colour".into(),
+            "user.empty".into(),
+        ]),
+    );
+    let ff = f.to_path_buf();
+    s.check(
+        "other users do not see trusted. names",
+        as_user(CAROL, move || listxattr(&ff)),
+        Ok(vec!["user.colour".to_string(), "user.empty".into()]),
+    );
+}
+
+/// Missing names, unknown namespaces, names and values too large, and removal (which
+/// updates ctime only) on `f`.
+fn xattr_limits_and_removal(s: &mut Suite, f: &Path) {
+    s.check(
+        "a missing name gives ENODATA",
+        getxattr(f, "user.none", 64),
+        Err(libc::ENODATA),
+    );
+    s.check(
+        "an unknown namespace gives EOPNOTSUPP",
+        setxattr(f, "other.x", b"1", 0),
+        Err(libc::EOPNOTSUPP),
+    );
+    s.check(
+        "a name longer than 255 bytes gives ERANGE",
+        setxattr(f, &format!("user.{}", "n".repeat(300)), b"1", 0),
+        Err(libc::ERANGE),
+    );
+    s.check(
+        "a value larger than the store keeps gives E2BIG",
+        setxattr(f, "user.big", &vec![1u8; 8192], 0),
+        Err(libc::E2BIG),
+    );
+    s.check(
+        "a 3 KiB value is kept",
+        setxattr(f, "user.large", &vec![7u8; 3072], 0)
+            .and_then(|()| getxattr(f, "user.large", 4096)),
+        Ok(vec![7u8; 3072]),
+    );
+    let t0 = times(f);
+    tick();
+    s.check(
+        "removexattr removes",
+        removexattr(f, "user.empty").and_then(|()| getxattr(f, "user.empty", 8)),
+        Err(libc::ENODATA),
+    );
+    let t1 = times(f);
+    s.check(
+        "an attribute change updates ctime only",
+        (t1.0 == t0.0, t1.1 == t0.1, t1.2 > t0.2),
+        (true, true, true),
+    );
+    s.check(
+        "removexattr of a missing name gives ENODATA",
+        removexattr(f, "user.empty"),
+        Err(libc::ENODATA),
     );
 }
 
