@@ -1422,116 +1422,8 @@ fn acls(s: &mut Suite, root: &Path) {
     dir(&d, ALICE.uid, ALICE.gid, 0o755);
     let f = d.join("f");
     file(&f, ALICE.uid, ALICE.gid, 0o600);
-    let bob_reads = || {
-        let ff = f.clone();
-        as_user(BOB, move || open(&ff, libc::O_RDONLY))
-    };
-    s.check(
-        "without an ACL the mode refuses bob",
-        bob_reads(),
-        Err(libc::EACCES),
-    );
-    let grant = acl(&[
-        (USER_OBJ, 6, ANY),
-        (USER, 4, BOB.uid),
-        (GROUP_OBJ, 0, ANY),
-        (MASK, 4, ANY),
-        (OTHER, 0, ANY),
-    ]);
-    let ff = f.clone();
-    let g = grant.clone();
-    s.check(
-        "the owner sets an access ACL",
-        as_user(ALICE, move || setxattr(&ff, ACL_ACCESS, &g, 0)),
-        Ok(()),
-    );
-    s.check("a named user entry grants bob reading", bob_reads(), Ok(()));
-    let ff = f.clone();
-    s.check(
-        "but not writing, which its entry does not give",
-        as_user(BOB, move || open(&ff, libc::O_WRONLY)),
-        Err(libc::EACCES),
-    );
-    s.check(
-        "carol, named nowhere, is still refused",
-        as_user(CAROL, {
-            let ff = f.clone();
-            move || open(&ff, libc::O_RDONLY)
-        }),
-        Err(libc::EACCES),
-    );
-    s.check(
-        "the mode's group bits are the mask",
-        mode(&f) & 0o777,
-        0o640,
-    );
-    s.check(
-        "the ACL reads back",
-        getxattr(&f, ACL_ACCESS, 256),
-        Ok(grant),
-    );
-    s.check(
-        "listxattr names it",
-        listxattr(&f).map(|l| l.contains(&ACL_ACCESS.to_string())),
-        Ok(true),
-    );
-    s.check("chmod g-r clears the mask", chmod(&f, 0o600), Ok(()));
-    s.check("and with it bob's reading", bob_reads(), Err(libc::EACCES));
-    s.check(
-        "the ACL's mask follows the mode",
-        getxattr(&f, ACL_ACCESS, 256),
-        Ok(acl(&[
-            (USER_OBJ, 6, ANY),
-            (USER, 4, BOB.uid),
-            (GROUP_OBJ, 0, ANY),
-            (MASK, 0, ANY),
-            (OTHER, 0, ANY),
-        ])),
-    );
-    let ff = f.clone();
-    s.check(
-        "another user may not set an ACL",
-        as_user(BOB, move || {
-            setxattr(
-                &ff,
-                ACL_ACCESS,
-                &acl(&[(USER_OBJ, 7, ANY), (GROUP_OBJ, 7, ANY), (OTHER, 7, ANY)]),
-                0,
-            )
-        }),
-        Err(libc::EPERM),
-    );
-    s.check(
-        "an ACL without an owning group entry gives EINVAL",
-        setxattr(
-            &f,
-            ACL_ACCESS,
-            &acl(&[(USER_OBJ, 6, ANY), (OTHER, 0, ANY)]),
-            0,
-        ),
-        Err(libc::EINVAL),
-    );
-    s.check(
-        "a default ACL on a file gives EACCES",
-        setxattr(
-            &f,
-            ACL_DEFAULT,
-            &acl(&[(USER_OBJ, 6, ANY), (GROUP_OBJ, 4, ANY), (OTHER, 0, ANY)]),
-            0,
-        ),
-        Err(libc::EACCES),
-    );
-    s.check(
-        "an ACL the mode can say is only the mode",
-        setxattr(
-            &f,
-            ACL_ACCESS,
-            &acl(&[(USER_OBJ, 6, ANY), (GROUP_OBJ, 4, ANY), (OTHER, 4, ANY)]),
-            0,
-        )
-        .map(|()| (mode(&f) & 0o777, getxattr(&f, ACL_ACCESS, 256))),
-        Ok((0o644, Err(libc::ENODATA))),
-    );
+    acl_grants(s, &f);
+    acl_mask_and_refusals(s, &f);
     // A shared directory: everything made in it is the group's to read and write.
     let shared = d.join("shared");
     dir(&shared, ALICE.uid, ALICE.gid, 0o755);
@@ -1552,37 +1444,7 @@ fn acls(s: &mut Suite, root: &Path) {
         setxattr(&shared, ACL_ACCESS, &inherit, 0),
         Ok(()),
     );
-    let made = shared.join("made-by-alice");
-    let mm = made.clone();
-    let created = as_user(ALICE, move || {
-        // SAFETY: umask has no preconditions; it is this process's, set back below.
-        let old = unsafe { libc::umask(0o077) };
-        let r = std::fs::write(&mm, b"x").map_err(|e| e.raw_os_error().unwrap_or(0));
-        // SAFETY: as above.
-        unsafe { libc::umask(old) };
-        r
-    });
-    s.check("alice makes a file with umask 077", created, Ok(()));
-    s.check(
-        "it inherits the default ACL, masked by the mode, not the umask",
-        (mode(&made) & 0o777, getxattr(&made, ACL_ACCESS, 256)),
-        (
-            0o664,
-            Ok(acl(&[
-                (USER_OBJ, 6, ANY),
-                (GROUP_OBJ, 5, ANY),
-                (GROUP, 7, SHARED),
-                (MASK, 6, ANY),
-                (OTHER, 4, ANY),
-            ])),
-        ),
-    );
-    let mm = made.clone();
-    s.check(
-        "so bob, of the shared group, writes it",
-        as_user(BOB, move || open(&mm, libc::O_WRONLY)),
-        Ok(()),
-    );
+    default_acl_inherited_by_a_file(s, &shared);
     let sub = shared.join("sub");
     s.check("a directory made in it", mkdir(&sub, 0o700), Ok(()));
     s.check(
@@ -1617,6 +1479,164 @@ fn acls(s: &mut Suite, root: &Path) {
         "removing the default ACL",
         removexattr(&shared, ACL_DEFAULT).map(|()| getxattr(&shared, ACL_DEFAULT, 256)),
         Ok(Err(libc::ENODATA)),
+    );
+}
+
+/// Whether Bob may open `f` for reading.
+fn bob_reads(f: &Path) -> Result<(), i32> {
+    let ff = f.to_path_buf();
+    as_user(BOB, move || open(&ff, libc::O_RDONLY))
+}
+
+/// Alice's access ACL on her file `f`: a named user entry grants Bob reading (not writing),
+/// no one else; the mode's group bits are the mask; it reads back and is listed.
+fn acl_grants(s: &mut Suite, f: &Path) {
+    s.check(
+        "without an ACL the mode refuses bob",
+        bob_reads(f),
+        Err(libc::EACCES),
+    );
+    let grant = acl(&[
+        (USER_OBJ, 6, ANY),
+        (USER, 4, BOB.uid),
+        (GROUP_OBJ, 0, ANY),
+        (MASK, 4, ANY),
+        (OTHER, 0, ANY),
+    ]);
+    let ff = f.to_path_buf();
+    let g = grant.clone();
+    s.check(
+        "the owner sets an access ACL",
+        as_user(ALICE, move || setxattr(&ff, ACL_ACCESS, &g, 0)),
+        Ok(()),
+    );
+    s.check(
+        "a named user entry grants bob reading",
+        bob_reads(f),
+        Ok(()),
+    );
+    let ff = f.to_path_buf();
+    s.check(
+        "but not writing, which its entry does not give",
+        as_user(BOB, move || open(&ff, libc::O_WRONLY)),
+        Err(libc::EACCES),
+    );
+    s.check(
+        "carol, named nowhere, is still refused",
+        as_user(CAROL, {
+            let ff = f.to_path_buf();
+            move || open(&ff, libc::O_RDONLY)
+        }),
+        Err(libc::EACCES),
+    );
+    s.check("the mode's group bits are the mask", mode(f) & 0o777, 0o640);
+    s.check(
+        "the ACL reads back",
+        getxattr(f, ACL_ACCESS, 256),
+        Ok(grant),
+    );
+    s.check(
+        "listxattr names it",
+        listxattr(f).map(|l| l.contains(&ACL_ACCESS.to_string())),
+        Ok(true),
+    );
+}
+
+/// chmod sets the mask of `f`'s ACL (and takes Bob's reading); others may not set an ACL;
+/// invalid ones, default ACLs on files, and ACLs the mode can say.
+fn acl_mask_and_refusals(s: &mut Suite, f: &Path) {
+    s.check("chmod g-r clears the mask", chmod(f, 0o600), Ok(()));
+    s.check("and with it bob's reading", bob_reads(f), Err(libc::EACCES));
+    s.check(
+        "the ACL's mask follows the mode",
+        getxattr(f, ACL_ACCESS, 256),
+        Ok(acl(&[
+            (USER_OBJ, 6, ANY),
+            (USER, 4, BOB.uid),
+            (GROUP_OBJ, 0, ANY),
+            (MASK, 0, ANY),
+            (OTHER, 0, ANY),
+        ])),
+    );
+    let ff = f.to_path_buf();
+    s.check(
+        "another user may not set an ACL",
+        as_user(BOB, move || {
+            setxattr(
+                &ff,
+                ACL_ACCESS,
+                &acl(&[(USER_OBJ, 7, ANY), (GROUP_OBJ, 7, ANY), (OTHER, 7, ANY)]),
+                0,
+            )
+        }),
+        Err(libc::EPERM),
+    );
+    s.check(
+        "an ACL without an owning group entry gives EINVAL",
+        setxattr(
+            f,
+            ACL_ACCESS,
+            &acl(&[(USER_OBJ, 6, ANY), (OTHER, 0, ANY)]),
+            0,
+        ),
+        Err(libc::EINVAL),
+    );
+    s.check(
+        "a default ACL on a file gives EACCES",
+        setxattr(
+            f,
+            ACL_DEFAULT,
+            &acl(&[(USER_OBJ, 6, ANY), (GROUP_OBJ, 4, ANY), (OTHER, 0, ANY)]),
+            0,
+        ),
+        Err(libc::EACCES),
+    );
+    s.check(
+        "an ACL the mode can say is only the mode",
+        setxattr(
+            f,
+            ACL_ACCESS,
+            &acl(&[(USER_OBJ, 6, ANY), (GROUP_OBJ, 4, ANY), (OTHER, 4, ANY)]),
+            0,
+        )
+        .map(|()| (mode(f) & 0o777, getxattr(f, ACL_ACCESS, 256))),
+        Ok((0o644, Err(libc::ENODATA))),
+    );
+}
+
+/// A file Alice makes in `shared` (with a default ACL) under umask 077 inherits the default
+/// ACL, masked by the mode, so Bob of the shared group writes it.
+fn default_acl_inherited_by_a_file(s: &mut Suite, shared: &Path) {
+    let made = shared.join("made-by-alice");
+    let mm = made.clone();
+    let created = as_user(ALICE, move || {
+        // SAFETY: umask has no preconditions; it is this process's, set back below.
+        let old = unsafe { libc::umask(0o077) };
+        let r = std::fs::write(&mm, b"x").map_err(|e| e.raw_os_error().unwrap_or(0));
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        r
+    });
+    s.check("alice makes a file with umask 077", created, Ok(()));
+    s.check(
+        "it inherits the default ACL, masked by the mode, not the umask",
+        (mode(&made) & 0o777, getxattr(&made, ACL_ACCESS, 256)),
+        (
+            0o664,
+            Ok(acl(&[
+                (USER_OBJ, 6, ANY),
+                (GROUP_OBJ, 5, ANY),
+                (GROUP, 7, SHARED),
+                (MASK, 6, ANY),
+                (OTHER, 4, ANY),
+            ])),
+        ),
+    );
+    let mm = made.clone();
+    s.check(
+        "so bob, of the shared group, writes it",
+        as_user(BOB, move || open(&mm, libc::O_WRONLY)),
+        Ok(()),
     );
 }
 
