@@ -1710,35 +1710,7 @@ fn fallocate(s: &mut Suite, root: &Path) {
     want[4096..4096 + (32 << 10)].fill(0);
     s.check("a punched hole reads as zeros", back == want, true);
     // lseek(2): SEEK_DATA and SEEK_HOLE find the punched hole (pages 1-8) and the end.
-    let seek = |off: i64, whence: libc::c_int| {
-        use std::os::unix::io::AsRawFd;
-        // SAFETY: a descriptor we hold open.
-        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
-        if r < 0 {
-            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
-        } else {
-            Ok(r)
-        }
-    };
-    s.check(
-        "SEEK_DATA and SEEK_HOLE find data, a punched hole and the end",
-        [
-            seek(0, libc::SEEK_DATA),
-            seek(0, libc::SEEK_HOLE),
-            seek(5000, libc::SEEK_HOLE),
-            seek(5000, libc::SEEK_DATA),
-            seek(40 << 10, libc::SEEK_HOLE),
-            seek(64 << 10, libc::SEEK_DATA),
-        ],
-        [
-            Ok(0),
-            Ok(4096),
-            Ok(5000),
-            Ok(36 << 10),
-            Ok(64 << 10),
-            Err(libc::ENXIO),
-        ],
-    );
+    seek_data_and_hole(s, &f);
     s.check(
         "ZERO_RANGE over a partial page zeros exactly the range",
         falloc(&f, libc::FALLOC_FL_ZERO_RANGE, 100, 50).map(|()| {
@@ -1762,6 +1734,43 @@ fn fallocate(s: &mut Suite, root: &Path) {
         "a descriptor open only for reading gives EBADF",
         falloc(&ro, 0, 0, 4096),
         Err(libc::EBADF),
+    );
+}
+
+/// lseek(2) of `f` by `off` from `whence`: the offset, or the errno.
+fn lseek(f: &std::fs::File, off: i64, whence: libc::c_int) -> Result<i64, i32> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: a descriptor we hold open.
+    let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    } else {
+        Ok(r)
+    }
+}
+
+/// SEEK_DATA and SEEK_HOLE find the data of `f` (64 KiB with pages 1-8 punched), its hole
+/// and its end.
+fn seek_data_and_hole(s: &mut Suite, f: &std::fs::File) {
+    let seek = |off: i64, whence: libc::c_int| lseek(f, off, whence);
+    s.check(
+        "SEEK_DATA and SEEK_HOLE find data, a punched hole and the end",
+        [
+            seek(0, libc::SEEK_DATA),
+            seek(0, libc::SEEK_HOLE),
+            seek(5000, libc::SEEK_HOLE),
+            seek(5000, libc::SEEK_DATA),
+            seek(40 << 10, libc::SEEK_HOLE),
+            seek(64 << 10, libc::SEEK_DATA),
+        ],
+        [
+            Ok(0),
+            Ok(4096),
+            Ok(5000),
+            Ok(36 << 10),
+            Ok(64 << 10),
+            Err(libc::ENXIO),
+        ],
     );
 }
 
