@@ -23,7 +23,7 @@ pub enum DataPath {
     /// puts. Chosen where the transport moves large messages without copies but UCX offers
     /// no one-sided get on it (UCX 1.13 serves gets between processes of one host by
     /// emulation: the server's UCX copies them; 1.22 gets over `cma`), or by
-    /// [`Client::connect_pulling`].
+    /// [`Client::connect_pulling`](super::Client::connect_pulling).
     Pulled(String),
     /// Inside requests and replies, because the transport (named) has no one-sided access.
     InMessages(String),
