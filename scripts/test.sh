@@ -3,6 +3,8 @@
 # checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# No source file over 700 lines (quick: it only counts lines).
+bash scripts/check-sizes.sh
 # What the tests need beyond the main job (real clients of the mount, a browser); quick when
 # everything is there.
 bash scripts/install-deps.sh --test

@@ -158,28 +158,31 @@ pub fn run(a: &AioArgs) -> anyhow::Result<()> {
         writes,
         setup: region_setup,
     };
-    emit(a.json, &records, &summary, |records, s| {
+    emit(a.json, &records, &summary, print_table)
+}
+
+/// The table of p50 and p99 by size and variant, and the ratios.
+fn print_table(records: &[Record], s: &Summary) {
+    println!(
+        "asynchronous write latency, every copy on the engine ({} × {} channel), {} rounds × \
+         {} writes",
+        s.setup.engine.kind, s.setup.engine.channels, s.rounds, s.writes
+    );
+    println!(
+        "{:>8}  {:>12} {:>12}  {:>12} {:>12}  {:>10}",
+        "size", "orderless p50", "p99", "ordered p50", "p99", "ratio"
+    );
+    for (i, &(size, ratio)) in s.orderless_vs_ordered.iter().enumerate() {
+        let (o, n) = (&records[2 * i], &records[2 * i + 1]);
         println!(
-            "asynchronous write latency, every copy on the engine ({} × {} channel), {} rounds × \
-             {} writes",
-            s.setup.engine.kind, s.setup.engine.channels, s.rounds, s.writes
+            "{:>8}  {:>10.1}µs {:>10.1}µs  {:>10.1}µs {:>10.1}µs  {:>10.3}",
+            size::show(size),
+            o.p50_us,
+            o.p99_us,
+            n.p50_us,
+            n.p99_us,
+            ratio
         );
-        println!(
-            "{:>8}  {:>12} {:>12}  {:>12} {:>12}  {:>10}",
-            "size", "orderless p50", "p99", "ordered p50", "p99", "ratio"
-        );
-        for (i, &(size, ratio)) in s.orderless_vs_ordered.iter().enumerate() {
-            let (o, n) = (&records[2 * i], &records[2 * i + 1]);
-            println!(
-                "{:>8}  {:>10.1}µs {:>10.1}µs  {:>10.1}µs {:>10.1}µs  {:>10.3}",
-                size::show(size),
-                o.p50_us,
-                o.p99_us,
-                n.p50_us,
-                n.p99_us,
-                ratio
-            );
-        }
-        println!("ratio: median over rounds of orderless p50 ÷ ordered p50 (lower is better)");
-    })
+    }
+    println!("ratio: median over rounds of orderless p50 ÷ ordered p50 (lower is better)");
 }

@@ -285,6 +285,118 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
         .map(|n| n.get())
         .unwrap_or(1);
     let max_threads = a.threads.unwrap_or(cores).max(1);
+    let (sizes, region_size) = sizes_and_region(a, max_threads)?;
+    let rounds = a.rounds.unwrap_or(25).max(1);
+    let slice = Duration::from_millis(if a.quick { 4 } else { 8 });
+
+    let pmdk = pmdk();
+    let persist = cfg.persist();
+    let region = Region::create(&a.region, region_size, persist)?;
+    let region_len = region.len().min(region_size as usize);
+    let shift = usize::from(a.shift);
+    // Page-aligned, so the span starts `shift` bytes past a page boundary.
+    let dram = DramBuffer::new(region_len + shift, 2);
+    let dram_off = shift;
+    // Fault every page in before measuring.
+    // SAFETY: the whole region is mapped and no one else uses it yet.
+    unsafe { std::ptr::write_bytes(region.as_mut_ptr(), 1, region_len) };
+    let b = Arc::new(Bench {
+        region,
+        dram,
+        dram_off,
+        span: region_len,
+        movers: movers(&cfg)?,
+        pmdk,
+    });
+    let (engine_name, media_name) = names(&b, persist);
+
+    let points = points(&sizes, max_threads);
+    let bar = progress(points.len() as u64);
+    if !a.json {
+        eprintln!("engine: {engine_name}; media: {media_name}; region {} ({}); DRAM side shifted {shift} B; {} rounds × ≥{} ms (8 ns per byte of request) per path and point", a.region.display(), size::show(region_len as u64), rounds, slice.as_millis());
+    }
+    let mut records = Vec::new();
+    for &(dir, sz, threads) in &points {
+        bar.set_message(format!("{} {} ×{}", dir.name(), size::show(sz), threads));
+        let paths: Vec<PathKind> = PathKind::ALL
+            .into_iter()
+            .filter(|p| *p != PathKind::Pmdk || (b.pmdk.is_some() && dir == Direction::ToSlow))
+            .collect();
+        // A slice holds at least ~32 requests per thread at 4 GiB/s, so that the last,
+        // unfinished request of each thread does not dominate it.
+        let dur = slice.max(Duration::from_nanos(sz * 8));
+        let acc = b.point(&paths, dir, sz as usize, threads, rounds, dur);
+        for (&p, a) in paths.iter().zip(acc) {
+            let Acc {
+                gibs,
+                mut lat_ns,
+                cpu,
+                bytes,
+            } = a;
+            lat_ns.sort_unstable();
+            let self_ratio = self_ratio(&gibs, rounds);
+            records.push(Record {
+                path: p.name(),
+                direction: dir.name(),
+                size: sz,
+                threads,
+                durable: dir == Direction::ToSlow,
+                shift,
+                p50_us: percentile(&lat_ns, 0.5),
+                p99_us: percentile(&lat_ns, 0.99),
+                gib_per_s: median(&mut gibs.clone()),
+                round_gib_per_s: gibs,
+                self_ratio,
+                cpu_s_per_gib: cpu.as_secs_f64() / (bytes as f64 / (1u64 << 30) as f64),
+                engine: engine_name.clone(),
+                media: media_name.clone(),
+            });
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    let summary = Summary::of(&records, Setup::now(&cfg, &b.region, a.quick));
+    output(a.json, &records, &summary)?;
+    switchyard_options::counters::save(
+        &switchyard_options::counters::path(&a.region),
+        "bench copy",
+        &b.movers[2],
+    )?;
+    Ok(())
+}
+
+/// The records as JSON lines and the summary last (`json`), or the table and the summary.
+fn output(json: bool, records: &[Record], summary: &Summary) -> anyhow::Result<()> {
+    if json {
+        for r in records {
+            println!("{}", serde_json::to_string(r)?);
+        }
+        println!("{}", serde_json::to_string(summary)?);
+    } else {
+        print_table(records);
+        summary.print();
+    }
+    Ok(())
+}
+
+/// Movers on one engine: cpu-only, engine-only and scheduled (`auto`).
+fn movers(cfg: &Config) -> anyhow::Result<[Mover; 3]> {
+    let engine = switchyard_mover::start_engine(cfg)?;
+    let mover = |p: Policy| {
+        let mut c: Config = cfg.clone();
+        c.mover.policy = p;
+        Mover::with_engine(&c, engine.clone(), cfg.persist())
+    };
+    Ok([
+        mover(Policy::Cpu),
+        mover(Policy::Engine),
+        mover(Policy::Auto),
+    ])
+}
+
+/// The request sizes measured and the region's size, checked: room for 4 requests of the
+/// largest size per thread of `max_threads`.
+fn sizes_and_region(a: &CopyArgs, max_threads: usize) -> anyhow::Result<(Vec<u64>, u64)> {
     let sizes: Vec<u64> = if !a.sizes.is_empty() {
         a.sizes.clone()
     } else if a.quick {
@@ -311,44 +423,22 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
             size::show(MIN_REGION)
         );
     }
-    let rounds = a.rounds.unwrap_or(25).max(1);
-    let slice = Duration::from_millis(if a.quick { 4 } else { 8 });
+    Ok((sizes, region_size))
+}
 
-    let pmdk = match Pmdk::load() {
+/// PMDK, where its library loads (the baseline is skipped where it does not).
+fn pmdk() -> Option<Pmdk> {
+    match Pmdk::load() {
         Ok(p) => Some(p),
         Err(e) => {
             eprintln!("note: PMDK baseline unavailable: {e}");
             None
         }
-    };
-    let persist = cfg.persist();
-    let region = Region::create(&a.region, region_size, persist)?;
-    let region_len = region.len().min(region_size as usize);
-    let shift = usize::from(a.shift);
-    // Page-aligned, so the span starts `shift` bytes past a page boundary.
-    let dram = DramBuffer::new(region_len + shift, 2);
-    let dram_off = shift;
-    // Fault every page in before measuring.
-    // SAFETY: the whole region is mapped and no one else uses it yet.
-    unsafe { std::ptr::write_bytes(region.as_mut_ptr(), 1, region_len) };
-    let engine = switchyard_mover::start_engine(&cfg)?;
-    let mover = |p: Policy| {
-        let mut c: Config = cfg.clone();
-        c.mover.policy = p;
-        Mover::with_engine(&c, engine.clone(), persist)
-    };
-    let b = Arc::new(Bench {
-        region,
-        dram,
-        dram_off,
-        span: region_len,
-        movers: [
-            mover(Policy::Cpu),
-            mover(Policy::Engine),
-            mover(Policy::Auto),
-        ],
-        pmdk,
-    });
+    }
+}
+
+/// The engine's and the media's names, as each record carries them.
+fn names(b: &Bench, persist: switchyard_media::Persist) -> (String, String) {
     let info = b.movers[2].engine().info();
     let engine_name = format!(
         "{} ({} channel{})",
@@ -362,17 +452,24 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
         persist.flush.name(),
         persist.simd.name()
     );
+    (engine_name, media_name)
+}
 
+/// Every (direction, size, threads) point measured, threads 1 to `max_threads`.
+fn points(sizes: &[u64], max_threads: usize) -> Vec<(Direction, u64, usize)> {
     let dirs = [Direction::ToSlow, Direction::FromSlow];
-    let points: Vec<(Direction, u64, usize)> = dirs
-        .iter()
+    dirs.iter()
         .flat_map(|&d| {
             sizes
                 .iter()
                 .flat_map(move |&s| (1..=max_threads).map(move |t| (d, s, t)))
         })
-        .collect();
-    let bar = indicatif::ProgressBar::new(points.len() as u64);
+        .collect()
+}
+
+/// A progress bar over `len` points.
+fn progress(len: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
     bar.set_style(
         indicatif::ProgressStyle::with_template(
             "{spinner} bench copy [{bar:30}] {pos}/{len} points {msg} ({eta} left)",
@@ -380,75 +477,23 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
         .expect("static template")
         .progress_chars("=> "),
     );
-    if !a.json {
-        eprintln!("engine: {engine_name}; media: {media_name}; region {} ({}); DRAM side shifted {shift} B; {} rounds × ≥{} ms (8 ns per byte of request) per path and point", a.region.display(), size::show(region_len as u64), rounds, slice.as_millis());
-    }
-    let mut records = Vec::new();
-    for &(dir, sz, threads) in &points {
-        bar.set_message(format!("{} {} ×{}", dir.name(), size::show(sz), threads));
-        let paths: Vec<PathKind> = PathKind::ALL
-            .into_iter()
-            .filter(|p| *p != PathKind::Pmdk || (b.pmdk.is_some() && dir == Direction::ToSlow))
-            .collect();
-        // A slice holds at least ~32 requests per thread at 4 GiB/s, so that the last,
-        // unfinished request of each thread does not dominate it.
-        let dur = slice.max(Duration::from_nanos(sz * 8));
-        let acc = b.point(&paths, dir, sz as usize, threads, rounds, dur);
-        for (&p, a) in paths.iter().zip(acc) {
-            let Acc {
-                gibs,
-                mut lat_ns,
-                cpu,
-                bytes,
-            } = a;
-            lat_ns.sort_unstable();
-            let half = |parity: usize| {
-                median(
-                    &mut gibs
-                        .iter()
-                        .skip(parity)
-                        .step_by(2)
-                        .copied()
-                        .collect::<Vec<_>>(),
-                )
-            };
-            let self_ratio = (rounds >= 2).then(|| half(1) / half(0));
-            records.push(Record {
-                path: p.name(),
-                direction: dir.name(),
-                size: sz,
-                threads,
-                durable: dir == Direction::ToSlow,
-                shift,
-                p50_us: percentile(&lat_ns, 0.5),
-                p99_us: percentile(&lat_ns, 0.99),
-                gib_per_s: median(&mut gibs.clone()),
-                round_gib_per_s: gibs,
-                self_ratio,
-                cpu_s_per_gib: cpu.as_secs_f64() / (bytes as f64 / (1u64 << 30) as f64),
-                engine: engine_name.clone(),
-                media: media_name.clone(),
-            });
-        }
-        bar.inc(1);
-    }
-    bar.finish_and_clear();
-    let summary = Summary::of(&records, Setup::now(&cfg, &b.region, a.quick));
-    if a.json {
-        for r in &records {
-            println!("{}", serde_json::to_string(r)?);
-        }
-        println!("{}", serde_json::to_string(&summary)?);
-    } else {
-        print_table(&records);
-        summary.print();
-    }
-    switchyard_options::counters::save(
-        &switchyard_options::counters::path(&a.region),
-        "bench copy",
-        &b.movers[2],
-    )?;
-    Ok(())
+    bar
+}
+
+/// The median of the odd rounds' rates over the even rounds' (a path's agreement with
+/// itself), where there are two rounds or more.
+fn self_ratio(gibs: &[f64], rounds: usize) -> Option<f64> {
+    let half = |parity: usize| {
+        median(
+            &mut gibs
+                .iter()
+                .skip(parity)
+                .step_by(2)
+                .copied()
+                .collect::<Vec<_>>(),
+        )
+    };
+    (rounds >= 2).then(|| half(1) / half(0))
 }
 
 fn find<'a>(

@@ -132,6 +132,22 @@ pub fn run(a: &ExploreArgs) -> anyhow::Result<()> {
         }
         (split_b / split_ns, cpu_b / cpu_ns)
     };
+    print_header(&dir, a);
+    // [pattern][round] → (split rate, its ratio to every request split, split ÷ CPU).
+    let mut got = vec![Vec::new(); patterns.len()];
+    for _ in 0..a.rounds {
+        let rates: Vec<(f64, f64)> = patterns.iter().map(|&p| pattern_rates(p)).collect();
+        let every = rates[0].0;
+        for (g, (split, cpu)) in got.iter_mut().zip(rates) {
+            g.push((split, split / every, split / cpu));
+        }
+    }
+    print_rates(&got, &patterns);
+    Ok(())
+}
+
+/// What is measured, where, and the columns of the table that follows.
+fn print_header(dir: &std::path::Path, a: &ExploreArgs) {
     println!(
         "bulk writes (64–448 KiB) to {}, each timed alone; medians of {} rounds × {} ms",
         dir.display(),
@@ -142,15 +158,11 @@ pub fn run(a: &ExploreArgs) -> anyhow::Result<()> {
         "  {:<34} {:>10} {:>16} {:>12}",
         "split requests", "split GB/s", "÷ every split", "÷ CPU's"
     );
-    // [pattern][round] → (split rate, its ratio to every request split, split ÷ CPU).
-    let mut got = vec![Vec::new(); patterns.len()];
-    for _ in 0..a.rounds {
-        let rates: Vec<(f64, f64)> = patterns.iter().map(|&p| pattern_rates(p)).collect();
-        let every = rates[0].0;
-        for (g, (split, cpu)) in got.iter_mut().zip(rates) {
-            g.push((split, split / every, split / cpu));
-        }
-    }
+}
+
+/// Each pattern's medians over rounds: its split rate, that over every request split, and
+/// that over the CPU's.
+fn print_rates(got: &[Vec<(f64, f64, f64)>], patterns: &[Pattern]) {
     for (g, p) in got.iter().zip(patterns) {
         let col = |f: fn(&(f64, f64, f64)) -> f64| median(&mut g.iter().map(f).collect::<Vec<_>>());
         let vs_cpu = col(|x| x.2);
@@ -166,5 +178,4 @@ pub fn run(a: &ExploreArgs) -> anyhow::Result<()> {
             }
         );
     }
-    Ok(())
 }

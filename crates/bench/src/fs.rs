@@ -171,42 +171,14 @@ pub fn run(a: &FsArgs) -> anyhow::Result<()> {
         .prefix("switchyard-bench-fs.")
         .tempdir_in(&dir)
         .with_context(|| format!("creating a scratch directory in {}", dir.display()))?;
-    let ops = if a.ops.is_empty() {
-        Work::ALL.to_vec()
-    } else {
-        a.ops.clone()
-    };
-    let sizes = if !a.sizes.is_empty() {
-        a.sizes.clone()
-    } else if a.quick {
-        vec![4 << 10, 64 << 10, 256 << 10, 1 << 20]
-    } else {
-        vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]
-    };
-    let threads = if !a.threads.is_empty() {
-        a.threads.clone()
-    } else if a.quick {
-        vec![1, 8]
-    } else {
-        vec![1, 2, 8]
-    };
+    let Plan {
+        ops,
+        sizes,
+        threads,
+        file_size,
+    } = plan(a)?;
     let rounds = a.rounds.unwrap_or(3).max(1);
     let secs = a.seconds.unwrap_or(if a.quick { 0.3 } else { 1.0 });
-    let file_size = a
-        .file_size
-        .unwrap_or(if a.quick { 16 << 20 } else { 32 << 20 });
-    if threads.contains(&0) || secs <= 0.0 {
-        bail!("--threads and --seconds must be positive");
-    }
-    if let Some(&s) = sizes
-        .iter()
-        .find(|&&s| s == 0 || s % 4096 != 0 || s > file_size)
-    {
-        bail!(
-            "request size {s} must be a multiple of 4K and at most the file size ({})",
-            size::show(file_size)
-        );
-    }
     let fio = if a.no_fio { None } else { fio::version() };
     if fio.is_none() && !a.no_fio {
         eprintln!("note: fio not found; the baselines are skipped (install fio, or pass --no-fio)");
@@ -227,12 +199,7 @@ pub fn run(a: &FsArgs) -> anyhow::Result<()> {
             points.extend(threads.iter().map(|&t| (o, s, t)));
         }
     }
-    let bar = indicatif::ProgressBar::new(points.len() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points {msg} ({eta} left)")
-            .expect("template")
-            .progress_chars("=> "),
-    );
+    let bar = progress(points.len() as u64);
     eprintln!(
         "store and fio files in {}; {} rounds × {secs} s per system and point; {} per thread{}",
         work.path().display(),
@@ -263,18 +230,7 @@ pub fn run(a: &FsArgs) -> anyhow::Result<()> {
             System::Libpmem => fio_point(work.path(), "libpmem", p),
             System::Psync => fio_point(work.path(), "psync", p),
         })?;
-        let at = |s: System| systems.iter().position(|&x| x == s);
-        records.push(Record {
-            op,
-            size: bs,
-            threads: t,
-            store_gib_s: got.gib_s(0),
-            store_p50_us: got.p50_us(0),
-            libpmem_gib_s: at(System::Libpmem).map(|i| got.gib_s(i)),
-            psync_gib_s: at(System::Psync).map(|i| got.gib_s(i)),
-            vs_libpmem: at(System::Libpmem).map(|i| got.ratio(0, i)),
-            vs_psync: at(System::Psync).map(|i| got.ratio(0, i)),
-        });
+        records.push(record(op, bs, t, &got, &systems));
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -289,6 +245,91 @@ pub fn run(a: &FsArgs) -> anyhow::Result<()> {
     };
     let summary = summarise(&records, mount);
     emit(a.json, &records, &summary, print_table)
+}
+
+/// The operations, request sizes and thread counts measured, and each thread's file size,
+/// checked.
+fn plan(a: &FsArgs) -> anyhow::Result<Plan> {
+    let ops = if a.ops.is_empty() {
+        Work::ALL.to_vec()
+    } else {
+        a.ops.clone()
+    };
+    let sizes = if !a.sizes.is_empty() {
+        a.sizes.clone()
+    } else if a.quick {
+        vec![4 << 10, 64 << 10, 256 << 10, 1 << 20]
+    } else {
+        vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20]
+    };
+    let threads = if !a.threads.is_empty() {
+        a.threads.clone()
+    } else if a.quick {
+        vec![1, 8]
+    } else {
+        vec![1, 2, 8]
+    };
+    let secs = a.seconds.unwrap_or(if a.quick { 0.3 } else { 1.0 });
+    let file_size = a
+        .file_size
+        .unwrap_or(if a.quick { 16 << 20 } else { 32 << 20 });
+    if threads.contains(&0) || secs <= 0.0 {
+        bail!("--threads and --seconds must be positive");
+    }
+    if let Some(&s) = sizes
+        .iter()
+        .find(|&&s| s == 0 || s % 4096 != 0 || s > file_size)
+    {
+        bail!(
+            "request size {s} must be a multiple of 4K and at most the file size ({})",
+            size::show(file_size)
+        );
+    }
+    Ok(Plan {
+        ops,
+        sizes,
+        threads,
+        file_size,
+    })
+}
+
+/// What a run measures.
+struct Plan {
+    ops: Vec<Work>,
+    /// Request sizes.
+    sizes: Vec<u64>,
+    /// Thread counts.
+    threads: Vec<usize>,
+    /// Bytes of each thread's file.
+    file_size: u64,
+}
+
+/// A progress bar over `len` points.
+fn progress(len: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} points {msg} ({eta} left)")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// The record of `op` in requests of `bs` on `t` threads: the store's rate and latency, and
+/// its ratios to fio's `systems` where they ran.
+fn record(op: Work, bs: u64, t: usize, got: &Rounds, systems: &[System]) -> Record {
+    let at = |s: System| systems.iter().position(|&x| x == s);
+    Record {
+        op,
+        size: bs,
+        threads: t,
+        store_gib_s: got.gib_s(0),
+        store_p50_us: got.p50_us(0),
+        libpmem_gib_s: at(System::Libpmem).map(|i| got.gib_s(i)),
+        psync_gib_s: at(System::Psync).map(|i| got.gib_s(i)),
+        vs_libpmem: at(System::Libpmem).map(|i| got.ratio(0, i)),
+        vs_psync: at(System::Psync).map(|i| got.ratio(0, i)),
+    }
 }
 
 /// Per-thread files: `/f{i}` written whole (for reads and overwrites), `/a{i}` for appends.
@@ -378,22 +419,7 @@ fn store_point(fs: &Fs, files: &Files, p: Point) -> anyhow::Result<Measured> {
                         if t0 >= end {
                             break;
                         }
-                        match op {
-                            Work::Read | Work::Randread => {
-                                fs.pread(files.data[t], &mut buf, off)?;
-                            }
-                            Work::Write | Work::Randwrite => {
-                                fs.pwrite(files.data[t], &buf, off)?;
-                            }
-                            Work::Append => {
-                                if fs.lseek(files.append[t], 0, switchyard_store::Whence::End)? + bs
-                                    > file_size
-                                {
-                                    fs.ftruncate(files.append[t], 0)?;
-                                }
-                                fs.write(files.append[t], &buf)?;
-                            }
-                        }
+                        store_op(fs, files, op, t, &mut buf, off, file_size)?;
                         lat.record(t0.elapsed());
                         bytes += bs;
                     }
@@ -419,6 +445,36 @@ fn store_point(fs: &Fs, files: &Files, p: Point) -> anyhow::Result<Measured> {
         p50_us: lat.median_ns() / 1000.0,
         cpu_s_per_gib: None,
     })
+}
+
+/// One operation `op` of thread `t` on the store: `buf` read from or written at `off` of its
+/// file, or appended to its append file (truncated first once it would pass `file_size`).
+fn store_op(
+    fs: &Fs,
+    files: &Files,
+    op: Work,
+    t: usize,
+    buf: &mut [u8],
+    off: u64,
+    file_size: u64,
+) -> anyhow::Result<()> {
+    match op {
+        Work::Read | Work::Randread => {
+            fs.pread(files.data[t], buf, off)?;
+        }
+        Work::Write | Work::Randwrite => {
+            fs.pwrite(files.data[t], buf, off)?;
+        }
+        Work::Append => {
+            if fs.lseek(files.append[t], 0, switchyard_store::Whence::End)? + buf.len() as u64
+                > file_size
+            {
+                fs.ftruncate(files.append[t], 0)?;
+            }
+            fs.write(files.append[t], buf)?;
+        }
+    }
+    Ok(())
 }
 
 /// A latency histogram with 10 ns buckets up to 100 µs (and one above): recording costs no

@@ -365,16 +365,7 @@ struct FreshCreates {
 
 /// Runs `bench meta`.
 pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
-    let files = a.files.unwrap_or(if a.quick { 2_000 } else { 10_000 });
-    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
-    anyhow::ensure!(
-        files > 0 && rounds > 0,
-        "--files and --rounds must be at least 1"
-    );
-    anyhow::ensure!(
-        a.threads.iter().all(|&t| (1..=64).contains(&t)),
-        "--threads takes counts from 1 to 64"
-    );
+    let (files, rounds) = counts(a)?;
     let work = tempfile::Builder::new()
         .prefix("switchyard-bench-meta.")
         .tempdir_in(scratch_dir(&a.dir))
@@ -420,16 +411,7 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
                 round(&targets[i], threads, files, shared, tag)
             })?;
             for (k, &op) in OPS.iter().enumerate() {
-                let med = |i: usize| median(&mut got[i].iter().map(|r| r[k]).collect::<Vec<_>>());
-                let ratio = |i: usize| {
-                    median(
-                        &mut got[i]
-                            .iter()
-                            .zip(&got[2])
-                            .map(|(a, b)| a[k] / b[k])
-                            .collect::<Vec<_>>(),
-                    )
-                };
+                let med = |i: usize| median_of(&got[i], k);
                 if !shared && op == Op::Create {
                     fresh = fresh.or(Some(FreshCreates {
                         threads,
@@ -442,31 +424,13 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
                         _ => {}
                     }
                 }
-                records.push(Record {
-                    threads,
-                    mode,
-                    op: op.name(),
-                    store_ops_s: med(0),
-                    mount_ops_s: med(1),
-                    tmpfs_ops_s: med(2),
-                    store_vs_tmpfs: ratio(0),
-                    mount_vs_tmpfs: ratio(1),
-                });
+                records.push(record(threads, mode, op, &got, k));
             }
         }
     }
     drop(targets);
     mount.unmount().context("unmounting")?;
-    let sizes = a.populations.clone().unwrap_or(if a.quick {
-        vec![10_000, 100_000]
-    } else {
-        vec![10_000, 100_000, 1_000_000]
-    });
-    let mut populations = Vec::new();
-    for n in sizes.into_iter().filter(|&n| n > 0) {
-        eprintln!("a store of {n} files: making it, then mounting it clean and after a crash");
-        populations.push(population(work.path(), &cfg, &mover, n)?);
-    }
+    let populations = populations(a, work.path(), &cfg, &mover)?;
     let summary = Summary {
         summary: true,
         files_per_thread: files,
@@ -477,6 +441,72 @@ pub fn run(a: &MetaBenchArgs) -> anyhow::Result<()> {
         populations,
     };
     emit(a.json, &records, &summary, print_table)
+}
+
+/// Files per thread and rounds, checked (with the thread counts).
+fn counts(a: &MetaBenchArgs) -> anyhow::Result<(usize, usize)> {
+    let files = a.files.unwrap_or(if a.quick { 2_000 } else { 10_000 });
+    let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 });
+    anyhow::ensure!(
+        files > 0 && rounds > 0,
+        "--files and --rounds must be at least 1"
+    );
+    anyhow::ensure!(
+        a.threads.iter().all(|&t| (1..=64).contains(&t)),
+        "--threads takes counts from 1 to 64"
+    );
+    Ok((files, rounds))
+}
+
+/// Stores of as many files as `--populations` says, each made, then mounted clean and after
+/// a crash.
+fn populations(
+    a: &MetaBenchArgs,
+    dir: &std::path::Path,
+    cfg: &Config,
+    mover: &Arc<Mover>,
+) -> anyhow::Result<Vec<Population>> {
+    let sizes = a.populations.clone().unwrap_or(if a.quick {
+        vec![10_000, 100_000]
+    } else {
+        vec![10_000, 100_000, 1_000_000]
+    });
+    let mut populations = Vec::new();
+    for n in sizes.into_iter().filter(|&n| n > 0) {
+        eprintln!("a store of {n} files: making it, then mounting it clean and after a crash");
+        populations.push(population(dir, cfg, mover, n)?);
+    }
+    Ok(populations)
+}
+
+/// The median over rounds of operation `k`'s rate in `got` (one system's rounds).
+fn median_of(got: &[Rates], k: usize) -> f64 {
+    median(&mut got.iter().map(|r| r[k]).collect::<Vec<_>>())
+}
+
+/// The record of operation `op` (the `k`th) on `threads` threads in `mode`: each system's
+/// median rate in `got`, and the stores' medians of ratios to tmpfs in the same round.
+fn record(threads: usize, mode: &'static str, op: Op, got: &[Vec<Rates>], k: usize) -> Record {
+    let med = |i: usize| median_of(&got[i], k);
+    let ratio = |i: usize| {
+        median(
+            &mut got[i]
+                .iter()
+                .zip(&got[2])
+                .map(|(a, b)| a[k] / b[k])
+                .collect::<Vec<_>>(),
+        )
+    };
+    Record {
+        threads,
+        mode,
+        op: op.name(),
+        store_ops_s: med(0),
+        mount_ops_s: med(1),
+        tmpfs_ops_s: med(2),
+        store_vs_tmpfs: ratio(0),
+        mount_vs_tmpfs: ratio(1),
+    }
 }
 
 fn print_table(records: &[Record], s: &Summary) {

@@ -140,21 +140,7 @@ pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
         bail!("--file-size must be a multiple of 4K and at least 1M");
     }
     let shapes = shapes(a.quick);
-    let work = tempfile::Builder::new()
-        .prefix("switchyard-bench-mount.")
-        .tempdir_in(&dir)
-        .with_context(|| format!("creating a scratch directory in {}", dir.display()))?;
-    let sub = |name: &str| -> anyhow::Result<PathBuf> {
-        let p = work.path().join(name);
-        std::fs::create_dir(&p).with_context(|| format!("creating {}", p.display()))?;
-        Ok(p)
-    };
-    let (tmpfs, backing, mnt_store, mnt_pass) = (
-        sub("tmpfs")?,
-        sub("backing")?,
-        sub("mnt-store")?,
-        sub("mnt-pass")?,
-    );
+    let (work, [tmpfs, backing, mnt_store, mnt_pass]) = scratch(&dir)?;
 
     let cfg = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
     let mover = Arc::new(Mover::start(&cfg)?);
@@ -214,6 +200,27 @@ pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
 
     let summary = summarise(&records);
     emit(a.json, &records, &summary, print_table)
+}
+
+/// A scratch directory in `dir`, and in it the directories of tmpfs's files, of the
+/// passthrough's backing files, and the two mount points.
+fn scratch(dir: &Path) -> anyhow::Result<(tempfile::TempDir, [PathBuf; 4])> {
+    let work = tempfile::Builder::new()
+        .prefix("switchyard-bench-mount.")
+        .tempdir_in(dir)
+        .with_context(|| format!("creating a scratch directory in {}", dir.display()))?;
+    let sub = |name: &str| -> anyhow::Result<PathBuf> {
+        let p = work.path().join(name);
+        std::fs::create_dir(&p).with_context(|| format!("creating {}", p.display()))?;
+        Ok(p)
+    };
+    let dirs = [
+        sub("tmpfs")?,
+        sub("backing")?,
+        sub("mnt-store")?,
+        sub("mnt-pass")?,
+    ];
+    Ok((work, dirs))
 }
 
 /// The jobs: sequential 1M and random 4K reads and writes (also 4K and 64K sequential and

@@ -127,16 +127,7 @@ pub fn run(a: &PreloadBenchArgs) -> anyhow::Result<()> {
     let Some(fio_version) = fio::version() else {
         bail!("fio is needed for this benchmark: install it (Debian: apt-get install fio)");
     };
-    let library = memcpy::library(
-        a.library.as_ref(),
-        "libswitchyard_preload.so",
-        "switchyard-preload",
-    )?;
-    let memcpy_library = memcpy::library(
-        a.memcpy_library.as_ref(),
-        "libswitchyard_memcpy.so",
-        "switchyard-preload-memcpy",
-    )?;
+    let (library, memcpy_library) = libraries(a)?;
     let rounds = a.rounds.unwrap_or(if a.quick { 3 } else { 5 }).max(1);
     let secs = a.seconds.unwrap_or(if a.quick { 1.0 } else { 2.0 });
     let file_size = a.file_size.unwrap_or(256 << 20);
@@ -144,65 +135,17 @@ pub fn run(a: &PreloadBenchArgs) -> anyhow::Result<()> {
         bail!("--seconds must be positive and --file-size a multiple of 4K of at least 1M");
     }
     switchyard_remote::keep_message_buffers();
-    let dir = scratch_dir(&a.dir);
-    let work = tempfile::Builder::new()
-        .prefix("switchyard-bench-preload.")
-        .tempdir_in(&dir)
-        .with_context(|| format!("creating a scratch directory in {}", dir.display()))?;
-    let (tmpfs, mnt) = (work.path().join("tmpfs"), work.path().join("mnt"));
-    std::fs::create_dir(&tmpfs)?;
-    std::fs::create_dir(&mnt)?;
-
+    let (work, tmpfs, mnt) = scratch(&scratch_dir(&a.dir))?;
     let cfg = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
-    let mover = Arc::new(Mover::start(&cfg)?);
-    let region_len = (2 * file_size + (256 << 20)).next_multiple_of(2 << 20);
-    let region_path = work.path().join("store.region");
-    crate::mount::touch(&region_path, region_len)?;
-    let region = Region::create(&region_path, region_len, cfg.persist())?;
-    let store = Arc::new(Store::format(region, mover, Owner::current())?);
+    let (store, region_len) = new_store(&cfg, work.path(), file_size)?;
 
     // Served to other processes from a thread of this one, and mounted.
     let key_path = work.path().join("store.key");
-    let opts = ServeOptions {
-        listen: "127.0.0.1:0".parse().expect("an address"),
-        read_only: false,
-        key: Key::load_or_create(&key_path)?,
-    };
     let stop = Arc::new(AtomicBool::new(false));
-    let (tx, rx) = mpsc::channel();
-    let server = {
-        let (store, stop) = (store.clone(), stop.clone());
-        std::thread::spawn(move || {
-            switchyard_remote::serve(&store, &opts, &ServerStats::default(), &stop, |a| {
-                let _ = tx.send(a);
-            })
-        })
-    };
-    let Ok(addr) = rx.recv() else {
-        let e = server
-            .join()
-            .map_err(|_| anyhow::anyhow!("the server panicked"))?;
-        bail!(
-            "serving the store: {}",
-            e.err().map_or(String::new(), |e| e.to_string())
-        );
-    };
-    let fuse_cfg = switchyard_fuse::FuseConfig::default();
-    let mount = switchyard_fuse::mount_inodes(
-        store.clone(),
-        &mnt,
-        &fuse_cfg,
-        switchyard_fuse::Access::Owner,
-        false,
-    )
-    .with_context(|| format!("mounting the store on {}", mnt.display()))?;
+    let (server, addr) = serve(&store, &key_path, &stop)?;
+    let mount = mount(&store, &mnt)?;
     let prefix = format!("/switchyard-bench-preload-{}", std::process::id());
-    let env = [
-        ("LD_PRELOAD", library.to_string_lossy().into_owned()),
-        ("SWITCHYARD_PREFIX", prefix.clone()),
-        ("SWITCHYARD_SERVER", addr.to_string()),
-        ("SWITCHYARD_KEY", key_path.to_string_lossy().into_owned()),
-    ];
+    let env = preload_env(&library, &prefix, addr, &key_path);
     let transport = transport(addr, &key_path)?;
     eprintln!(
         "scratch in {}; {} of region; served on {addr} ({transport}); {rounds} rounds × {secs} s \
@@ -233,20 +176,7 @@ pub fn run(a: &PreloadBenchArgs) -> anyhow::Result<()> {
             };
             fio_job(dir, shape, file_size, secs, &env)
         })?;
-        let iops = |i| got.gib_s(i) * (1u64 << 30) as f64 / shape.bs as f64;
-        records.push(Record {
-            bench: "preload",
-            rw: shape.rw,
-            bs: shape.bs,
-            preload_iops: iops(0),
-            mount_iops: iops(1),
-            tmpfs_iops: iops(2),
-            preload_p50_us: got.p50_us(0),
-            mount_p50_us: got.p50_us(1),
-            tmpfs_p50_us: got.p50_us(2),
-            preload_vs_mount: got.ratio(0, 1),
-            preload_vs_tmpfs: got.ratio(0, 2),
-        });
+        records.push(record(shape, &got));
         bar.inc(1);
     }
     bar.finish_and_clear();
@@ -271,20 +201,155 @@ pub fn run(a: &PreloadBenchArgs) -> anyhow::Result<()> {
         transport,
         fio: fio_version,
     };
-    if a.json {
-        for r in &records {
+    output(a.json, &records, &copies, &summary)?;
+    Ok(())
+}
+
+/// Mounts `store` on `mnt` with FUSE in this process.
+fn mount(store: &Arc<Store>, mnt: &Path) -> anyhow::Result<switchyard_fuse::Mount> {
+    switchyard_fuse::mount_inodes(
+        store.clone(),
+        mnt,
+        &switchyard_fuse::FuseConfig::default(),
+        switchyard_fuse::Access::Owner,
+        false,
+    )
+    .with_context(|| format!("mounting the store on {}", mnt.display()))
+}
+
+/// The environment of a preloaded fio: the preload `library`, the path `prefix` it serves,
+/// and the server at `addr` with the key at `key_path`.
+fn preload_env(
+    library: &Path,
+    prefix: &str,
+    addr: std::net::SocketAddr,
+    key_path: &Path,
+) -> [(&'static str, String); 4] {
+    [
+        ("LD_PRELOAD", library.to_string_lossy().into_owned()),
+        ("SWITCHYARD_PREFIX", prefix.to_string()),
+        ("SWITCHYARD_SERVER", addr.to_string()),
+        ("SWITCHYARD_KEY", key_path.to_string_lossy().into_owned()),
+    ]
+}
+
+/// A scratch directory in `dir`, and in it tmpfs's directory and the mount point.
+fn scratch(dir: &Path) -> anyhow::Result<(tempfile::TempDir, PathBuf, PathBuf)> {
+    let work = tempfile::Builder::new()
+        .prefix("switchyard-bench-preload.")
+        .tempdir_in(dir)
+        .with_context(|| format!("creating a scratch directory in {}", dir.display()))?;
+    let (tmpfs, mnt) = (work.path().join("tmpfs"), work.path().join("mnt"));
+    std::fs::create_dir(&tmpfs)?;
+    std::fs::create_dir(&mnt)?;
+    Ok((work, tmpfs, mnt))
+}
+
+/// A store in a store file in `dir`, written through first, with room for fio's file of
+/// `file_size` and a copy of it; and the store file's length.
+fn new_store(cfg: &switchyard_mover::Config, dir: &Path, file_size: u64) -> anyhow::Result<(Arc<Store>, u64)> {
+    let mover = Arc::new(Mover::start(cfg)?);
+    let region_len = (2 * file_size + (256 << 20)).next_multiple_of(2 << 20);
+    let region_path = dir.join("store.region");
+    crate::mount::touch(&region_path, region_len)?;
+    let region = Region::create(&region_path, region_len, cfg.persist())?;
+    let store = Arc::new(Store::format(region, mover, Owner::current())?);
+    Ok((store, region_len))
+}
+
+/// Serves `store` on a free port of the loopback address with the key at `key_path` (made if
+/// there is none), from a thread of this process until `stop` is set: the thread, and the
+/// address it listens on.
+fn serve(
+    store: &Arc<Store>,
+    key_path: &Path,
+    stop: &Arc<AtomicBool>,
+) -> anyhow::Result<(Server, std::net::SocketAddr)> {
+    let opts = ServeOptions {
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        read_only: false,
+        key: Key::load_or_create(key_path)?,
+    };
+    let (tx, rx) = mpsc::channel();
+    let server = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            switchyard_remote::serve(&store, &opts, &ServerStats::default(), &stop, |a| {
+                let _ = tx.send(a);
+            })
+            .map_err(|e| e.to_string())
+        })
+    };
+    let Ok(addr) = rx.recv() else {
+        let e = server
+            .join()
+            .map_err(|_| anyhow::anyhow!("the server panicked"))?;
+        bail!(
+            "serving the store: {}",
+            e.err().map_or(String::new(), |e| e.to_string())
+        );
+    };
+    Ok((server, addr))
+}
+
+/// The thread that serves the store.
+type Server = std::thread::JoinHandle<Result<(), String>>;
+
+/// The record of fio job `shape`: each system's IOPS and p50, and the preload's ratios.
+fn record(shape: Shape, got: &Rounds) -> Record {
+    let iops = |i| got.gib_s(i) * (1u64 << 30) as f64 / shape.bs as f64;
+    Record {
+        bench: "preload",
+        rw: shape.rw,
+        bs: shape.bs,
+        preload_iops: iops(0),
+        mount_iops: iops(1),
+        tmpfs_iops: iops(2),
+        preload_p50_us: got.p50_us(0),
+        mount_p50_us: got.p50_us(1),
+        tmpfs_p50_us: got.p50_us(2),
+        preload_vs_mount: got.ratio(0, 1),
+        preload_vs_tmpfs: got.ratio(0, 2),
+    }
+}
+
+/// The records, the copies' rows and the summary, as JSON lines (`json`) or tables.
+fn output(
+    json: bool,
+    records: &[Record],
+    copies: &[memcpy::Record],
+    summary: &Summary,
+) -> anyhow::Result<()> {
+    if json {
+        for r in records {
             println!("{}", serde_json::to_string(r)?);
         }
-        for r in &copies {
+        for r in copies {
             println!("{}", serde_json::to_string(r)?);
         }
-        println!("{}", serde_json::to_string(&summary)?);
+        println!("{}", serde_json::to_string(summary)?);
     } else {
-        print_table(&records, &summary);
+        print_table(records, summary);
         println!();
-        memcpy::print_rows(&copies);
+        memcpy::print_rows(copies);
     }
     Ok(())
+}
+
+/// The file preload library and the memcpy preload library (built beside this binary unless
+/// named).
+fn libraries(a: &PreloadBenchArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let library = memcpy::library(
+        a.library.as_ref(),
+        "libswitchyard_preload.so",
+        "switchyard-preload",
+    )?;
+    let memcpy_library = memcpy::library(
+        a.memcpy_library.as_ref(),
+        "libswitchyard_memcpy.so",
+        "switchyard-preload-memcpy",
+    )?;
+    Ok((library, memcpy_library))
 }
 
 /// How the client reaches the server (its data path).

@@ -144,6 +144,12 @@ proptest! {
 /// included; unknown copy flags and overlapping buffers -EINVAL.
 #[test]
 fn null_and_closed_handles_and_bad_copies_give_errnos() {
+    store_handles_give_errnos();
+    mover_handles_and_bad_copies_give_errnos();
+}
+
+/// The store's and a directory listing's handles: null, closed, and bad arguments.
+fn store_handles_give_errnos() {
     let dir = tempfile::tempdir().unwrap();
     // SAFETY: each call gets null, a live handle or a closed one (never freed), and valid
     // buffers where it reads or writes.
@@ -186,7 +192,14 @@ fn null_and_closed_handles_and_bad_copies_give_errnos() {
         assert_eq!(sy_closedir(d), 0);
         assert_eq!(sy_readdir(d, &mut e), -libc::EBADF);
         assert_eq!(sy_closedir(d), -libc::EBADF);
+    }
+}
 
+/// The mover's handle, null and closed, and copies, fills and compares with bad arguments.
+fn mover_handles_and_bad_copies_give_errnos() {
+    // SAFETY: each call gets null, a live handle or a closed one (never freed), and valid
+    // buffers where it reads or writes.
+    unsafe {
         let mut m = null_mut();
         assert_eq!(sy_mover_new(null(), &mut m), 0);
         let mut a = vec![1u8; 4096];

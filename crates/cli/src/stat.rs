@@ -123,14 +123,7 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
         Some(r) => switchyard_options::counters::path(r),
         None => a.at.stats_path(),
     };
-    let saved: Option<Saved> = match std::fs::read_to_string(&path) {
-        Ok(t) => Some(
-            serde_json::from_str(&t)
-                .with_context(|| format!("{} is not a stats file", path.display()))?,
-        ),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
-    };
+    let saved = saved(&path)?;
     // What survives a power cut: the medium as the store file opens now, under the sync
     // policy the configuration gives (`mount --sync` overrides it; the counters show what the
     // last run used). A store a mount holds cannot be opened: the mount's counters say.
@@ -151,32 +144,7 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
         );
         return Ok(());
     }
-    println!(
-        "media: flush {}, SIMD kernels {}, durable nt threshold {} B, shifted-copy loop {}",
-        p.flush.name(),
-        p.simd.name(),
-        p.nt_threshold,
-        match p.shifted_min {
-            0 => "never".to_string(),
-            n => format!("from {n} B"),
-        }
-    );
-    println!(
-        "engine: {} with {} channel(s); policy {:?}",
-        cfg.mover.engine.kind,
-        cfg.mover.engine.effective_channels(),
-        cfg.mover.mover.policy
-    );
-    match &cfg.mover.applied_profile {
-        Some(prof) => println!(
-            "engine profile: {}, {}",
-            cfg.mover.mover.profile,
-            switchyard_options::tune::describe(prof)
-        ),
-        None => println!(
-            "engine profile: none (built-in thresholds; `switchyard tune` measures this machine)"
-        ),
-    }
+    print_media_and_engine(&cfg.mover);
     match (&usage, &durability) {
         (Some(line), Some(d)) => {
             println!("{line}");
@@ -192,6 +160,61 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
             a.at.store.display()
         ),
     }
+    print_saved(saved, &path);
+    if a.region.is_none() {
+        let served = saved_remote(&switchyard_options::counters::remote_path(&a.at.store))?;
+        if let Some(s) = served {
+            print_remote("served", &s);
+        }
+    }
+    Ok(())
+}
+
+/// The counters saved at `path` by the last run, if any.
+fn saved(path: &Path) -> anyhow::Result<Option<Saved>> {
+    Ok(match std::fs::read_to_string(path) {
+        Ok(t) => Some(
+            serde_json::from_str(&t)
+                .with_context(|| format!("{} is not a stats file", path.display()))?,
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
+    })
+}
+
+/// The media's kernels, the engine and policy, and the engine profile `cfg` gives.
+fn print_media_and_engine(cfg: &switchyard_mover::Config) {
+    let p = cfg.persist();
+    println!(
+        "media: flush {}, SIMD kernels {}, durable nt threshold {} B, shifted-copy loop {}",
+        p.flush.name(),
+        p.simd.name(),
+        p.nt_threshold,
+        match p.shifted_min {
+            0 => "never".to_string(),
+            n => format!("from {n} B"),
+        }
+    );
+    println!(
+        "engine: {} with {} channel(s); policy {:?}",
+        cfg.engine.kind,
+        cfg.engine.effective_channels(),
+        cfg.mover.policy
+    );
+    match &cfg.applied_profile {
+        Some(prof) => println!(
+            "engine profile: {}, {}",
+            cfg.mover.profile,
+            switchyard_options::tune::describe(prof)
+        ),
+        None => println!(
+            "engine profile: none (built-in thresholds; `switchyard tune` measures this machine)"
+        ),
+    }
+}
+
+/// The counters of the last run (`saved`, from `path`), or where they would be.
+fn print_saved(saved: Option<Saved>, path: &Path) {
     match saved {
         None => println!(
             "no counters yet ({} does not exist): they are saved by `cp`, a mount, and \
@@ -220,11 +243,4 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
             print_tenants(&s.tenants);
         }
     }
-    if a.region.is_none() {
-        let served = saved_remote(&switchyard_options::counters::remote_path(&a.at.store))?;
-        if let Some(s) = served {
-            print_remote("served", &s);
-        }
-    }
-    Ok(())
 }

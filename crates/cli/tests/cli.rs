@@ -394,53 +394,8 @@ fn tune_finds_the_thresholds_writes_a_profile_and_commands_load_only_their_own()
         .clone();
     let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
     let m = &v["measurements"];
-    // Both directions, aligned and not, every coarse size; the scaling curves and NT sweep.
-    for dir in ["to_slow", "from_slow"] {
-        for aligned in [true, false] {
-            let n = m["sweep"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|p| p["direction"] == dir && p["aligned"] == aligned)
-                .count();
-            assert!(n >= 6, "{dir} aligned={aligned}: {n} points");
-        }
-    }
-    assert!(m["engine_scaling"].as_array().unwrap().len() >= 2);
-    assert!(m["writer_scaling"].as_array().unwrap().len() >= 2);
-    // Streaming stores against temporal ones, 256 B to 64 KiB by powers of 2, then 256 KiB
-    // and 1 MiB.
-    assert_eq!(m["nt"].as_array().unwrap().len(), 11);
-    // The shifted-copy loop against memcpy, 1 KiB to 256 KiB.
-    let shifted = m["shifted"].as_array().unwrap();
-    assert_eq!(shifted.len(), 5);
-    assert!(shifted
-        .iter()
-        .all(|s| s["loop_gib_s"].as_f64().unwrap() > 0.0
-            && s["memcpy_gib_s"].as_f64().unwrap() > 0.0));
-    let p = &v["profile"];
-    assert_eq!(p["version"], 3);
-    // 0 (never) or one of the measured sizes.
-    let shifted_min = p["tuned"]["shifted_min"].as_u64().unwrap();
-    assert!(
-        shifted_min == 0 || shifted.iter().any(|s| s["size"] == shifted_min),
-        "{shifted_min}"
-    );
-    assert!(p["tuned"]["concurrency_limit"].as_u64().unwrap() >= 1);
-    assert_eq!(p["bins"].as_array().unwrap().len(), 16);
-    // The engine's side is the rate while executing and the delay before it starts, as the
-    // mover's live estimates measure them: neither may be left at the neutral prior (8 B/ns,
-    // 5 µs) the estimates start from.
-    for b in p["bins"].as_array().unwrap() {
-        let g = b["engine_gib_s"].as_f64().unwrap();
-        assert!(g > 0.0 && (g * 1.073_741_824 - 8.0).abs() > 1e-9, "{b}");
-    }
-    for s in p["startup"].as_array().unwrap() {
-        let ns = s["ns"].as_f64().unwrap();
-        assert!(ns > 0.0 && ns != 5_000.0, "{s}");
-    }
-    let t = &p["tuned"]["thresholds"]["from_slow"]["local_aligned"];
-    assert!(t.as_u64().unwrap() >= 4096, "{t}");
+    check_tune_measurements(m);
+    check_tune_profile(&v["profile"], m["shifted"].as_array().unwrap());
 
     // The default profile in the working directory is loaded, and shown.
     let profile = d.path().join("switchyard.profile.toml");
@@ -494,6 +449,63 @@ fn tune_finds_the_thresholds_writes_a_profile_and_commands_load_only_their_own()
         .assert()
         .failure()
         .stderr(contains("format version 2").and(contains("run `switchyard tune`")));
+}
+
+/// The profile `tune --json` chose: its version, limits, bins and start-up delays measured
+/// (none left at the estimates' prior), and thresholds; `shifted` are the shifted-copy loop's
+/// measurements.
+fn check_tune_profile(p: &serde_json::Value, shifted: &[serde_json::Value]) {
+    assert_eq!(p["version"], 3);
+    // 0 (never) or one of the measured sizes.
+    let shifted_min = p["tuned"]["shifted_min"].as_u64().unwrap();
+    assert!(
+        shifted_min == 0 || shifted.iter().any(|s| s["size"] == shifted_min),
+        "{shifted_min}"
+    );
+    assert!(p["tuned"]["concurrency_limit"].as_u64().unwrap() >= 1);
+    assert_eq!(p["bins"].as_array().unwrap().len(), 16);
+    // The engine's side is the rate while executing and the delay before it starts, as the
+    // mover's live estimates measure them: neither may be left at the neutral prior (8 B/ns,
+    // 5 µs) the estimates start from.
+    for b in p["bins"].as_array().unwrap() {
+        let g = b["engine_gib_s"].as_f64().unwrap();
+        assert!(g > 0.0 && (g * 1.073_741_824 - 8.0).abs() > 1e-9, "{b}");
+    }
+    for s in p["startup"].as_array().unwrap() {
+        let ns = s["ns"].as_f64().unwrap();
+        assert!(ns > 0.0 && ns != 5_000.0, "{s}");
+    }
+    let t = &p["tuned"]["thresholds"]["from_slow"]["local_aligned"];
+    assert!(t.as_u64().unwrap() >= 4096, "{t}");
+}
+
+/// What `tune --json` measured: both directions, aligned and not, the scaling curves, the
+/// streaming-store sweep and the shifted-copy loop.
+fn check_tune_measurements(m: &serde_json::Value) {
+    // Both directions, aligned and not, every coarse size; the scaling curves and NT sweep.
+    for dir in ["to_slow", "from_slow"] {
+        for aligned in [true, false] {
+            let n = m["sweep"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["direction"] == dir && p["aligned"] == aligned)
+                .count();
+            assert!(n >= 6, "{dir} aligned={aligned}: {n} points");
+        }
+    }
+    assert!(m["engine_scaling"].as_array().unwrap().len() >= 2);
+    assert!(m["writer_scaling"].as_array().unwrap().len() >= 2);
+    // Streaming stores against temporal ones, 256 B to 64 KiB by powers of 2, then 256 KiB
+    // and 1 MiB.
+    assert_eq!(m["nt"].as_array().unwrap().len(), 11);
+    // The shifted-copy loop against memcpy, 1 KiB to 256 KiB.
+    let shifted = m["shifted"].as_array().unwrap();
+    assert_eq!(shifted.len(), 5);
+    assert!(shifted
+        .iter()
+        .all(|s| s["loop_gib_s"].as_f64().unwrap() > 0.0
+            && s["memcpy_gib_s"].as_f64().unwrap() > 0.0));
 }
 
 #[test]

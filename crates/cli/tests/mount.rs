@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,42 +40,7 @@ fn a_killed_mount_loses_no_write_that_fio_saw_complete() {
 #[test]
 fn up_formats_once_mounts_at_once_and_swaps_in_the_full_tune() {
     let work = tempfile::tempdir().unwrap();
-    let up = || {
-        // With the usual umask, which must not leave anything readable by others.
-        let mut child = Command::new("sh")
-            .args(["-c", "umask 022 && exec \"$0\" up --size 256M", bin()])
-            .current_dir(work.path())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        let reader = std::thread::spawn(move || {
-            use std::io::BufRead;
-            let mut all = String::new();
-            for line in std::io::BufReader::new(out).lines() {
-                let line = line.unwrap();
-                all.push_str(&line);
-                all.push('\n');
-                let _ = tx.send(line);
-            }
-            all
-        });
-        let t0 = Instant::now();
-        while !work.path().join("mnt").is_dir() || !mounted(&work.path().join("mnt")) {
-            assert!(t0.elapsed() < Duration::from_secs(120), "no mount on ./mnt");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        (child, rx, reader)
-    };
-    let stop = |(c, _, reader): (Child, _, std::thread::JoinHandle<String>)| {
-        // SAFETY: kill has no memory effects; the pid is our child's.
-        unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
-        let out = c.wait_with_output().unwrap();
-        assert!(out.status.success());
-        reader.join().unwrap()
-    };
-    let first = up();
+    let first = up(work.path());
     std::fs::write(work.path().join("mnt/hello"), b"world").unwrap();
     // The mount serves while the tune runs behind it; wait for the swap.
     let t0 = Instant::now();
@@ -121,7 +87,7 @@ fn up_formats_once_mounts_at_once_and_swaps_in_the_full_tune() {
         .unwrap_or_else(|| panic!("no swap counter: {stat}"));
     assert!(stat.contains("`switchyard mount`"), "{stat}");
     assert_eq!(swapped.split_whitespace().last(), Some("1"), "{stat}");
-    let c = up();
+    let c = up(work.path());
     assert_eq!(
         std::fs::read(work.path().join("mnt/hello")).unwrap(),
         b"world"
@@ -138,8 +104,60 @@ fn up_formats_once_mounts_at_once_and_swaps_in_the_full_tune() {
     );
     assert!(work.path().join("switchyard.store").exists());
     // Everything `up` made is its owner's alone.
+    assert_owner_only(work.path());
+}
+
+/// `switchyard up` started in `work` (under umask 022), once its mount is there: the child,
+/// its standard output's lines as they come, and the thread that collects them all.
+fn up(work: &Path) -> Up {
+    // With the usual umask, which must not leave anything readable by others.
+    let mut child = Command::new("sh")
+        .args(["-c", "umask 022 && exec \"$0\" up --size 256M", bin()])
+        .current_dir(work)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(out).lines() {
+            let line = line.unwrap();
+            all.push_str(&line);
+            all.push('\n');
+            let _ = tx.send(line);
+        }
+        all
+    });
+    let t0 = Instant::now();
+    while !work.join("mnt").is_dir() || !mounted(&work.join("mnt")) {
+        assert!(t0.elapsed() < Duration::from_secs(120), "no mount on ./mnt");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, rx, reader)
+}
+
+/// A running `switchyard up` ([`up`]).
+type Up = (
+    Child,
+    std::sync::mpsc::Receiver<String>,
+    std::thread::JoinHandle<String>,
+);
+
+/// Stops `up` with SIGINT, checks it exited cleanly, and returns all it printed.
+fn stop((c, _, reader): Up) -> String {
+    // SAFETY: kill has no memory effects; the pid is our child's.
+    unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+    let out = c.wait_with_output().unwrap();
+    assert!(out.status.success());
+    reader.join().unwrap()
+}
+
+/// Everything in `dir` (what `up` made) is its owner's alone.
+fn assert_owner_only(dir: &Path) {
     use std::os::unix::fs::MetadataExt;
-    let mut made: Vec<(String, u32)> = std::fs::read_dir(work.path())
+    let mut made: Vec<(String, u32)> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| {
             let e = e.unwrap();

@@ -729,75 +729,87 @@ fn timestamps(s: &mut Suite, root: &Path) {
     dir(&d, 0, 0, 0o755);
     let f = d.join("f");
     std::fs::write(&f, b"x").unwrap();
-    let changed = |before: (i64, i64, i64), after: (i64, i64, i64)| {
-        (
-            after.0 != before.0,
-            after.1 != before.1,
-            after.2 != before.2,
-        )
-    };
-    let (t0, d0) = (times(&f), times(&d));
+    times_on_contents_and_attributes(s, &f, &d);
+    times_on_names(s, &f, &d);
+}
+
+/// Which of atime, mtime and ctime differ between `before` and `after`.
+fn changed(before: (i64, i64, i64), after: (i64, i64, i64)) -> (bool, bool, bool) {
+    (
+        after.0 != before.0,
+        after.1 != before.1,
+        after.2 != before.2,
+    )
+}
+
+/// write(2), chmod(2), chown(2), truncate(2) on `f` in `d`: what changes which time.
+fn times_on_contents_and_attributes(s: &mut Suite, f: &Path, d: &Path) {
+    let (t0, d0) = (times(f), times(d));
     tick();
-    append(&f, b"y").unwrap();
+    append(f, b"y").unwrap();
     s.check(
         "write changes mtime and ctime, not atime",
-        changed(t0, times(&f)),
+        changed(t0, times(f)),
         (false, true, true),
     );
-    s.check("write leaves the directory alone", times(&d), d0);
-    let t0 = times(&f);
+    s.check("write leaves the directory alone", times(d), d0);
+    let t0 = times(f);
     tick();
-    chmod(&f, 0o600).unwrap();
+    chmod(f, 0o600).unwrap();
     s.check(
         "chmod changes ctime only",
-        changed(t0, times(&f)),
+        changed(t0, times(f)),
         (false, false, true),
     );
-    let t0 = times(&f);
+    let t0 = times(f);
     tick();
-    chown(&f, Some(ALICE.uid), None).unwrap();
+    chown(f, Some(ALICE.uid), None).unwrap();
     s.check(
         "chown changes ctime only",
-        changed(t0, times(&f)),
+        changed(t0, times(f)),
         (false, false, true),
     );
-    let t0 = times(&f);
+    let t0 = times(f);
     tick();
-    truncate(&f, 0).unwrap();
+    truncate(f, 0).unwrap();
     s.check(
         "truncate changes mtime and ctime",
-        changed(t0, times(&f)),
+        changed(t0, times(f)),
         (false, true, true),
     );
-    let (t0, d0) = (times(&f), times(&d));
+}
+
+/// link(2), unlink(2), rename(2) of `f` in `d`, and mkdir(2) in `d`: what changes which time.
+fn times_on_names(s: &mut Suite, f: &Path, d: &Path) {
+    let (t0, d0) = (times(f), times(d));
     tick();
-    link(&f, &d.join("g")).unwrap();
+    link(f, &d.join("g")).unwrap();
     s.check(
         "link changes the file's ctime",
-        changed(t0, times(&f)),
+        changed(t0, times(f)),
         (false, false, true),
     );
     s.check(
         "link changes the directory's mtime and ctime",
-        changed(d0, times(&d)),
+        changed(d0, times(d)),
         (false, true, true),
     );
-    let (t0, d0) = (times(&f), times(&d));
+    let (t0, d0) = (times(f), times(d));
     tick();
     unlink(&d.join("g")).unwrap();
     s.check(
         "unlink of one of two links changes the file's ctime",
-        changed(t0, times(&f)),
+        changed(t0, times(f)),
         (false, false, true),
     );
     s.check(
         "unlink changes the directory's mtime and ctime",
-        changed(d0, times(&d)),
+        changed(d0, times(d)),
         (false, true, true),
     );
-    let (t0, d0) = (times(&f), times(&d));
+    let (t0, d0) = (times(f), times(d));
     tick();
-    rename(&f, &d.join("h")).unwrap();
+    rename(f, &d.join("h")).unwrap();
     s.check(
         "rename changes the moved file's ctime (as Linux file systems do)",
         changed(t0, times(&d.join("h"))),
@@ -805,15 +817,15 @@ fn timestamps(s: &mut Suite, root: &Path) {
     );
     s.check(
         "rename changes the directory's mtime and ctime",
-        changed(d0, times(&d)),
+        changed(d0, times(d)),
         (false, true, true),
     );
-    let d0 = times(&d);
+    let d0 = times(d);
     tick();
     mkdir(&d.join("sub"), 0o755).unwrap();
     s.check(
         "mkdir changes the parent's mtime and ctime",
-        changed(d0, times(&d)),
+        changed(d0, times(d)),
         (false, true, true),
     );
     let new = times(&d.join("sub"));
@@ -829,107 +841,9 @@ fn rename_and_link(s: &mut Suite, base: &Path, who: Who) {
     let base: PathBuf = base.join(format!("rename-{}", who.name));
     let b = base.clone();
     let got = as_user(who, move || {
-        let p = |n: &str| b.join(n);
-        let mut out: Vec<(&'static str, Result<(), i32>)> = Vec::new();
-        mkdir(&b, 0o755).unwrap();
-        std::fs::write(p("a"), b"a").unwrap();
-        std::fs::write(p("f"), b"f").unwrap();
-        mkdir(&p("d"), 0o755).unwrap();
-        mkdir(&p("d/sub"), 0o755).unwrap();
-        mkdir(&p("e"), 0o755).unwrap();
-        mkdir(&p("full"), 0o755).unwrap();
-        std::fs::write(p("full/x"), b"").unwrap();
-        out.push((
-            "rename of a name to itself succeeds",
-            rename(&p("a"), &p("a")),
-        ));
-        link(&p("a"), &p("a2")).unwrap();
-        out.push((
-            "rename between two links of one file succeeds and changes nothing",
-            rename(&p("a"), &p("a2")),
-        ));
-        out.push((
-            "both links are still there",
-            if p("a").exists() && p("a2").exists() {
-                Ok(())
-            } else {
-                Err(0)
-            },
-        ));
-        out.push((
-            "a directory cannot move into its own subtree (EINVAL)",
-            rename(&p("d"), &p("d/sub/d")),
-        ));
-        out.push((
-            "a file cannot replace a directory (EISDIR)",
-            rename(&p("f"), &p("e")),
-        ));
-        out.push((
-            "a directory cannot replace a file (ENOTDIR)",
-            rename(&p("e"), &p("f")),
-        ));
-        out.push((
-            "a directory cannot replace a non-empty one (ENOTEMPTY)",
-            rename(&p("e"), &p("full")),
-        ));
-        out.push((
-            "a directory replaces an empty one",
-            rename(&p("e"), &p("d/sub")),
-        ));
-        out.push((
-            "RENAME_NOREPLACE refuses an existing name (EEXIST)",
-            rename2(&p("f"), &p("a"), libc::RENAME_NOREPLACE),
-        ));
-        out.push((
-            "RENAME_NOREPLACE moves to a free name",
-            rename2(&p("f"), &p("g"), libc::RENAME_NOREPLACE),
-        ));
-        out.push((
-            "RENAME_EXCHANGE swaps a file and a directory",
-            rename2(&p("g"), &p("full"), libc::RENAME_EXCHANGE),
-        ));
-        out.push((
-            "after the exchange each name holds the other's inode",
-            if p("g").join("x").exists() && std::fs::read(p("full")).ok() == Some(b"f".to_vec()) {
-                Ok(())
-            } else {
-                Err(0)
-            },
-        ));
-        out.push((
-            "RENAME_EXCHANGE back restores both",
-            rename2(&p("full"), &p("g"), libc::RENAME_EXCHANGE),
-        ));
-        out.push((
-            "RENAME_EXCHANGE needs both names (ENOENT)",
-            rename2(&p("g"), &p("missing"), libc::RENAME_EXCHANGE),
-        ));
-        out.push((
-            "RENAME_EXCHANGE cannot put a directory inside itself (EINVAL)",
-            rename2(&p("d"), &p("d/sub"), libc::RENAME_EXCHANGE),
-        ));
-        out.push((
-            "a missing source gives ENOENT",
-            rename(&p("missing"), &p("x")),
-        ));
-        out.push((
-            "a directory cannot be hard-linked (EPERM)",
-            link(&p("d"), &p("d2")),
-        ));
-        out.push((
-            "link to an existing name gives EEXIST",
-            link(&p("g"), &p("a")),
-        ));
-        // SAFETY: a valid C string.
-        out.push((
-            "rmdir of \".\" gives EINVAL",
-            sys(unsafe { libc::rmdir(c(&p("d/.")).as_ptr()) }),
-        ));
-        out.push(("rmdir of a non-empty directory gives ENOTEMPTY", {
-            // SAFETY: a valid C string.
-            sys(unsafe { libc::rmdir(c(&p("full")).as_ptr()) })
-        }));
-        out.push(("unlink of a directory gives EISDIR", unlink(&p("d"))));
+        rename_tree(&b);
+        let mut out = renames(&b);
+        out.extend(exchanges_links_and_removals(&b));
         out
     });
     let want = [
@@ -961,6 +875,127 @@ fn rename_and_link(s: &mut Suite, base: &Path, who: Who) {
     }
 }
 
+/// What the rename, link and rmdir cases start from in `b`: files `a` and `f`, directories
+/// `d` (with `sub`), `e`, and `full` (holding `x`).
+fn rename_tree(b: &Path) {
+    let p = |n: &str| b.join(n);
+    mkdir(b, 0o755).unwrap();
+    std::fs::write(p("a"), b"a").unwrap();
+    std::fs::write(p("f"), b"f").unwrap();
+    mkdir(&p("d"), 0o755).unwrap();
+    mkdir(&p("d/sub"), 0o755).unwrap();
+    mkdir(&p("e"), 0o755).unwrap();
+    mkdir(&p("full"), 0o755).unwrap();
+    std::fs::write(p("full/x"), b"").unwrap();
+}
+
+/// rename(2) of names in `b` to themselves, between links, and of directories onto files,
+/// subtrees and other directories: each rule and its result.
+fn renames(b: &Path) -> Vec<(&'static str, Result<(), i32>)> {
+    let p = |n: &str| b.join(n);
+    let mut out = Vec::new();
+    out.push((
+        "rename of a name to itself succeeds",
+        rename(&p("a"), &p("a")),
+    ));
+    link(&p("a"), &p("a2")).unwrap();
+    out.push((
+        "rename between two links of one file succeeds and changes nothing",
+        rename(&p("a"), &p("a2")),
+    ));
+    out.push((
+        "both links are still there",
+        if p("a").exists() && p("a2").exists() {
+            Ok(())
+        } else {
+            Err(0)
+        },
+    ));
+    out.push((
+        "a directory cannot move into its own subtree (EINVAL)",
+        rename(&p("d"), &p("d/sub/d")),
+    ));
+    out.push((
+        "a file cannot replace a directory (EISDIR)",
+        rename(&p("f"), &p("e")),
+    ));
+    out.push((
+        "a directory cannot replace a file (ENOTDIR)",
+        rename(&p("e"), &p("f")),
+    ));
+    out.push((
+        "a directory cannot replace a non-empty one (ENOTEMPTY)",
+        rename(&p("e"), &p("full")),
+    ));
+    out.push((
+        "a directory replaces an empty one",
+        rename(&p("e"), &p("d/sub")),
+    ));
+    out
+}
+
+/// renameat2(2)'s RENAME_NOREPLACE and RENAME_EXCHANGE, a missing source, link(2) and
+/// rmdir(2) and unlink(2) of names in `b`: each rule and its result.
+fn exchanges_links_and_removals(b: &Path) -> Vec<(&'static str, Result<(), i32>)> {
+    let p = |n: &str| b.join(n);
+    let mut out = Vec::new();
+    out.push((
+        "RENAME_NOREPLACE refuses an existing name (EEXIST)",
+        rename2(&p("f"), &p("a"), libc::RENAME_NOREPLACE),
+    ));
+    out.push((
+        "RENAME_NOREPLACE moves to a free name",
+        rename2(&p("f"), &p("g"), libc::RENAME_NOREPLACE),
+    ));
+    out.push((
+        "RENAME_EXCHANGE swaps a file and a directory",
+        rename2(&p("g"), &p("full"), libc::RENAME_EXCHANGE),
+    ));
+    out.push((
+        "after the exchange each name holds the other's inode",
+        if p("g").join("x").exists() && std::fs::read(p("full")).ok() == Some(b"f".to_vec()) {
+            Ok(())
+        } else {
+            Err(0)
+        },
+    ));
+    out.push((
+        "RENAME_EXCHANGE back restores both",
+        rename2(&p("full"), &p("g"), libc::RENAME_EXCHANGE),
+    ));
+    out.push((
+        "RENAME_EXCHANGE needs both names (ENOENT)",
+        rename2(&p("g"), &p("missing"), libc::RENAME_EXCHANGE),
+    ));
+    out.push((
+        "RENAME_EXCHANGE cannot put a directory inside itself (EINVAL)",
+        rename2(&p("d"), &p("d/sub"), libc::RENAME_EXCHANGE),
+    ));
+    out.push((
+        "a missing source gives ENOENT",
+        rename(&p("missing"), &p("x")),
+    ));
+    out.push((
+        "a directory cannot be hard-linked (EPERM)",
+        link(&p("d"), &p("d2")),
+    ));
+    out.push((
+        "link to an existing name gives EEXIST",
+        link(&p("g"), &p("a")),
+    ));
+    // SAFETY: a valid C string.
+    out.push((
+        "rmdir of \".\" gives EINVAL",
+        sys(unsafe { libc::rmdir(c(&p("d/.")).as_ptr()) }),
+    ));
+    out.push(("rmdir of a non-empty directory gives ENOTEMPTY", {
+        // SAFETY: a valid C string.
+        sys(unsafe { libc::rmdir(c(&p("full")).as_ptr()) })
+    }));
+    out.push(("unlink of a directory gives EISDIR", unlink(&p("d"))));
+    out
+}
+
 fn mknod(p: &Path, mode: u32, dev: libc::dev_t) -> Result<(), i32> {
     // SAFETY: a valid C string.
     sys(unsafe { libc::mknod(c(p).as_ptr(), mode, dev) })
@@ -972,6 +1007,24 @@ fn mknod(p: &Path, mode: u32, dev: libc::dev_t) -> Result<(), i32> {
 fn special_files(s: &mut Suite, root: &Path) {
     let d = root.join("special");
     dir(&d, 0, 0, 0o777);
+    let fifo = fifo(s, &d);
+    sockets(s, &d);
+    device_nodes(s, &d);
+    s.check(
+        "a FIFO cannot be truncated (EINVAL)",
+        truncate(&fifo, 0),
+        Err(libc::EINVAL),
+    );
+    s.check(
+        "a FIFO can be renamed and linked like any file",
+        rename(&fifo, &d.join("fifo2")).and_then(|()| link(&d.join("fifo2"), &d.join("fifo3"))),
+        Ok(()),
+    );
+}
+
+/// mkfifo(3) in `d`: a FIFO carries bytes from its writer to its reader, and keeps its mode;
+/// its path.
+fn fifo(s: &mut Suite, d: &Path) -> PathBuf {
     let fifo = d.join("fifo");
     s.check("mkfifo", mknod(&fifo, libc::S_IFIFO | 0o640, 0), Ok(()));
     let through = (|| {
@@ -997,6 +1050,11 @@ fn special_files(s: &mut Suite, root: &Path) {
         stat(&fifo).st_mode,
         libc::S_IFIFO | 0o640,
     );
+    fifo
+}
+
+/// bind(2) in `d` makes a socket file, through which a client talks to the listener.
+fn sockets(s: &mut Suite, d: &Path) {
     let sock = d.join("sock");
     let bound = std::os::unix::net::UnixListener::bind(&sock);
     s.check("bind(2) makes a socket file", bound.is_ok(), true);
@@ -1019,6 +1077,11 @@ fn special_files(s: &mut Suite, root: &Path) {
         talk.ok().and_then(|r| r.ok()),
         Some(*b"hello"),
     );
+}
+
+/// mknod(2) of device nodes in `d`: root's keep their type and number and do not open on a
+/// nodev mount; a user without CAP_MKNOD makes FIFOs but no device nodes.
+fn device_nodes(s: &mut Suite, d: &Path) {
     let null = d.join("null");
     s.check(
         "root makes a character device node",
@@ -1041,7 +1104,7 @@ fn special_files(s: &mut Suite, root: &Path) {
         mknod(&d.join("blk"), libc::S_IFBLK | 0o600, libc::makedev(7, 0)),
         Ok(()),
     );
-    let dd = d.clone();
+    let dd = d.to_path_buf();
     s.check(
         "a user without CAP_MKNOD may not make a device node",
         as_user(ALICE, move || {
@@ -1053,22 +1116,12 @@ fn special_files(s: &mut Suite, root: &Path) {
         }),
         Err(libc::EPERM),
     );
-    let dd = d.clone();
+    let dd = d.to_path_buf();
     s.check(
         "a user may make a FIFO",
         as_user(ALICE, move || {
             mknod(&dd.join("alices-fifo"), libc::S_IFIFO | 0o600, 0)
         }),
-        Ok(()),
-    );
-    s.check(
-        "a FIFO cannot be truncated (EINVAL)",
-        truncate(&fifo, 0),
-        Err(libc::EINVAL),
-    );
-    s.check(
-        "a FIFO can be renamed and linked like any file",
-        rename(&fifo, &d.join("fifo2")).and_then(|()| link(&d.join("fifo2"), &d.join("fifo3"))),
         Ok(()),
     );
 }
@@ -1157,130 +1210,9 @@ fn xattrs(s: &mut Suite, root: &Path) {
     dir(&d, ALICE.uid, ALICE.gid, 0o755);
     let f = d.join("f");
     file(&f, ALICE.uid, ALICE.gid, 0o644);
-    let ff = f.clone();
-    s.check(
-        "the owner sets a user. attribute",
-        as_user(ALICE, move || setxattr(&ff, "user.colour", b"blue", 0)),
-        Ok(()),
-    );
-    s.check(
-        "the value reads back",
-        getxattr(&f, "user.colour", 64),
-        Ok(b"blue".to_vec()),
-    );
-    s.check(
-        "a zero-size getxattr returns the value's size",
-        getxattr(&f, "user.colour", 0).map(|v| v.len()),
-        Ok(4),
-    );
-    s.check(
-        "a buffer too small gives ERANGE",
-        getxattr(&f, "user.colour", 2),
-        Err(libc::ERANGE),
-    );
-    s.check(
-        "XATTR_CREATE of an existing name gives EEXIST",
-        setxattr(&f, "user.colour", b"red", libc::XATTR_CREATE),
-        Err(libc::EEXIST),
-    );
-    s.check(
-        "XATTR_REPLACE of a missing name gives ENODATA",
-        setxattr(&f, "user.size", b"9", libc::XATTR_REPLACE),
-        Err(libc::ENODATA),
-    );
-    s.check(
-        "XATTR_REPLACE replaces",
-        setxattr(&f, "user.colour", b"green", libc::XATTR_REPLACE)
-            .and_then(|()| getxattr(&f, "user.colour", 64)),
-        Ok(b"green".to_vec()),
-    );
-    s.check(
-        "an empty value is a value",
-        setxattr(&f, "user.empty", b"", 0).and_then(|()| getxattr(&f, "user.empty", 64)),
-        Ok(Vec::new()),
-    );
-    let ff = f.clone();
-    s.check(
-        "another user reads a user. attribute of a file it may read",
-        as_user(CAROL, move || getxattr(&ff, "user.colour", 64)),
-        Ok(b"green".to_vec()),
-    );
-    let ff = f.clone();
-    s.check(
-        "another user may not set one on a file it may not write",
-        as_user(CAROL, move || setxattr(&ff, "user.x", b"1", 0)),
-        Err(libc::EACCES),
-    );
-    s.check(
-        "root sets a trusted. attribute",
-        setxattr(&f, "trusted.tag", b"t", 0),
-        Ok(()),
-    );
-    let ff = f.clone();
-    s.check(
-        "a user without CAP_SYS_ADMIN may not set a trusted. attribute",
-        as_user(ALICE, move || setxattr(&ff, "trusted.mine", b"t", 0)),
-        Err(libc::EPERM),
-    );
-    s.check(
-        "root lists every name",
-        listxattr(&f),
-        Ok(vec![
-            "trusted.tag".to_string(),
-            "user.colour".into(),
-            "user.empty".into(),
-        ]),
-    );
-    let ff = f.clone();
-    s.check(
-        "other users do not see trusted. names",
-        as_user(CAROL, move || listxattr(&ff)),
-        Ok(vec!["user.colour".to_string(), "user.empty".into()]),
-    );
-    s.check(
-        "a missing name gives ENODATA",
-        getxattr(&f, "user.none", 64),
-        Err(libc::ENODATA),
-    );
-    s.check(
-        "an unknown namespace gives EOPNOTSUPP",
-        setxattr(&f, "other.x", b"1", 0),
-        Err(libc::EOPNOTSUPP),
-    );
-    s.check(
-        "a name longer than 255 bytes gives ERANGE",
-        setxattr(&f, &format!("user.{}", "n".repeat(300)), b"1", 0),
-        Err(libc::ERANGE),
-    );
-    s.check(
-        "a value larger than the store keeps gives E2BIG",
-        setxattr(&f, "user.big", &vec![1u8; 8192], 0),
-        Err(libc::E2BIG),
-    );
-    s.check(
-        "a 3 KiB value is kept",
-        setxattr(&f, "user.large", &vec![7u8; 3072], 0)
-            .and_then(|()| getxattr(&f, "user.large", 4096)),
-        Ok(vec![7u8; 3072]),
-    );
-    let t0 = times(&f);
-    tick();
-    s.check(
-        "removexattr removes",
-        removexattr(&f, "user.empty").and_then(|()| getxattr(&f, "user.empty", 8)),
-        Err(libc::ENODATA),
-    );
-    let t1 = times(&f);
-    s.check(
-        "an attribute change updates ctime only",
-        (t1.0 == t0.0, t1.1 == t0.1, t1.2 > t0.2),
-        (true, true, true),
-    );
-    s.check(
-        "removexattr of a missing name gives ENODATA",
-        removexattr(&f, "user.empty"),
-        Err(libc::ENODATA),
-    );
+    user_xattrs(s, &f);
+    trusted_xattrs(s, &f);
+    xattr_limits_and_removal(s, &f);
     s.check(
         "a directory takes user. attributes",
         setxattr(&d, "user.dir", b"d", 0).and_then(|()| getxattr(&d, "user.dir", 8)),
@@ -1310,6 +1242,144 @@ fn xattrs(s: &mut Suite, root: &Path) {
         "cp -a copies the attributes",
         (out.success(), getxattr(&copy, "user.colour", 64)),
         (true, Ok(b"green".to_vec())),
+    );
+}
+
+/// `user.` attributes on Alice's file `f`: set by its owner, read back (sizes, ERANGE),
+/// XATTR_CREATE and XATTR_REPLACE, empty values; read but not set by another user.
+fn user_xattrs(s: &mut Suite, f: &Path) {
+    let ff = f.to_path_buf();
+    s.check(
+        "the owner sets a user. attribute",
+        as_user(ALICE, move || setxattr(&ff, "user.colour", b"blue", 0)),
+        Ok(()),
+    );
+    s.check(
+        "the value reads back",
+        getxattr(f, "user.colour", 64),
+        Ok(b"blue".to_vec()),
+    );
+    s.check(
+        "a zero-size getxattr returns the value's size",
+        getxattr(f, "user.colour", 0).map(|v| v.len()),
+        Ok(4),
+    );
+    s.check(
+        "a buffer too small gives ERANGE",
+        getxattr(f, "user.colour", 2),
+        Err(libc::ERANGE),
+    );
+    s.check(
+        "XATTR_CREATE of an existing name gives EEXIST",
+        setxattr(f, "user.colour", b"red", libc::XATTR_CREATE),
+        Err(libc::EEXIST),
+    );
+    s.check(
+        "XATTR_REPLACE of a missing name gives ENODATA",
+        setxattr(f, "user.size", b"9", libc::XATTR_REPLACE),
+        Err(libc::ENODATA),
+    );
+    s.check(
+        "XATTR_REPLACE replaces",
+        setxattr(f, "user.colour", b"green", libc::XATTR_REPLACE)
+            .and_then(|()| getxattr(f, "user.colour", 64)),
+        Ok(b"green".to_vec()),
+    );
+    s.check(
+        "an empty value is a value",
+        setxattr(f, "user.empty", b"", 0).and_then(|()| getxattr(f, "user.empty", 64)),
+        Ok(Vec::new()),
+    );
+    let ff = f.to_path_buf();
+    s.check(
+        "another user reads a user. attribute of a file it may read",
+        as_user(CAROL, move || getxattr(&ff, "user.colour", 64)),
+        Ok(b"green".to_vec()),
+    );
+    let ff = f.to_path_buf();
+    s.check(
+        "another user may not set one on a file it may not write",
+        as_user(CAROL, move || setxattr(&ff, "user.x", b"1", 0)),
+        Err(libc::EACCES),
+    );
+}
+
+/// `trusted.` attributes on `f`: root's only, and invisible to other users' lists.
+fn trusted_xattrs(s: &mut Suite, f: &Path) {
+    s.check(
+        "root sets a trusted. attribute",
+        setxattr(f, "trusted.tag", b"t", 0),
+        Ok(()),
+    );
+    let ff = f.to_path_buf();
+    s.check(
+        "a user without CAP_SYS_ADMIN may not set a trusted. attribute",
+        as_user(ALICE, move || setxattr(&ff, "trusted.mine", b"t", 0)),
+        Err(libc::EPERM),
+    );
+    s.check(
+        "root lists every name",
+        listxattr(f),
+        Ok(vec![
+            "trusted.tag".to_string(),
+            "user.colour".into(),
+            "user.empty".into(),
+        ]),
+    );
+    let ff = f.to_path_buf();
+    s.check(
+        "other users do not see trusted. names",
+        as_user(CAROL, move || listxattr(&ff)),
+        Ok(vec!["user.colour".to_string(), "user.empty".into()]),
+    );
+}
+
+/// Missing names, unknown namespaces, names and values too large, and removal (which
+/// updates ctime only) on `f`.
+fn xattr_limits_and_removal(s: &mut Suite, f: &Path) {
+    s.check(
+        "a missing name gives ENODATA",
+        getxattr(f, "user.none", 64),
+        Err(libc::ENODATA),
+    );
+    s.check(
+        "an unknown namespace gives EOPNOTSUPP",
+        setxattr(f, "other.x", b"1", 0),
+        Err(libc::EOPNOTSUPP),
+    );
+    s.check(
+        "a name longer than 255 bytes gives ERANGE",
+        setxattr(f, &format!("user.{}", "n".repeat(300)), b"1", 0),
+        Err(libc::ERANGE),
+    );
+    s.check(
+        "a value larger than the store keeps gives E2BIG",
+        setxattr(f, "user.big", &vec![1u8; 8192], 0),
+        Err(libc::E2BIG),
+    );
+    s.check(
+        "a 3 KiB value is kept",
+        setxattr(f, "user.large", &vec![7u8; 3072], 0)
+            .and_then(|()| getxattr(f, "user.large", 4096)),
+        Ok(vec![7u8; 3072]),
+    );
+    let t0 = times(f);
+    tick();
+    s.check(
+        "removexattr removes",
+        removexattr(f, "user.empty").and_then(|()| getxattr(f, "user.empty", 8)),
+        Err(libc::ENODATA),
+    );
+    let t1 = times(f);
+    s.check(
+        "an attribute change updates ctime only",
+        (t1.0 == t0.0, t1.1 == t0.1, t1.2 > t0.2),
+        (true, true, true),
+    );
+    s.check(
+        "removexattr of a missing name gives ENODATA",
+        removexattr(f, "user.empty"),
+        Err(libc::ENODATA),
     );
 }
 
@@ -1352,116 +1422,8 @@ fn acls(s: &mut Suite, root: &Path) {
     dir(&d, ALICE.uid, ALICE.gid, 0o755);
     let f = d.join("f");
     file(&f, ALICE.uid, ALICE.gid, 0o600);
-    let bob_reads = || {
-        let ff = f.clone();
-        as_user(BOB, move || open(&ff, libc::O_RDONLY))
-    };
-    s.check(
-        "without an ACL the mode refuses bob",
-        bob_reads(),
-        Err(libc::EACCES),
-    );
-    let grant = acl(&[
-        (USER_OBJ, 6, ANY),
-        (USER, 4, BOB.uid),
-        (GROUP_OBJ, 0, ANY),
-        (MASK, 4, ANY),
-        (OTHER, 0, ANY),
-    ]);
-    let ff = f.clone();
-    let g = grant.clone();
-    s.check(
-        "the owner sets an access ACL",
-        as_user(ALICE, move || setxattr(&ff, ACL_ACCESS, &g, 0)),
-        Ok(()),
-    );
-    s.check("a named user entry grants bob reading", bob_reads(), Ok(()));
-    let ff = f.clone();
-    s.check(
-        "but not writing, which its entry does not give",
-        as_user(BOB, move || open(&ff, libc::O_WRONLY)),
-        Err(libc::EACCES),
-    );
-    s.check(
-        "carol, named nowhere, is still refused",
-        as_user(CAROL, {
-            let ff = f.clone();
-            move || open(&ff, libc::O_RDONLY)
-        }),
-        Err(libc::EACCES),
-    );
-    s.check(
-        "the mode's group bits are the mask",
-        mode(&f) & 0o777,
-        0o640,
-    );
-    s.check(
-        "the ACL reads back",
-        getxattr(&f, ACL_ACCESS, 256),
-        Ok(grant),
-    );
-    s.check(
-        "listxattr names it",
-        listxattr(&f).map(|l| l.contains(&ACL_ACCESS.to_string())),
-        Ok(true),
-    );
-    s.check("chmod g-r clears the mask", chmod(&f, 0o600), Ok(()));
-    s.check("and with it bob's reading", bob_reads(), Err(libc::EACCES));
-    s.check(
-        "the ACL's mask follows the mode",
-        getxattr(&f, ACL_ACCESS, 256),
-        Ok(acl(&[
-            (USER_OBJ, 6, ANY),
-            (USER, 4, BOB.uid),
-            (GROUP_OBJ, 0, ANY),
-            (MASK, 0, ANY),
-            (OTHER, 0, ANY),
-        ])),
-    );
-    let ff = f.clone();
-    s.check(
-        "another user may not set an ACL",
-        as_user(BOB, move || {
-            setxattr(
-                &ff,
-                ACL_ACCESS,
-                &acl(&[(USER_OBJ, 7, ANY), (GROUP_OBJ, 7, ANY), (OTHER, 7, ANY)]),
-                0,
-            )
-        }),
-        Err(libc::EPERM),
-    );
-    s.check(
-        "an ACL without an owning group entry gives EINVAL",
-        setxattr(
-            &f,
-            ACL_ACCESS,
-            &acl(&[(USER_OBJ, 6, ANY), (OTHER, 0, ANY)]),
-            0,
-        ),
-        Err(libc::EINVAL),
-    );
-    s.check(
-        "a default ACL on a file gives EACCES",
-        setxattr(
-            &f,
-            ACL_DEFAULT,
-            &acl(&[(USER_OBJ, 6, ANY), (GROUP_OBJ, 4, ANY), (OTHER, 0, ANY)]),
-            0,
-        ),
-        Err(libc::EACCES),
-    );
-    s.check(
-        "an ACL the mode can say is only the mode",
-        setxattr(
-            &f,
-            ACL_ACCESS,
-            &acl(&[(USER_OBJ, 6, ANY), (GROUP_OBJ, 4, ANY), (OTHER, 4, ANY)]),
-            0,
-        )
-        .map(|()| (mode(&f) & 0o777, getxattr(&f, ACL_ACCESS, 256))),
-        Ok((0o644, Err(libc::ENODATA))),
-    );
+    acl_grants(s, &f);
+    acl_mask_and_refusals(s, &f);
     // A shared directory: everything made in it is the group's to read and write.
     let shared = d.join("shared");
     dir(&shared, ALICE.uid, ALICE.gid, 0o755);
@@ -1482,37 +1444,7 @@ fn acls(s: &mut Suite, root: &Path) {
         setxattr(&shared, ACL_ACCESS, &inherit, 0),
         Ok(()),
     );
-    let made = shared.join("made-by-alice");
-    let mm = made.clone();
-    let created = as_user(ALICE, move || {
-        // SAFETY: umask has no preconditions; it is this process's, set back below.
-        let old = unsafe { libc::umask(0o077) };
-        let r = std::fs::write(&mm, b"x").map_err(|e| e.raw_os_error().unwrap_or(0));
-        // SAFETY: as above.
-        unsafe { libc::umask(old) };
-        r
-    });
-    s.check("alice makes a file with umask 077", created, Ok(()));
-    s.check(
-        "it inherits the default ACL, masked by the mode, not the umask",
-        (mode(&made) & 0o777, getxattr(&made, ACL_ACCESS, 256)),
-        (
-            0o664,
-            Ok(acl(&[
-                (USER_OBJ, 6, ANY),
-                (GROUP_OBJ, 5, ANY),
-                (GROUP, 7, SHARED),
-                (MASK, 6, ANY),
-                (OTHER, 4, ANY),
-            ])),
-        ),
-    );
-    let mm = made.clone();
-    s.check(
-        "so bob, of the shared group, writes it",
-        as_user(BOB, move || open(&mm, libc::O_WRONLY)),
-        Ok(()),
-    );
+    default_acl_inherited_by_a_file(s, &shared);
     let sub = shared.join("sub");
     s.check("a directory made in it", mkdir(&sub, 0o700), Ok(()));
     s.check(
@@ -1547,6 +1479,164 @@ fn acls(s: &mut Suite, root: &Path) {
         "removing the default ACL",
         removexattr(&shared, ACL_DEFAULT).map(|()| getxattr(&shared, ACL_DEFAULT, 256)),
         Ok(Err(libc::ENODATA)),
+    );
+}
+
+/// Whether Bob may open `f` for reading.
+fn bob_reads(f: &Path) -> Result<(), i32> {
+    let ff = f.to_path_buf();
+    as_user(BOB, move || open(&ff, libc::O_RDONLY))
+}
+
+/// Alice's access ACL on her file `f`: a named user entry grants Bob reading (not writing),
+/// no one else; the mode's group bits are the mask; it reads back and is listed.
+fn acl_grants(s: &mut Suite, f: &Path) {
+    s.check(
+        "without an ACL the mode refuses bob",
+        bob_reads(f),
+        Err(libc::EACCES),
+    );
+    let grant = acl(&[
+        (USER_OBJ, 6, ANY),
+        (USER, 4, BOB.uid),
+        (GROUP_OBJ, 0, ANY),
+        (MASK, 4, ANY),
+        (OTHER, 0, ANY),
+    ]);
+    let ff = f.to_path_buf();
+    let g = grant.clone();
+    s.check(
+        "the owner sets an access ACL",
+        as_user(ALICE, move || setxattr(&ff, ACL_ACCESS, &g, 0)),
+        Ok(()),
+    );
+    s.check(
+        "a named user entry grants bob reading",
+        bob_reads(f),
+        Ok(()),
+    );
+    let ff = f.to_path_buf();
+    s.check(
+        "but not writing, which its entry does not give",
+        as_user(BOB, move || open(&ff, libc::O_WRONLY)),
+        Err(libc::EACCES),
+    );
+    s.check(
+        "carol, named nowhere, is still refused",
+        as_user(CAROL, {
+            let ff = f.to_path_buf();
+            move || open(&ff, libc::O_RDONLY)
+        }),
+        Err(libc::EACCES),
+    );
+    s.check("the mode's group bits are the mask", mode(f) & 0o777, 0o640);
+    s.check(
+        "the ACL reads back",
+        getxattr(f, ACL_ACCESS, 256),
+        Ok(grant),
+    );
+    s.check(
+        "listxattr names it",
+        listxattr(f).map(|l| l.contains(&ACL_ACCESS.to_string())),
+        Ok(true),
+    );
+}
+
+/// chmod sets the mask of `f`'s ACL (and takes Bob's reading); others may not set an ACL;
+/// invalid ones, default ACLs on files, and ACLs the mode can say.
+fn acl_mask_and_refusals(s: &mut Suite, f: &Path) {
+    s.check("chmod g-r clears the mask", chmod(f, 0o600), Ok(()));
+    s.check("and with it bob's reading", bob_reads(f), Err(libc::EACCES));
+    s.check(
+        "the ACL's mask follows the mode",
+        getxattr(f, ACL_ACCESS, 256),
+        Ok(acl(&[
+            (USER_OBJ, 6, ANY),
+            (USER, 4, BOB.uid),
+            (GROUP_OBJ, 0, ANY),
+            (MASK, 0, ANY),
+            (OTHER, 0, ANY),
+        ])),
+    );
+    let ff = f.to_path_buf();
+    s.check(
+        "another user may not set an ACL",
+        as_user(BOB, move || {
+            setxattr(
+                &ff,
+                ACL_ACCESS,
+                &acl(&[(USER_OBJ, 7, ANY), (GROUP_OBJ, 7, ANY), (OTHER, 7, ANY)]),
+                0,
+            )
+        }),
+        Err(libc::EPERM),
+    );
+    s.check(
+        "an ACL without an owning group entry gives EINVAL",
+        setxattr(
+            f,
+            ACL_ACCESS,
+            &acl(&[(USER_OBJ, 6, ANY), (OTHER, 0, ANY)]),
+            0,
+        ),
+        Err(libc::EINVAL),
+    );
+    s.check(
+        "a default ACL on a file gives EACCES",
+        setxattr(
+            f,
+            ACL_DEFAULT,
+            &acl(&[(USER_OBJ, 6, ANY), (GROUP_OBJ, 4, ANY), (OTHER, 0, ANY)]),
+            0,
+        ),
+        Err(libc::EACCES),
+    );
+    s.check(
+        "an ACL the mode can say is only the mode",
+        setxattr(
+            f,
+            ACL_ACCESS,
+            &acl(&[(USER_OBJ, 6, ANY), (GROUP_OBJ, 4, ANY), (OTHER, 4, ANY)]),
+            0,
+        )
+        .map(|()| (mode(f) & 0o777, getxattr(f, ACL_ACCESS, 256))),
+        Ok((0o644, Err(libc::ENODATA))),
+    );
+}
+
+/// A file Alice makes in `shared` (with a default ACL) under umask 077 inherits the default
+/// ACL, masked by the mode, so Bob of the shared group writes it.
+fn default_acl_inherited_by_a_file(s: &mut Suite, shared: &Path) {
+    let made = shared.join("made-by-alice");
+    let mm = made.clone();
+    let created = as_user(ALICE, move || {
+        // SAFETY: umask has no preconditions; it is this process's, set back below.
+        let old = unsafe { libc::umask(0o077) };
+        let r = std::fs::write(&mm, b"x").map_err(|e| e.raw_os_error().unwrap_or(0));
+        // SAFETY: as above.
+        unsafe { libc::umask(old) };
+        r
+    });
+    s.check("alice makes a file with umask 077", created, Ok(()));
+    s.check(
+        "it inherits the default ACL, masked by the mode, not the umask",
+        (mode(&made) & 0o777, getxattr(&made, ACL_ACCESS, 256)),
+        (
+            0o664,
+            Ok(acl(&[
+                (USER_OBJ, 6, ANY),
+                (GROUP_OBJ, 5, ANY),
+                (GROUP, 7, SHARED),
+                (MASK, 6, ANY),
+                (OTHER, 4, ANY),
+            ])),
+        ),
+    );
+    let mm = made.clone();
+    s.check(
+        "so bob, of the shared group, writes it",
+        as_user(BOB, move || open(&mm, libc::O_WRONLY)),
+        Ok(()),
     );
 }
 
@@ -1620,35 +1710,7 @@ fn fallocate(s: &mut Suite, root: &Path) {
     want[4096..4096 + (32 << 10)].fill(0);
     s.check("a punched hole reads as zeros", back == want, true);
     // lseek(2): SEEK_DATA and SEEK_HOLE find the punched hole (pages 1-8) and the end.
-    let seek = |off: i64, whence: libc::c_int| {
-        use std::os::unix::io::AsRawFd;
-        // SAFETY: a descriptor we hold open.
-        let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
-        if r < 0 {
-            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
-        } else {
-            Ok(r)
-        }
-    };
-    s.check(
-        "SEEK_DATA and SEEK_HOLE find data, a punched hole and the end",
-        [
-            seek(0, libc::SEEK_DATA),
-            seek(0, libc::SEEK_HOLE),
-            seek(5000, libc::SEEK_HOLE),
-            seek(5000, libc::SEEK_DATA),
-            seek(40 << 10, libc::SEEK_HOLE),
-            seek(64 << 10, libc::SEEK_DATA),
-        ],
-        [
-            Ok(0),
-            Ok(4096),
-            Ok(5000),
-            Ok(36 << 10),
-            Ok(64 << 10),
-            Err(libc::ENXIO),
-        ],
-    );
+    seek_data_and_hole(s, &f);
     s.check(
         "ZERO_RANGE over a partial page zeros exactly the range",
         falloc(&f, libc::FALLOC_FL_ZERO_RANGE, 100, 50).map(|()| {
@@ -1672,6 +1734,43 @@ fn fallocate(s: &mut Suite, root: &Path) {
         "a descriptor open only for reading gives EBADF",
         falloc(&ro, 0, 0, 4096),
         Err(libc::EBADF),
+    );
+}
+
+/// lseek(2) of `f` by `off` from `whence`: the offset, or the errno.
+fn lseek(f: &std::fs::File, off: i64, whence: libc::c_int) -> Result<i64, i32> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: a descriptor we hold open.
+    let r = unsafe { libc::lseek(f.as_raw_fd(), off, whence) };
+    if r < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    } else {
+        Ok(r)
+    }
+}
+
+/// SEEK_DATA and SEEK_HOLE find the data of `f` (64 KiB with pages 1-8 punched), its hole
+/// and its end.
+fn seek_data_and_hole(s: &mut Suite, f: &std::fs::File) {
+    let seek = |off: i64, whence: libc::c_int| lseek(f, off, whence);
+    s.check(
+        "SEEK_DATA and SEEK_HOLE find data, a punched hole and the end",
+        [
+            seek(0, libc::SEEK_DATA),
+            seek(0, libc::SEEK_HOLE),
+            seek(5000, libc::SEEK_HOLE),
+            seek(5000, libc::SEEK_DATA),
+            seek(40 << 10, libc::SEEK_HOLE),
+            seek(64 << 10, libc::SEEK_DATA),
+        ],
+        [
+            Ok(0),
+            Ok(4096),
+            Ok(5000),
+            Ok(36 << 10),
+            Ok(64 << 10),
+            Err(libc::ENXIO),
+        ],
     );
 }
 

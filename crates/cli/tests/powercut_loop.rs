@@ -78,41 +78,13 @@ fn fsynced_files_survive_power_cuts_at_random_instants() {
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
     let mut undo = Undo::default();
-    // The outer file system: the disk's backing file and its clones.
-    let image = w.join("outer.img");
-    std::fs::File::create(&image)
-        .unwrap()
-        .set_len(OUTER_SIZE)
-        .unwrap();
-    run(Command::new(format!("mkfs.{outer_fs}"))
-        .arg("-q")
-        .arg(&image));
-    let outer_dev = match undo.attach(&image) {
-        Ok(dev) => dev,
-        Err(e) => {
-            eprintln!("skipped: no loop device could be attached: {e}");
+    let (outer, disk, store) = match disks(w, &mut undo, outer_fs) {
+        Ok(paths) => paths,
+        Err(why) => {
+            eprintln!("skipped: {why}");
             return;
         }
     };
-    let outer = w.join("outer");
-    undo.mount(&outer_dev, outer_fs, &outer).unwrap();
-    // The disk: ext4 on a loop device over a file of the outer file system, initialized
-    // at once (no lazy inode-table writes in the background).
-    let disk = outer.join("disk");
-    std::fs::File::create(&disk)
-        .unwrap()
-        .set_len(DISK_SIZE)
-        .unwrap();
-    run(Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
-        .arg(&disk));
-    let disk_dev = undo.attach(&disk).unwrap();
-    let ext4 = w.join("ext4");
-    undo.mount(&disk_dev, "ext4", &ext4).unwrap();
-    let store = ext4.join("s.store");
-    run(Command::new(bin())
-        .args(["mkfs", "--no-profile", "--size", STORE_SIZE, "--store"])
-        .arg(&store));
     let store_dev = std::fs::metadata(&store).unwrap().dev();
 
     // The workload, the unsynced writer and the writeback, until the last instant has passed.
@@ -136,30 +108,9 @@ fn fsynced_files_survive_power_cuts_at_random_instants() {
         let (store, stop) = (store.clone(), stop.0.clone());
         std::thread::spawn(move || writeback(&store, &stop, seed ^ 0x5555))
     };
-    let mut rng = Rng(seed ^ 0xaaaa);
-    let mut instants: Vec<Duration> = (0..cuts)
-        .map(|_| Duration::from_millis(100 + rng.below(secs * 1000 - 100)))
-        .collect();
-    instants.sort();
+    let instants = instants(seed, cuts, secs);
     let t0 = Instant::now();
-    let mut taken = Vec::new();
-    let source = std::fs::File::open(&disk).unwrap();
-    for (k, at) in instants.iter().enumerate() {
-        std::thread::sleep((t0 + *at).saturating_duration_since(Instant::now()));
-        if workload.is_finished() {
-            break; // it failed: its panic is reported below
-        }
-        let clone = outer.join(format!("cut{k:03}"));
-        let target = std::fs::File::create_new(&clone).unwrap();
-        let logged = log.lock().unwrap().len();
-        reflink(&source, &target).unwrap_or_else(|e| panic!("FICLONE of the disk: {e}"));
-        taken.push(Cut {
-            k,
-            at: t0.elapsed(),
-            logged,
-            clone,
-        });
-    }
+    let taken = take_cuts(&instants, t0, &disk, &outer, &log, &workload);
     std::thread::sleep((t0 + Duration::from_secs(secs)).saturating_duration_since(Instant::now()));
     stop.0.store(true, Ordering::Relaxed);
     let history = workload
@@ -185,10 +136,110 @@ fn fsynced_files_survive_power_cuts_at_random_instants() {
     let fsck_original = fsck(&store);
     assert!(fsck_original.0, "the original store:\n{}", fsck_original.1);
 
+    let tally = check_all(&taken, &log, &history, w, store_dev, started);
+    assert!(
+        tally.report.is_empty(),
+        "power cuts lost what fsync had made durable, or left a damaged store \
+         (seed {seed}):\n{}",
+        tally.report.join("\n")
+    );
+}
+
+/// Takes a power cut at each of `instants` after `t0`: an atomic clone (FICLONE) of the
+/// `disk` into `outer`, with how much of the `log` was durable then; stops early if the
+/// `workload` ended (it failed).
+fn take_cuts(
+    instants: &[Duration],
+    t0: Instant,
+    disk: &Path,
+    outer: &Path,
+    log: &Log,
+    workload: &std::thread::JoinHandle<History>,
+) -> Vec<Cut> {
+    let mut taken = Vec::new();
+    let source = std::fs::File::open(disk).unwrap();
+    for (k, at) in instants.iter().enumerate() {
+        std::thread::sleep((t0 + *at).saturating_duration_since(Instant::now()));
+        if workload.is_finished() {
+            break; // it failed: its panic is reported below
+        }
+        let clone = outer.join(format!("cut{k:03}"));
+        let target = std::fs::File::create_new(&clone).unwrap();
+        let logged = log.lock().unwrap().len();
+        reflink(&source, &target).unwrap_or_else(|e| panic!("FICLONE of the disk: {e}"));
+        taken.push(Cut {
+            k,
+            at: t0.elapsed(),
+            logged,
+            clone,
+        });
+    }
+    taken
+}
+
+/// The outer file system (`outer_fs`, on a loop device over a file in `w`), the ext4 disk on
+/// a loop device over a file in it (initialized at once: no lazy inode-table writes in the
+/// background), and a store file made on the disk: their paths; or why there are none.
+fn disks(w: &Path, undo: &mut Undo, outer_fs: &str) -> Result<(PathBuf, PathBuf, PathBuf), String> {
+    // The outer file system: the disk's backing file and its clones.
+    let image = w.join("outer.img");
+    std::fs::File::create(&image)
+        .unwrap()
+        .set_len(OUTER_SIZE)
+        .unwrap();
+    run(Command::new(format!("mkfs.{outer_fs}"))
+        .arg("-q")
+        .arg(&image));
+    let outer_dev = undo
+        .attach(&image)
+        .map_err(|e| format!("no loop device could be attached: {e}"))?;
+    let outer = w.join("outer");
+    undo.mount(&outer_dev, outer_fs, &outer).unwrap();
+    // The disk: ext4 on a loop device over a file of the outer file system, initialized
+    // at once (no lazy inode-table writes in the background).
+    let disk = outer.join("disk");
+    std::fs::File::create(&disk)
+        .unwrap()
+        .set_len(DISK_SIZE)
+        .unwrap();
+    run(Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0"])
+        .arg(&disk));
+    let disk_dev = undo.attach(&disk).unwrap();
+    let ext4 = w.join("ext4");
+    undo.mount(&disk_dev, "ext4", &ext4).unwrap();
+    let store = ext4.join("s.store");
+    run(Command::new(bin())
+        .args(["mkfs", "--no-profile", "--size", STORE_SIZE, "--store"])
+        .arg(&store));
+    Ok((outer, disk, store))
+}
+
+/// `cuts` instants in `secs` seconds of workload (none in its first 100 ms), in order.
+fn instants(seed: u64, cuts: usize, secs: u64) -> Vec<Duration> {
+    let mut rng = Rng(seed ^ 0xaaaa);
+    let mut instants: Vec<Duration> = (0..cuts)
+        .map(|_| Duration::from_millis(100 + rng.below(secs * 1000 - 100)))
+        .collect();
+    instants.sort();
+    instants
+}
+
+/// Checks every power cut's image in `taken` against the `log` and `history` of the workload
+/// (the store file on device `store_dev`), removing each image; says what it found, and how
+/// long the whole test (since `started`) took.
+fn check_all(
+    taken: &[Cut],
+    log: &[Event],
+    history: &History,
+    w: &Path,
+    store_dev: u64,
+    started: Instant,
+) -> Tally {
     let checking = Instant::now();
     let mut tally = Tally::default();
-    for cut in &taken {
-        check(cut, &log, &history, w, store_dev, &mut tally);
+    for cut in taken {
+        check(cut, log, history, w, store_dev, &mut tally);
         std::fs::remove_file(&cut.clone).unwrap();
     }
     println!(
@@ -208,12 +259,7 @@ fn fsynced_files_survive_power_cuts_at_random_instants() {
         tally.mounts,
         started.elapsed().as_secs_f64()
     );
-    assert!(
-        tally.report.is_empty(),
-        "power cuts lost what fsync had made durable, or left a damaged store \
-         (seed {seed}):\n{}",
-        tally.report.join("\n")
-    );
+    tally
 }
 
 /// The outer file system to use (one with reflinks the kernel has), or why the test cannot
@@ -726,15 +772,7 @@ fn check(cut: &Cut, log: &[Event], h: &History, w: &Path, store_dev: u64, tally:
         store_dev,
         "a clone must not pass for the original disk"
     );
-    let keep = std::env::var_os("SWITCHYARD_POWERCUT_KEEP").map(|d| {
-        let kept = Path::new(&d).join(format!("cut{:03}.store", cut.k));
-        std::fs::create_dir_all(&d).unwrap();
-        run(Command::new("cp")
-            .arg("--sparse=always")
-            .arg(&store)
-            .arg(&kept));
-        kept
-    });
+    let keep = keep(&store, cut.k);
     let (healthy, said) = fsck(&store);
     if !healthy {
         tally.fsck_images += 1;
@@ -753,10 +791,54 @@ fn check(cut: &Cut, log: &[Event], h: &History, w: &Path, store_dev: u64, tally:
         }
     };
     let want = wanted(&log[..cut.logged]);
+    let lost = check_names(&want, &fuse.dir, h, tally);
+    if !lost.is_empty() {
+        problems.push(format!(
+            "{} of {} logged names wrong:\n{}",
+            lost.len(),
+            want.len(),
+            indent(&lost.join("\n"))
+        ));
+    }
+    if let Err(e) = fuse.stop() {
+        problems.push(format!("the recovered store did not unmount cleanly: {e}"));
+    } else {
+        let (healthy, said) = fsck(&store);
+        if !healthy {
+            tally.fsck_recovered += 1;
+            problems.push(format!(
+                "fsck after recovery and a clean unmount failed:\n{}",
+                indent(&said)
+            ));
+        }
+    }
+    match keep {
+        Some(kept) if !problems.is_empty() => {
+            problems.push(format!("the image's store is kept in {}", kept.display()))
+        }
+        Some(kept) => std::fs::remove_file(kept).unwrap(),
+        None => {}
+    }
+    if !problems.is_empty() {
+        tally
+            .report
+            .push(format!("{what}:\n{}", problems.join("\n")));
+    }
+}
+
+/// Checks every name `want` says is durable against what the recovered store mounted at
+/// `dir` holds (`h`: every version of every name); counts into `tally`, and returns what is
+/// wrong.
+fn check_names(
+    want: &BTreeMap<&str, (Option<u32>, usize)>,
+    dir: &Path,
+    h: &History,
+    tally: &mut Tally,
+) -> Vec<String> {
     let mut lost = Vec::new();
-    for (name, (version, entry)) in &want {
+    for (name, (version, entry)) in want {
         tally.checked += 1;
-        let found = std::fs::read(fuse.dir.join(name));
+        let found = std::fs::read(dir.join(name));
         let Some(lo) = *version else {
             if let Ok(got) = found {
                 tally.back += 1;
@@ -795,38 +877,21 @@ fn check(cut: &Cut, log: &[Event], h: &History, w: &Path, store_dev: u64, tally:
             }
         }
     }
-    if !lost.is_empty() {
-        problems.push(format!(
-            "{} of {} logged names wrong:\n{}",
-            lost.len(),
-            want.len(),
-            indent(&lost.join("\n"))
-        ));
-    }
-    if let Err(e) = fuse.stop() {
-        problems.push(format!("the recovered store did not unmount cleanly: {e}"));
-    } else {
-        let (healthy, said) = fsck(&store);
-        if !healthy {
-            tally.fsck_recovered += 1;
-            problems.push(format!(
-                "fsck after recovery and a clean unmount failed:\n{}",
-                indent(&said)
-            ));
-        }
-    }
-    match keep {
-        Some(kept) if !problems.is_empty() => {
-            problems.push(format!("the image's store is kept in {}", kept.display()))
-        }
-        Some(kept) => std::fs::remove_file(kept).unwrap(),
-        None => {}
-    }
-    if !problems.is_empty() {
-        tally
-            .report
-            .push(format!("{what}:\n{}", problems.join("\n")));
-    }
+    lost
+}
+
+/// A copy of the image's `store` (of cut `k`) where `SWITCHYARD_POWERCUT_KEEP` names a
+/// directory for them.
+fn keep(store: &Path, k: usize) -> Option<PathBuf> {
+    std::env::var_os("SWITCHYARD_POWERCUT_KEEP").map(|d| {
+        let kept = Path::new(&d).join(format!("cut{:03}.store", k));
+        std::fs::create_dir_all(&d).unwrap();
+        run(Command::new("cp")
+            .arg("--sparse=always")
+            .arg(store)
+            .arg(&kept));
+        kept
+    })
 }
 
 /// Whether `got` may be what `name` holds when version `lo` is durable and `hows` (by

@@ -130,6 +130,137 @@ fn pixels(path: &Path, size: (u32, u32), colors: &[[u8; 3]]) -> Vec<usize> {
 fn a_report_of_real_runs_renders_every_figure_in_chromium() {
     let d = tempfile::tempdir().unwrap();
     let dir = d.path();
+    measure(dir);
+    sy(dir)
+        .args(["report", "--copy", "copy.json", "--mix", "mix.json"])
+        .args(["--tune", "tune.json", "--out", "report.html"])
+        .assert()
+        .success()
+        .stdout(contains("4 of 4 figures drawn"));
+    let page = dir.join("report.html");
+    let dom = chromium(dir, &page, &["--dump-dom"]);
+
+    check_setup(&dom);
+
+    check_figures(&dom);
+    assert!(!dom.contains("not measured"));
+
+    // Rendered, the plots' colours are on screen.
+    let shot = dir.join("report.png");
+    chromium(
+        dir,
+        &page,
+        &[
+            "--force-color-profile=srgb",
+            "--window-size=1280,4000",
+            &format!("--screenshot={}", shot.display()),
+        ],
+    );
+    let [cpu, engine, scheduled] = [[0x1f, 0x77, 0xb4], [0xff, 0x7f, 0x0e], [0x2c, 0xa0, 0x2c]];
+    let seen = pixels(&shot, (1280, 4000), &[cpu, engine, scheduled]);
+    assert!(
+        seen.iter().all(|&n| n > 500),
+        "plot colours on screen: {seen:?}"
+    );
+
+    // One input only: the others' figures say what to run.
+    sy(dir)
+        .args(["report", "--tune", "tune.json", "--out", "tune-only.html"])
+        .assert()
+        .success()
+        .stdout(contains("2 of 4 figures drawn"));
+    let dom = chromium(dir, &dir.join("tune-only.html"), &["--dump-dom"]);
+    let f = figure(&dom, "breakdown");
+    assert!(!f.contains("<svg"));
+    assert!(f.contains("not measured: run <code>switchyard bench mix --json &gt; mix.json"));
+    let f = figure(&dom, "scaling");
+    assert!(f.contains("<svg") && f.contains("not measured: run"));
+}
+
+/// Each figure's axes, labels, and series or bars, as `dom` draws them.
+fn check_figures(dom: &str) {
+    let f = figure(dom, "latency");
+    assert_eq!(f.matches("<svg").count(), 1);
+    for text in [
+        "request size (log scale)",
+        "latency ÷ cpu-only latency",
+        "4 KiB",
+        "1 MiB",
+    ] {
+        assert!(f.contains(text), "latency: {text}");
+    }
+    // Both directions: cpu, engine and scheduled over the 3 sizes, tune's sweep (≥ 6 sizes).
+    for color in [CPU, ENGINE, SCHEDULED] {
+        assert_eq!(series(f, color, 3), 2, "latency {color}");
+    }
+    assert_eq!(series(f, OFFLOAD, 6), 2, "tune's sweep");
+
+    let f = figure(dom, "scaling");
+    for text in [
+        "threads",
+        "GiB/s, all threads",
+        "GiB/s, all callers",
+        "64 KiB requests",
+    ] {
+        assert!(f.contains(text), "scaling: {text}");
+    }
+    // Copy's paths at 1..3 threads in both directions; tune's engine and writer scaling.
+    assert_eq!(series(f, CPU, 3), 3, "scaling cpu");
+    assert_eq!(series(f, ENGINE, 3), 3, "scaling engine");
+    assert_eq!(series(f, SCHEDULED, 3), 2, "scaling scheduled");
+
+    let f = figure(dom, "breakdown");
+    for text in [
+        "throughput ÷ cpu-only",
+        "bulk ×1",
+        "mixed ×2",
+        "+ limit M",
+        "+ thresholds",
+    ] {
+        assert!(f.contains(text), "breakdown: {text}");
+    }
+    // 2 directions × 2 workloads × 2 thread counts × 5 steps, and 2 × 5 legend swatches.
+    assert!(bars(f) >= 50, "breakdown bars: {}", bars(f));
+
+    let f = figure(dom, "cpu-cost");
+    for text in [
+        "CPU s/GiB",
+        "request size (log scale)",
+        "tpcc",
+        "fileserver",
+        "graph",
+    ] {
+        assert!(f.contains(text), "cpu-cost: {text}");
+    }
+    for color in [CPU, ENGINE, SCHEDULED] {
+        assert_eq!(series(f, color, 3), 2, "cpu-cost {color}");
+    }
+    // Reads: 5 workloads, writes: 4, × 4 policies; and 2 × 4 legend swatches.
+    assert!(bars(f) >= 36 + 8, "cpu-cost bars: {}", bars(f));
+}
+
+/// The setup names the machine, the engine, the media and when, for every input.
+fn check_setup(dom: &str) {
+    // The setup names the machine, the engine, the media and when, for every input.
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")?
+                .split_once(':')
+                .map(|x| x.1.trim().to_string())
+        });
+    if let Some(cpu) = cpu {
+        assert_eq!(dom.matches(&format!("<td>{cpu}, ")).count(), 3, "{cpu}");
+    }
+    for text in ["flush ", "SIMD ", "threads, ", " region on ", " UTC</td>"] {
+        assert_eq!(dom.matches(text).count(), 3, "{text}");
+    }
+}
+
+/// tune, bench copy and bench mix, quickly, their `--json` outputs in `dir` (`tune.json`,
+/// `copy.json`, `mix.json`).
+fn measure(dir: &Path) {
     let scratch = dir.to_str().unwrap();
     // The profile tune writes in the working directory is what bench mix's `tuned` uses.
     json_to(
@@ -173,121 +304,6 @@ fn a_report_of_real_runs_renders_every_figure_in_chromium() {
             scratch,
         ],
     );
-    sy(dir)
-        .args(["report", "--copy", "copy.json", "--mix", "mix.json"])
-        .args(["--tune", "tune.json", "--out", "report.html"])
-        .assert()
-        .success()
-        .stdout(contains("4 of 4 figures drawn"));
-    let page = dir.join("report.html");
-    let dom = chromium(dir, &page, &["--dump-dom"]);
-
-    // The setup names the machine, the engine, the media and when, for every input.
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("model name")?
-                .split_once(':')
-                .map(|x| x.1.trim().to_string())
-        });
-    if let Some(cpu) = cpu {
-        assert_eq!(dom.matches(&format!("<td>{cpu}, ")).count(), 3, "{cpu}");
-    }
-    for text in ["flush ", "SIMD ", "threads, ", " region on ", " UTC</td>"] {
-        assert_eq!(dom.matches(text).count(), 3, "{text}");
-    }
-
-    let f = figure(&dom, "latency");
-    assert_eq!(f.matches("<svg").count(), 1);
-    for text in [
-        "request size (log scale)",
-        "latency ÷ cpu-only latency",
-        "4 KiB",
-        "1 MiB",
-    ] {
-        assert!(f.contains(text), "latency: {text}");
-    }
-    // Both directions: cpu, engine and scheduled over the 3 sizes, tune's sweep (≥ 6 sizes).
-    for color in [CPU, ENGINE, SCHEDULED] {
-        assert_eq!(series(f, color, 3), 2, "latency {color}");
-    }
-    assert_eq!(series(f, OFFLOAD, 6), 2, "tune's sweep");
-
-    let f = figure(&dom, "scaling");
-    for text in [
-        "threads",
-        "GiB/s, all threads",
-        "GiB/s, all callers",
-        "64 KiB requests",
-    ] {
-        assert!(f.contains(text), "scaling: {text}");
-    }
-    // Copy's paths at 1..3 threads in both directions; tune's engine and writer scaling.
-    assert_eq!(series(f, CPU, 3), 3, "scaling cpu");
-    assert_eq!(series(f, ENGINE, 3), 3, "scaling engine");
-    assert_eq!(series(f, SCHEDULED, 3), 2, "scaling scheduled");
-
-    let f = figure(&dom, "breakdown");
-    for text in [
-        "throughput ÷ cpu-only",
-        "bulk ×1",
-        "mixed ×2",
-        "+ limit M",
-        "+ thresholds",
-    ] {
-        assert!(f.contains(text), "breakdown: {text}");
-    }
-    // 2 directions × 2 workloads × 2 thread counts × 5 steps, and 2 × 5 legend swatches.
-    assert!(bars(f) >= 50, "breakdown bars: {}", bars(f));
-
-    let f = figure(&dom, "cpu-cost");
-    for text in [
-        "CPU s/GiB",
-        "request size (log scale)",
-        "tpcc",
-        "fileserver",
-        "graph",
-    ] {
-        assert!(f.contains(text), "cpu-cost: {text}");
-    }
-    for color in [CPU, ENGINE, SCHEDULED] {
-        assert_eq!(series(f, color, 3), 2, "cpu-cost {color}");
-    }
-    // Reads: 5 workloads, writes: 4, × 4 policies; and 2 × 4 legend swatches.
-    assert!(bars(f) >= 36 + 8, "cpu-cost bars: {}", bars(f));
-    assert!(!dom.contains("not measured"));
-
-    // Rendered, the plots' colours are on screen.
-    let shot = dir.join("report.png");
-    chromium(
-        dir,
-        &page,
-        &[
-            "--force-color-profile=srgb",
-            "--window-size=1280,4000",
-            &format!("--screenshot={}", shot.display()),
-        ],
-    );
-    let [cpu, engine, scheduled] = [[0x1f, 0x77, 0xb4], [0xff, 0x7f, 0x0e], [0x2c, 0xa0, 0x2c]];
-    let seen = pixels(&shot, (1280, 4000), &[cpu, engine, scheduled]);
-    assert!(
-        seen.iter().all(|&n| n > 500),
-        "plot colours on screen: {seen:?}"
-    );
-
-    // One input only: the others' figures say what to run.
-    sy(dir)
-        .args(["report", "--tune", "tune.json", "--out", "tune-only.html"])
-        .assert()
-        .success()
-        .stdout(contains("2 of 4 figures drawn"));
-    let dom = chromium(dir, &dir.join("tune-only.html"), &["--dump-dom"]);
-    let f = figure(&dom, "breakdown");
-    assert!(!f.contains("<svg"));
-    assert!(f.contains("not measured: run <code>switchyard bench mix --json &gt; mix.json"));
-    let f = figure(&dom, "scaling");
-    assert!(f.contains("<svg") && f.contains("not measured: run"));
 }
 
 #[test]

@@ -44,66 +44,13 @@ fn worker(root: &Path, seed: u64, secs: u64) {
     let mut bad: Vec<String> = Vec::new();
     let mut ops = 0u64;
     let t0 = Instant::now();
-    let pick = |rng: &mut Rng, kind: &str| {
-        root.join(format!("s{}", rng.below(SHARED as u64)))
-            .join(format!("{kind}{}", rng.below(NAMES as u64)))
-    };
+    let pick = |rng: &mut Rng, kind: &str| pick(root, rng, kind);
     while t0.elapsed() < Duration::from_secs(secs) {
         ops += 1;
         let op = rng.below(11);
         let (what, e) = match op {
-            0 => {
-                let d = pick(&mut rng, "d");
-                // SAFETY: a valid C string.
-                ("mkdir", err(unsafe { libc::mkdir(c(&d).as_ptr(), 0o755) }))
-            }
-            1 => {
-                let d = pick(&mut rng, "d");
-                // SAFETY: a valid C string.
-                ("rmdir", err(unsafe { libc::rmdir(c(&d).as_ptr()) }))
-            }
-            2 => {
-                let f = pick(&mut rng, "f");
-                let r = std::fs::write(&f, vec![seed as u8; rng.below(9000) as usize]);
-                (
-                    "create",
-                    r.err().and_then(|e| e.raw_os_error()).unwrap_or(0),
-                )
-            }
-            3 => {
-                let f = pick(&mut rng, "f");
-                // SAFETY: a valid C string.
-                ("unlink", err(unsafe { libc::unlink(c(&f).as_ptr()) }))
-            }
-            4 | 5 => {
-                let kind = if op == 4 { "f" } else { "d" };
-                let (a, b) = (pick(&mut rng, kind), pick(&mut rng, kind));
-                // SAFETY: valid C strings.
-                let e = err(unsafe { libc::rename(c(&a).as_ptr(), c(&b).as_ptr()) });
-                ("rename", e)
-            }
-            6 => {
-                let (a, b) = (pick(&mut rng, "f"), pick(&mut rng, "f"));
-                // SAFETY: valid C strings.
-                (
-                    "link",
-                    err(unsafe { libc::link(c(&a).as_ptr(), c(&b).as_ptr()) }),
-                )
-            }
-            7 => {
-                // Hold a directory open (others may remove it meanwhile).
-                let d = pick(&mut rng, "d");
-                match std::fs::File::open(&d) {
-                    Ok(f) => {
-                        held.push(f);
-                        if held.len() > 3 {
-                            held.remove(0);
-                        }
-                        ("hold", 0)
-                    }
-                    Err(e) => ("hold", e.raw_os_error().unwrap_or(-1)),
-                }
-            }
+            0..=6 => name_op(root, &mut rng, op, seed),
+            7 => hold(&mut held, &pick(&mut rng, "d")),
             8 => {
                 // Every held directory, removed or not, still answers fstat.
                 let e = held
@@ -117,33 +64,7 @@ fn worker(root: &Path, seed: u64, secs: u64) {
                 }
                 ("fstat", 0)
             }
-            9 => {
-                // Work in a directory as the working directory, which others may remove.
-                let d = pick(&mut rng, "d");
-                // SAFETY: a valid C string.
-                let e = err(unsafe { libc::chdir(c(&d).as_ptr()) });
-                if e != 0 {
-                    ("chdir", e)
-                } else {
-                    let name = CString::new(format!("w{}", rng.below(3))).unwrap();
-                    // SAFETY: a valid C string; the descriptor is closed at once.
-                    let fd = unsafe {
-                        libc::open(
-                            name.as_ptr(),
-                            libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
-                            0o644,
-                        )
-                    };
-                    let e = err(fd);
-                    if fd >= 0 {
-                        // SAFETY: a descriptor we own.
-                        unsafe { libc::close(fd) };
-                        // SAFETY: a valid C string.
-                        unsafe { libc::unlink(name.as_ptr()) };
-                    }
-                    ("create in the working directory", e)
-                }
-            }
+            9 => create_in(&pick(&mut rng, "d"), &mut rng),
             _ => {
                 let s = root.join(format!("s{}", rng.below(SHARED as u64)));
                 let r = std::fs::read_dir(&s).map(|it| it.count());
@@ -168,6 +89,102 @@ fn worker(root: &Path, seed: u64, secs: u64) {
         bad.truncate(20);
         println!("unexpected: {bad:?}");
         std::process::exit(1);
+    }
+}
+
+/// A name in one of the shared directories of `root`: `kind` (`d` or `f`) and a number.
+fn pick(root: &Path, rng: &mut Rng, kind: &str) -> PathBuf {
+    root.join(format!("s{}", rng.below(SHARED as u64)))
+        .join(format!("{kind}{}", rng.below(NAMES as u64)))
+}
+
+/// Operation `op` (0 to 6) on names in `root`: mkdir, rmdir, create (with bytes of `seed`),
+/// unlink, rename of a file or of a directory, link; its name and errno.
+fn name_op(root: &Path, rng: &mut Rng, op: u64, seed: u64) -> (&'static str, i32) {
+    match op {
+        0 => {
+            let d = pick(root, rng, "d");
+            // SAFETY: a valid C string.
+            ("mkdir", err(unsafe { libc::mkdir(c(&d).as_ptr(), 0o755) }))
+        }
+        1 => {
+            let d = pick(root, rng, "d");
+            // SAFETY: a valid C string.
+            ("rmdir", err(unsafe { libc::rmdir(c(&d).as_ptr()) }))
+        }
+        2 => {
+            let f = pick(root, rng, "f");
+            let r = std::fs::write(&f, vec![seed as u8; rng.below(9000) as usize]);
+            (
+                "create",
+                r.err().and_then(|e| e.raw_os_error()).unwrap_or(0),
+            )
+        }
+        3 => {
+            let f = pick(root, rng, "f");
+            // SAFETY: a valid C string.
+            ("unlink", err(unsafe { libc::unlink(c(&f).as_ptr()) }))
+        }
+        4 | 5 => {
+            let kind = if op == 4 { "f" } else { "d" };
+            let (a, b) = (pick(root, rng, kind), pick(root, rng, kind));
+            // SAFETY: valid C strings.
+            let e = err(unsafe { libc::rename(c(&a).as_ptr(), c(&b).as_ptr()) });
+            ("rename", e)
+        }
+        6 => {
+            let (a, b) = (pick(root, rng, "f"), pick(root, rng, "f"));
+            // SAFETY: valid C strings.
+            (
+                "link",
+                err(unsafe { libc::link(c(&a).as_ptr(), c(&b).as_ptr()) }),
+            )
+        }
+        _ => unreachable!("operations 0 to 6 are on names"),
+    }
+}
+
+/// Holds directory `d` open (others may remove it meanwhile), at most three at a time.
+fn hold(held: &mut Vec<std::fs::File>, d: &Path) -> (&'static str, i32) {
+    // Hold a directory open (others may remove it meanwhile).
+    match std::fs::File::open(d) {
+        Ok(f) => {
+            held.push(f);
+            if held.len() > 3 {
+                held.remove(0);
+            }
+            ("hold", 0)
+        }
+        Err(e) => ("hold", e.raw_os_error().unwrap_or(-1)),
+    }
+}
+
+/// Works in directory `d` as the working directory, which others may remove: creates and
+/// removes a file there.
+fn create_in(d: &Path, rng: &mut Rng) -> (&'static str, i32) {
+    // Work in a directory as the working directory, which others may remove.
+    // SAFETY: a valid C string.
+    let e = err(unsafe { libc::chdir(c(d).as_ptr()) });
+    if e != 0 {
+        ("chdir", e)
+    } else {
+        let name = CString::new(format!("w{}", rng.below(3))).unwrap();
+        // SAFETY: a valid C string; the descriptor is closed at once.
+        let fd = unsafe {
+            libc::open(
+                name.as_ptr(),
+                libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                0o644,
+            )
+        };
+        let e = err(fd);
+        if fd >= 0 {
+            // SAFETY: a descriptor we own.
+            unsafe { libc::close(fd) };
+            // SAFETY: a valid C string.
+            unsafe { libc::unlink(name.as_ptr()) };
+        }
+        ("create in the working directory", e)
     }
 }
 

@@ -279,6 +279,16 @@ fn mount_up_stat_and_config_show_the_guarantee_and_the_sync_policy() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     m.stop();
+    check_stat_of_the_unmounted_store(w);
+
+    check_up_sync_always(w);
+
+    check_sync_defaults_and_refusals(w);
+}
+
+/// `stat` of the store the mount left shows the guarantee and the policy, in text and JSON
+/// (the last run's policy, and the default one without the configuration file).
+fn check_stat_of_the_unmounted_store(w: &Path) {
     let stat = run(Command::new(bin())
         .args(["stat", "--store", "s.store", "--config", "c.toml"])
         .current_dir(w));
@@ -302,7 +312,11 @@ fn mount_up_stat_and_config_show_the_guarantee_and_the_sync_policy() {
         json["last_run"]["durability"]["sync"], "every 60000 ms, and on fsync",
         "{json}"
     );
+}
 
+/// `up` (without a profile: no tune behind the mount) with `--sync always` over the
+/// configuration file's interval says so.
+fn check_up_sync_always(w: &Path) {
     // `up` (without a profile: no tune behind the mount) with the flag over the file.
     let up = Started::mount(
         w,
@@ -325,7 +339,11 @@ fn mount_up_stat_and_config_show_the_guarantee_and_the_sync_policy() {
         up.banner
     );
     up.stop();
+}
 
+/// `config` shows the sync defaults; bad sync options and intervals are refused, each saying
+/// which.
+fn check_sync_defaults_and_refusals(w: &Path) {
     let config = run(Command::new(bin())
         .args(["config", "--no-profile"])
         .current_dir(w));

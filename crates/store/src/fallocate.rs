@@ -74,95 +74,119 @@ impl Store {
                     Content::File(_) => Errno::ENODEV,
                 });
             }
-            let size = inode.attr.size;
             match mode {
-                Falloc::Allocate { keep_size } => {
-                    let before = inode.attr;
-                    let holes = holes(inode, off, end);
-                    // Refused before anything changes when the room is plainly not there.
-                    if self.data_room() < holes.iter().map(|&(a, b)| pages(a, b)).sum() {
-                        return Err(Errno::ENOSPC);
-                    }
-                    let allocated = holes
-                        .into_iter()
-                        .try_for_each(|(from, to)| self.zero_hole(inode, from, to, !keep_size))
-                        .and_then(|()| {
-                            if !keep_size && inode.attr.size < end {
-                                self.zero_and_resize(inode, end, end, Some(end))
-                            } else {
-                                Ok(())
-                            }
-                        });
-                    if let Err(e) = allocated {
-                        // The hole past the end grows the file write by write: a failed
-                        // allocation puts back the size and times (the blocks past the size
-                        // go with it), so that, as with every failed call, nothing a program
-                        // can see changed. The kernel's attribute cache assumes as much: a
-                        // mount whose fallocate failed half-way showed the old size while
-                        // the file held the new one. Holes filled inside the size stay filled
-                        // (they read as zeros either way), as on ext4.
-                        if inode.attr.size != before.size {
-                            let _ = self.commit_change(inode, &[Entry::Attr(before)]);
-                        }
-                        return Err(e);
-                    }
-                }
-                Falloc::ZeroRange { keep_size } => {
-                    let limit = if keep_size { end.min(size) } else { end };
-                    // Past the end of a file kept at its size every byte already reads as
-                    // zero (its only blocks there are allocated zeros): only its holes are
-                    // allocated, from past the page that holds the end (the pass inside the
-                    // size allocates that one).
-                    let past = if keep_size && end > size {
-                        let from = if off < size {
-                            size.div_ceil(BLOCK) * BLOCK
-                        } else {
-                            off
-                        };
-                        holes(inode, from, end)
-                    } else {
-                        Vec::new()
-                    };
-                    // The range's holes end allocated (its pages are freed by the zeroing
-                    // before they are allocated again): refused before anything is zeroed when
-                    // the room is plainly not there (a zero-range of 1 GiB on a 1 GiB store
-                    // left the file 1 GiB long and the store full).
-                    let need: u64 = holes(inode, off, limit)
-                        .iter()
-                        .chain(&past)
-                        .map(|&(a, b)| pages(a, b))
-                        .sum();
-                    if self.data_room() < need {
-                        return Err(Errno::ENOSPC);
-                    }
-                    let new_size = (!keep_size && end > size).then_some(end);
-                    self.zero_and_resize(inode, off, limit, new_size)?;
-                    for (from, to) in holes(inode, off, limit.min(inode.attr.size)) {
-                        self.zero_hole(inode, from, to, true)?;
-                    }
-                    for (from, to) in past {
-                        self.zero_hole(inode, from, to, false)?;
-                    }
-                }
-                Falloc::PunchHole => {
-                    self.zero_and_resize(inode, off, end.min(size), None)?;
-                    // Whole pages of the range past the end: unseen zeros, given back.
-                    let (first, last) = (off.max(size).div_ceil(BLOCK), end / BLOCK);
-                    let Content::File(pages) = &inode.content else {
-                        unreachable!("a regular file")
-                    };
-                    if first < last && pages.range(first..last).next().is_some() {
-                        let punch = Entry::Punch {
-                            pgoff: first,
-                            count: last - first,
-                        };
-                        self.commit_change(inode, &[punch])?;
-                    }
-                }
+                Falloc::Allocate { keep_size } => self.allocate(inode, off, end, keep_size),
+                Falloc::ZeroRange { keep_size } => self.zero_range(inode, off, end, keep_size),
+                Falloc::PunchHole => self.punch_hole(inode, off, end),
             }
-            Ok(())
         })()
         .map_err(Error::on(Op::Fallocate, ino))
+    }
+
+    /// [`Falloc::Allocate`] on `[off, end)` of regular file `inode`.
+    fn allocate(
+        &self,
+        inode: &mut Inode,
+        off: u64,
+        end: u64,
+        keep_size: bool,
+    ) -> Result<(), Errno> {
+        let before = inode.attr;
+        let holes = holes(inode, off, end);
+        // Refused before anything changes when the room is plainly not there.
+        if self.data_room() < holes.iter().map(|&(a, b)| pages(a, b)).sum() {
+            return Err(Errno::ENOSPC);
+        }
+        let allocated = holes
+            .into_iter()
+            .try_for_each(|(from, to)| self.zero_hole(inode, from, to, !keep_size))
+            .and_then(|()| {
+                if !keep_size && inode.attr.size < end {
+                    self.zero_and_resize(inode, end, end, Some(end))
+                } else {
+                    Ok(())
+                }
+            });
+        if let Err(e) = allocated {
+            // The hole past the end grows the file write by write: a failed
+            // allocation puts back the size and times (the blocks past the size
+            // go with it), so that, as with every failed call, nothing a program
+            // can see changed. The kernel's attribute cache assumes as much: a
+            // mount whose fallocate failed half-way showed the old size while
+            // the file held the new one. Holes filled inside the size stay filled
+            // (they read as zeros either way), as on ext4.
+            if inode.attr.size != before.size {
+                let _ = self.commit_change(inode, &[Entry::Attr(before)]);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// [`Falloc::ZeroRange`] on `[off, end)` of regular file `inode`.
+    fn zero_range(
+        &self,
+        inode: &mut Inode,
+        off: u64,
+        end: u64,
+        keep_size: bool,
+    ) -> Result<(), Errno> {
+        let size = inode.attr.size;
+        let limit = if keep_size { end.min(size) } else { end };
+        // Past the end of a file kept at its size every byte already reads as
+        // zero (its only blocks there are allocated zeros): only its holes are
+        // allocated, from past the page that holds the end (the pass inside the
+        // size allocates that one).
+        let past = if keep_size && end > size {
+            let from = if off < size {
+                size.div_ceil(BLOCK) * BLOCK
+            } else {
+                off
+            };
+            holes(inode, from, end)
+        } else {
+            Vec::new()
+        };
+        // The range's holes end allocated (its pages are freed by the zeroing
+        // before they are allocated again): refused before anything is zeroed when
+        // the room is plainly not there (a zero-range of 1 GiB on a 1 GiB store
+        // left the file 1 GiB long and the store full).
+        let need: u64 = holes(inode, off, limit)
+            .iter()
+            .chain(&past)
+            .map(|&(a, b)| pages(a, b))
+            .sum();
+        if self.data_room() < need {
+            return Err(Errno::ENOSPC);
+        }
+        let new_size = (!keep_size && end > size).then_some(end);
+        self.zero_and_resize(inode, off, limit, new_size)?;
+        for (from, to) in holes(inode, off, limit.min(inode.attr.size)) {
+            self.zero_hole(inode, from, to, true)?;
+        }
+        for (from, to) in past {
+            self.zero_hole(inode, from, to, false)?;
+        }
+        Ok(())
+    }
+
+    /// [`Falloc::PunchHole`] on `[off, end)` of regular file `inode`.
+    fn punch_hole(&self, inode: &mut Inode, off: u64, end: u64) -> Result<(), Errno> {
+        let size = inode.attr.size;
+        self.zero_and_resize(inode, off, end.min(size), None)?;
+        // Whole pages of the range past the end: unseen zeros, given back.
+        let (first, last) = (off.max(size).div_ceil(BLOCK), end / BLOCK);
+        let Content::File(pages) = &inode.content else {
+            unreachable!("a regular file")
+        };
+        if first < last && pages.range(first..last).next().is_some() {
+            let punch = Entry::Punch {
+                pgoff: first,
+                count: last - first,
+            };
+            self.commit_change(inode, &[punch])?;
+        }
+        Ok(())
     }
 
     /// Allocates zeroed blocks for the hole `[from, to)` of `inode`, in steps of [`ZEROS`];

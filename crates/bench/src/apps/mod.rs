@@ -291,14 +291,7 @@ pub fn run(a: &AppsArgs) -> anyhow::Result<()> {
     let fx_bytes = a
         .fx_bytes
         .unwrap_or(if a.quick { 16 << 20 } else { 64 << 20 });
-    anyhow::ensure!(a.tasks >= 1, "--tasks must be at least 1");
-    anyhow::ensure!(
-        a.workers.iter().all(|&w| w >= 1),
-        "--workers must be at least 1"
-    );
-    if let Some(&b) = a.blocks.iter().find(|&&b| b == 0 || b > 4 << 20) {
-        anyhow::bail!("block size {b} must be between 1 byte and 4M");
-    }
+    check(a)?;
     let cfg = load_config(a)?;
     let dir = scratch_dir(&a.dir);
     let work = tempfile::Builder::new()
@@ -315,14 +308,7 @@ pub fn run(a: &AppsArgs) -> anyhow::Result<()> {
     let steps = (a.apps.len() * loads.len() * Mode::ALL.len()
         + a.fxmark.len() * a.blocks.len() * a.workers.len() * Mode::BOTH.len())
         * rounds;
-    let bar = indicatif::ProgressBar::new(steps as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} bench apps [{bar:30}] {pos}/{len} runs {msg} ({eta} left)",
-        )
-        .expect("static template")
-        .progress_chars("=> "),
-    );
+    let bar = progress(steps as u64);
     let mut records = Vec::new();
     let mut comparisons = Vec::new();
     let mut setup = None;
@@ -361,42 +347,9 @@ pub fn run(a: &AppsArgs) -> anyhow::Result<()> {
         let store = AppStore::new(work.path(), "fxmark", fx_region, &cfg, &mover)?;
         for &workload in &a.fxmark {
             for &block in &a.blocks {
-                bar.set_message(format!("{} {}", workload.name(), size::show(block)));
-                let fx = Arc::new(FxMark::prepare(
-                    &store.fs,
-                    workload,
-                    block as usize,
-                    fx_bytes,
-                    max_workers,
+                records.extend(fxmark_block(
+                    &store.fs, workload, block, a, rounds, fx_bytes, &bar,
                 )?);
-                for &workers in &a.workers {
-                    let got = rotated(Mode::BOTH.len(), rounds, |m| {
-                        let r = harness::run(&fx, &store.fs, Mode::BOTH[m], workers);
-                        bar.inc(1);
-                        r
-                    })
-                    .with_context(|| {
-                        format!(
-                            "running {} {} with {workers} workers",
-                            workload.name(),
-                            size::show(block)
-                        )
-                    })?;
-                    for (m, runs) in got.iter().enumerate() {
-                        let med = |f: fn(&Run) -> f64| over_rounds(runs, f);
-                        records.push(Record::Fxmark(FxRecord {
-                            workload,
-                            block,
-                            mode: Mode::BOTH[m],
-                            workers,
-                            gib_s: med(|r| r.gib_s()),
-                            kops_s: med(|r| r.ops as f64 / r.wall_s / 1e3),
-                            mean_us: med(|r| r.mean_us()),
-                            p50_us: med(|r| r.lat(0.5)),
-                            p99_us: med(|r| r.lat(0.99)),
-                        }));
-                    }
-                }
             }
         }
         setup.get_or_insert_with(|| Setup::now(&cfg, store.fs.store().region(), a.quick));
@@ -411,6 +364,84 @@ pub fn run(a: &AppsArgs) -> anyhow::Result<()> {
         setup,
     };
     emit(a.json, &records, &summary, print_tables)
+}
+
+/// FxMark's `workload` in blocks of `block` on `fs`: a record per worker count of `a` and
+/// mode, each a median over `rounds`.
+fn fxmark_block(
+    fs: &Arc<Fs>,
+    workload: Workload,
+    block: u64,
+    a: &AppsArgs,
+    rounds: usize,
+    fx_bytes: u64,
+    bar: &indicatif::ProgressBar,
+) -> anyhow::Result<Vec<Record>> {
+    bar.set_message(format!("{} {}", workload.name(), size::show(block)));
+    let mut records = Vec::new();
+    let max_workers = a.workers.iter().copied().max().unwrap_or(1);
+    let fx = Arc::new(FxMark::prepare(
+        fs,
+        workload,
+        block as usize,
+        fx_bytes,
+        max_workers,
+    )?);
+    for &workers in &a.workers {
+        let got = rotated(Mode::BOTH.len(), rounds, |m| {
+            let r = harness::run(&fx, fs, Mode::BOTH[m], workers);
+            bar.inc(1);
+            r
+        })
+        .with_context(|| {
+            format!(
+                "running {} {} with {workers} workers",
+                workload.name(),
+                size::show(block)
+            )
+        })?;
+        for (m, runs) in got.iter().enumerate() {
+            let med = |f: fn(&Run) -> f64| over_rounds(runs, f);
+            records.push(Record::Fxmark(FxRecord {
+                workload,
+                block,
+                mode: Mode::BOTH[m],
+                workers,
+                gib_s: med(|r| r.gib_s()),
+                kops_s: med(|r| r.ops as f64 / r.wall_s / 1e3),
+                mean_us: med(|r| r.mean_us()),
+                p50_us: med(|r| r.lat(0.5)),
+                p99_us: med(|r| r.lat(0.99)),
+            }));
+        }
+    }
+    Ok(records)
+}
+
+/// A progress bar over `len` runs.
+fn progress(len: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} bench apps [{bar:30}] {pos}/{len} runs {msg} ({eta} left)",
+        )
+        .expect("static template")
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+/// Refuses task and worker counts of 0 and block sizes outside 1 byte to 4 MiB.
+fn check(a: &AppsArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(a.tasks >= 1, "--tasks must be at least 1");
+    anyhow::ensure!(
+        a.workers.iter().all(|&w| w >= 1),
+        "--workers must be at least 1"
+    );
+    if let Some(&b) = a.blocks.iter().find(|&&b| b == 0 || b > 4 << 20) {
+        anyhow::bail!("block size {b} must be between 1 byte and 4M");
+    }
+    Ok(())
 }
 
 /// How each application is compared.
@@ -535,59 +566,69 @@ fn print_tables(records: &[Record], s: &Summary) {
         })
         .collect();
     if !apps.is_empty() {
-        println!(
-            "{:<11} {:<5} {:<10} {:>7} {:>9} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7}",
-            "app",
-            "load",
-            "mode",
-            "GiB/s",
-            "ops/s",
-            "p50",
-            "p99",
-            "CPU s/GiB",
-            "I/O",
-            "engine",
-            "helped"
-        );
-        for r in &apps {
-            println!(
-                "{:<11} {:<5} {:<10} {:>7.2} {:>9.1} {:>8.0}µs {:>8.0}µs {:>8.3} {:>6} {:>6.0}% \
-                 {:>6.0}%",
-                r.app.name(),
-                r.load.name(),
-                r.mode.name(),
-                r.gib_s,
-                r.ops_s,
-                r.p50_us,
-                r.p99_us,
-                r.cpu_s_per_gib,
-                r.io_share
-                    .map_or(String::new(), |x| format!("{:.0}%", 100.0 * x)),
-                100.0 * r.engine_share,
-                100.0 * r.helped_share,
-            );
-        }
-        println!(
-            "(I/O: sync's share of time in store calls; engine, helped: shares of the copied bytes \
-             the engine copied, and the idle executor copied from the tail of engine batches)"
-        );
-        println!(
-            "\nthroughput ÷ sync's (median over rounds of the same round's ratio): async, and \
-             async-wait (an executor that does not help the engine)"
-        );
-        for c in &s.apps {
-            println!(
-                "  {:<11} {:<5} {:>6.3} {:>6.3}   (sync spends {:.0}% of its time in store calls; \
-                 one operation: {})",
-                c.app.name(),
-                c.load.name(),
-                c.async_vs_sync,
-                c.waiting_vs_sync,
-                100.0 * c.io_share,
-                c.op
-            );
-        }
+        print_apps(&apps, s);
     }
+    print_fxmark(records);
+}
+
+/// The applications' table, and their throughput over sync's.
+fn print_apps(apps: &[&AppRecord], s: &Summary) {
+    println!(
+        "{:<11} {:<5} {:<10} {:>7} {:>9} {:>10} {:>10} {:>8} {:>6} {:>7} {:>7}",
+        "app",
+        "load",
+        "mode",
+        "GiB/s",
+        "ops/s",
+        "p50",
+        "p99",
+        "CPU s/GiB",
+        "I/O",
+        "engine",
+        "helped"
+    );
+    for r in apps {
+        println!(
+            "{:<11} {:<5} {:<10} {:>7.2} {:>9.1} {:>8.0}µs {:>8.0}µs {:>8.3} {:>6} {:>6.0}% \
+             {:>6.0}%",
+            r.app.name(),
+            r.load.name(),
+            r.mode.name(),
+            r.gib_s,
+            r.ops_s,
+            r.p50_us,
+            r.p99_us,
+            r.cpu_s_per_gib,
+            r.io_share
+                .map_or(String::new(), |x| format!("{:.0}%", 100.0 * x)),
+            100.0 * r.engine_share,
+            100.0 * r.helped_share,
+        );
+    }
+    println!(
+        "(I/O: sync's share of time in store calls; engine, helped: shares of the copied bytes \
+         the engine copied, and the idle executor copied from the tail of engine batches)"
+    );
+    println!(
+        "\nthroughput ÷ sync's (median over rounds of the same round's ratio): async, and \
+         async-wait (an executor that does not help the engine)"
+    );
+    for c in &s.apps {
+        println!(
+            "  {:<11} {:<5} {:>6.3} {:>6.3}   (sync spends {:.0}% of its time in store calls; \
+             one operation: {})",
+            c.app.name(),
+            c.load.name(),
+            c.async_vs_sync,
+            c.waiting_vs_sync,
+            100.0 * c.io_share,
+            c.op
+        );
+    }
+}
+
+/// FxMark's table of throughput and latency, where it ran.
+fn print_fxmark(records: &[Record]) {
     let mut fx = records
         .iter()
         .filter_map(|r| match r {

@@ -38,6 +38,7 @@
 //! kept beside it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -256,118 +257,31 @@ struct Policies {
 
 /// Runs the benchmark.
 pub fn run(a: &MixArgs) -> anyhow::Result<()> {
-    let workloads: Vec<Workload> = workloads()
-        .into_iter()
-        .filter(|w| a.workloads.is_empty() || a.workloads.iter().any(|n| n == w.name))
-        .collect();
-    if let Some(n) = a
-        .workloads
-        .iter()
-        .find(|n| !workloads.iter().any(|w| w.name == n.as_str()))
-    {
-        anyhow::bail!(
-            "no workload named {n:?} (the workloads: bulk, mixed, tpcc, fileserver, graph)"
-        );
-    }
+    let workloads = selected(&a.workloads)?;
     let base = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
     let dir = scratch_dir(&a.dir);
-    let profile_path = a
-        .profile
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(switchyard_options::DEFAULT_PROFILE));
-    if !profile_path.exists() {
-        eprintln!(
-            "no engine profile at {}: tuning first (`switchyard tune --quick`)",
-            profile_path.display()
-        );
-        tune::tune_to(&base, &dir, &profile_path, true)?;
-    }
-    let tuned_cfg = base.clone().with_profile(&profile_path)?;
-    let profile = tuned_cfg
-        .applied_profile
-        .clone()
-        .expect("with_profile applies a profile");
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let threads = if a.threads.is_empty() {
-        let mut t = vec![1, cores];
-        t.dedup();
-        t
-    } else {
-        a.threads.clone()
-    };
+    let (profile_path, tuned_cfg) = tuned_config(&base, &dir, a.profile.as_ref())?;
+    let threads = thread_counts(&a.threads);
     let rounds = a.rounds.unwrap_or(if a.quick { 5 } else { 9 }).max(1);
     let slice = Duration::from_millis(a.slice_ms.unwrap_or(if a.quick { 30 } else { 50 }));
 
     let (_scratch, region) = scratch_region(&dir, "mix", 256 << 20, base.persist())?;
     let lab = Lab::new(&region);
     let engine = switchyard_mover::start_engine(&base)?;
-    let with = |cfg: &Config, f: &dyn Fn(&mut Config)| {
-        let mut c = cfg.clone();
-        f(&mut c);
-        Mover::with_engine(&c, engine.clone(), c.persist())
-    };
-    let mut policies = Policies {
-        names: vec![
-            "cpu",
-            "engine",
-            "default",
-            "tuned",
-            "fixed",
-            "cpu_again",
-            "limit",
-            "thresholds",
-        ],
-        movers: vec![
-            with(&base, &|c| c.mover.policy = Policy::Cpu),
-            with(&base, &|c| c.mover.policy = Policy::Engine),
-            with(&base, &|_| {}),
-            with(&tuned_cfg, &|_| {}),
-            with(&tuned_cfg, &|c| c.mover.adapt = false),
-            with(&base, &|c| c.mover.policy = Policy::Cpu),
-            with(&tuned_cfg, &|c| {
-                c.mover.thresholds = Thresholds::all(0);
-                c.mover.split = false;
-                c.mover.adapt = false;
-            }),
-            with(&tuned_cfg, &|c| {
-                c.mover.split = false;
-                c.mover.adapt = false;
-            }),
-        ],
-    };
-    if let Some(p) = &a.against {
-        policies.names.push("against");
-        policies
-            .movers
-            .push(with(&base.clone().with_profile(p)?, &|_| {}));
-    }
+    let policies = policies(&base, &tuned_cfg, a.against.as_deref(), &engine)?;
     let warmup = Duration::from_millis(a.warmup_ms);
 
-    let bar = indicatif::ProgressBar::new((workloads.len() * threads.len()) as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cases {msg} ({eta} left)")
-            .expect("template")
-            .progress_chars("=> "),
-    );
+    let bar = progress((workloads.len() * threads.len()) as u64);
     eprintln!(
         "scratch region in {}; {rounds} rounds × {} ms per policy; threads {threads:?}; profile {}",
         dir.display(),
         slice.as_millis(),
         profile_path.display()
     );
-    let measure = |m: &Mover, w: &Workload, t: usize| {
-        // Let an engine worker that lingers after the previous slice park first, so its
-        // polling is charged to no policy.
-        std::thread::sleep(SETTLE);
-        let cpu0 = cpu_time::process();
-        let gib_s = lab.rate(m, w.dir, &w.sizes, t, 0, slice);
-        let cpu = (cpu_time::process() - cpu0).as_secs_f64();
-        Measured {
-            gib_s,
-            p50_us: 0.0,
-            cpu_s_per_gib: Some(cpu / (gib_s * slice.as_secs_f64()).max(1e-12)),
+    let measure = |m: &Mover, w: &Workload, t: usize| measure(&lab, m, w, t, slice);
+    let warm = |m: &Mover, w: &Workload, t: usize| {
+        if !warmup.is_zero() {
+            lab.rate(m, w.dir, &w.sizes, t, 0, warmup);
         }
     };
     let mut records = Vec::new();
@@ -375,75 +289,111 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
         .iter()
         .flat_map(|w| threads.iter().map(move |t| (w, t)))
     {
-        let dname = w.dir.name();
-        bar.set_message(format!("{} {dname} ×{t}", w.name));
+        bar.set_message(format!("{} {} ×{t}", w.name, w.dir.name()));
         let breakdown = !w.table1;
-        // The policies measured, by index: the breakdown's only for bulk and mixed, and
-        // `against` (last) where given.
-        let mut measured: Vec<usize> = (0..if breakdown { 8 } else { 6 }).collect();
-        measured.extend((8..policies.movers.len()).collect::<Vec<_>>());
+        let (measured, against) = measured(breakdown, policies.movers.len());
         let n = measured.len();
-        let against = (policies.movers.len() > 8).then_some(n - 1);
-        if !warmup.is_zero() {
-            for i in [Some(3), against].into_iter().flatten() {
-                lab.rate(&policies.movers[measured[i]], w.dir, &w.sizes, t, 0, warmup);
-            }
+        for i in [Some(3), against].into_iter().flatten() {
+            warm(&policies.movers[measured[i]], w, t);
         }
         let before = policies.movers[3].stats();
         let got = Rounds::run(n, rounds, |i| {
             Ok(measure(&policies.movers[measured[i]], w, t))
         })?;
-        let after = policies.movers[3].stats();
-        let cpu = after.cpu_bytes - before.cpu_bytes;
-        let moved = cpu + after.engine_bytes - before.engine_bytes;
+        let share = cpu_share(&before, &policies.movers[3].stats());
         let grid = if a.grid && breakdown {
-            let warm = |m: &Mover| {
-                if !warmup.is_zero() {
-                    lab.rate(m, w.dir, &w.sizes, t, 0, warmup);
-                }
-            };
-            Some(grid(
-                w,
-                t,
-                (&tuned_cfg, &base),
-                &engine,
-                rounds,
-                &measure,
-                &warm,
-            )?)
+            let (cfgs, warm) = ((&tuned_cfg, &base), |m: &Mover| warm(m, w, t));
+            Some(grid(w, t, cfgs, &engine, rounds, &measure, &warm)?)
         } else {
             None
         };
-        records.push(Record {
-            bench: "mix",
-            workload: w.name,
-            direction: dname,
-            threads: t,
-            table1: w.table1,
-            mean_size: w.sizes.iter().sum::<usize>() / w.sizes.len(),
-            gib_s: (0..n)
-                .map(|i| (policies.names[measured[i]], got.gib_s(i)))
-                .collect(),
-            cpu_s_per_gib: (0..n)
-                .map(|i| {
-                    let c = got.cpu_s_per_gib(i).expect("measured");
-                    (policies.names[measured[i]], c)
-                })
-                .collect(),
-            tuned_vs_cpu: got.ratio(3, 0),
-            tuned_vs_cpu_interval: got.ratio_interval(3, 0),
-            tuned_vs_engine: got.ratio(3, 1),
-            tuned_vs_default: got.ratio(3, 2),
-            tuned_vs_fixed: got.ratio(3, 4),
-            a_a: got.ratio(5, 0),
-            tuned_vs_against: against.map(|i| got.ratio(3, i)),
-            tuned_vs_against_interval: against.map(|i| got.ratio_interval(3, i)),
-            tuned_cpu_share: cpu as f64 / moved.max(1) as f64,
-            grid,
-        });
+        let names: Vec<&'static str> = measured.iter().map(|&i| policies.names[i]).collect();
+        records.push(record(w, t, &names, &got, against, share, grid));
         bar.inc(1);
     }
     bar.finish_and_clear();
+    let summary = summarise(
+        &records,
+        &policies.movers[3],
+        tune::describe(
+            tuned_cfg
+                .applied_profile
+                .as_ref()
+                .expect("with_profile applies a profile"),
+        ),
+        Setup::now(&base, &region, a.quick),
+    );
+    emit(a.json, &records, &summary, print_table)
+}
+
+/// The share of the bytes a mover moved between its `before` and `after` stats that the CPU
+/// copied.
+fn cpu_share(before: &switchyard_mover::Stats, after: &switchyard_mover::Stats) -> f64 {
+    let cpu = after.cpu_bytes - before.cpu_bytes;
+    let moved = cpu + after.engine_bytes - before.engine_bytes;
+    cpu as f64 / moved.max(1) as f64
+}
+
+/// One slice of `slice` of workload `w` on `t` threads through mover `m`: its rate and the
+/// process's CPU per GiB.
+fn measure(lab: &Lab, m: &Mover, w: &Workload, t: usize, slice: Duration) -> Measured {
+    // Let an engine worker that lingers after the previous slice park first, so its
+    // polling is charged to no policy.
+    std::thread::sleep(SETTLE);
+    let cpu0 = cpu_time::process();
+    let gib_s = lab.rate(m, w.dir, &w.sizes, t, 0, slice);
+    let cpu = (cpu_time::process() - cpu0).as_secs_f64();
+    Measured {
+        gib_s,
+        p50_us: 0.0,
+        cpu_s_per_gib: Some(cpu / (gib_s * slice.as_secs_f64()).max(1e-12)),
+    }
+}
+
+/// `base` with the engine profile at `profile` (tune's default file where none is named),
+/// tuning first where there is none; and the profile's path.
+fn tuned_config(
+    base: &Config,
+    dir: &std::path::Path,
+    profile: Option<&PathBuf>,
+) -> anyhow::Result<(PathBuf, Config)> {
+    let profile_path = profile
+        .cloned()
+        .unwrap_or_else(|| PathBuf::from(switchyard_options::DEFAULT_PROFILE));
+    if !profile_path.exists() {
+        eprintln!(
+            "no engine profile at {}: tuning first (`switchyard tune --quick`)",
+            profile_path.display()
+        );
+        tune::tune_to(base, dir, &profile_path, true)?;
+    }
+    let tuned_cfg = base.clone().with_profile(&profile_path)?;
+    Ok((profile_path, tuned_cfg))
+}
+
+/// A progress bar over `len` cases.
+fn progress(len: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} cases {msg} ({eta} left)")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// The policies measured, by index (of `policies` movers): the breakdown's only for bulk and
+/// mixed (`breakdown`), and `against` (last) where given; and where `against` is among them.
+fn measured(breakdown: bool, policies: usize) -> (Vec<usize>, Option<usize>) {
+    let mut measured: Vec<usize> = (0..if breakdown { 8 } else { 6 }).collect();
+    measured.extend((8..policies).collect::<Vec<_>>());
+    let against = (policies > 8).then_some(measured.len() - 1);
+    (measured, against)
+}
+
+/// The summary of `records`: the worst ratios and where, the A/A control's widest, and the
+/// adaptation `tuned` (the tuned policy's mover) made.
+fn summarise(records: &[Record], tuned: &Mover, profile: String, setup: Setup) -> Summary {
     let label = |r: &Record| format!("{} {} ×{}", r.workload, r.direction, r.threads);
     let worst = |pick: &dyn Fn(&Record) -> Option<f64>| {
         records
@@ -451,7 +401,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
             .filter_map(|r| pick(r).map(|v| (v, label(r))))
             .min_by(|a, b| a.0.total_cmp(&b.0))
     };
-    let summary = Summary {
+    Summary {
         summary: true,
         bench: "mix",
         table1_tuned_vs_cpu_min: worst(&|r| r.table1.then_some(r.tuned_vs_cpu)),
@@ -488,12 +438,133 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
             .map(|r| (r.a_a, label(r)))
             .max_by(|a, b| (a.0 - 1.0).abs().total_cmp(&(b.0 - 1.0).abs())),
         adaptation: {
-            let s = policies.movers[3].stats();
+            let s = tuned.stats();
             (s.threshold_raised, s.threshold_lowered, s.split_nudges)
         },
-        thresholds_in_effect: policies.movers[3].thresholds(),
-        profile: tune::describe(&profile),
-        setup: Setup::now(&base, &region, a.quick),
+        thresholds_in_effect: tuned.thresholds(),
+        profile,
+        setup,
+    }
+}
+
+/// The record of workload `w` on `t` threads: each policy's (`names`, in measuring order)
+/// rate and CPU cost in `got`, tuned's ratios (tuned is the fourth, cpu-only the first, the
+/// second profile `against`), the share of tuned's bytes the CPU copied, and the grid's best.
+fn record(
+    w: &Workload,
+    t: usize,
+    names: &[&'static str],
+    got: &Rounds,
+    against: Option<usize>,
+    tuned_cpu_share: f64,
+    grid: Option<Grid>,
+) -> Record {
+    Record {
+        bench: "mix",
+        workload: w.name,
+        direction: w.dir.name(),
+        threads: t,
+        table1: w.table1,
+        mean_size: w.sizes.iter().sum::<usize>() / w.sizes.len(),
+        gib_s: (0..names.len()).map(|i| (names[i], got.gib_s(i))).collect(),
+        cpu_s_per_gib: (0..names.len())
+            .map(|i| {
+                let c = got.cpu_s_per_gib(i).expect("measured");
+                (names[i], c)
+            })
+            .collect(),
+        tuned_vs_cpu: got.ratio(3, 0),
+        tuned_vs_cpu_interval: got.ratio_interval(3, 0),
+        tuned_vs_engine: got.ratio(3, 1),
+        tuned_vs_default: got.ratio(3, 2),
+        tuned_vs_fixed: got.ratio(3, 4),
+        a_a: got.ratio(5, 0),
+        tuned_vs_against: against.map(|i| got.ratio(3, i)),
+        tuned_vs_against_interval: against.map(|i| got.ratio_interval(3, i)),
+        tuned_cpu_share,
+        grid,
+    }
+}
+
+/// The workloads named in `names` (all where none is), or which name is unknown.
+fn selected(names: &[String]) -> anyhow::Result<Vec<Workload>> {
+    let workloads: Vec<Workload> = workloads()
+        .into_iter()
+        .filter(|w| names.is_empty() || names.iter().any(|n| n == w.name))
+        .collect();
+    if let Some(n) = names
+        .iter()
+        .find(|n| !workloads.iter().any(|w| w.name == n.as_str()))
+    {
+        anyhow::bail!(
+            "no workload named {n:?} (the workloads: bulk, mixed, tpcc, fileserver, graph)"
+        );
+    }
+    Ok(workloads)
+}
+
+/// The thread counts `threads` names, or one and every core where it names none.
+fn thread_counts(threads: &[usize]) -> Vec<usize> {
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if threads.is_empty() {
+        let mut t = vec![1, cores];
+        t.dedup();
+        t
+    } else {
+        threads.to_vec()
+    }
+}
+
+/// The policies compared, each a mover on `engine`: cpu-only, engine-only, the default,
+/// tuned (`tuned`), tuned held fixed, a second cpu-only (the A/A control), the breakdown's
+/// steps, and a second profile (`against`) where given.
+fn policies(
+    base: &Config,
+    tuned_cfg: &Config,
+    against: Option<&std::path::Path>,
+    engine: &Arc<dyn switchyard_engine::Engine>,
+) -> anyhow::Result<Policies> {
+    let with = |cfg: &Config, f: &dyn Fn(&mut Config)| {
+        let mut c = cfg.clone();
+        f(&mut c);
+        Mover::with_engine(&c, engine.clone(), c.persist())
     };
-    emit(a.json, &records, &summary, print_table)
+    let mut policies = Policies {
+        names: vec![
+            "cpu",
+            "engine",
+            "default",
+            "tuned",
+            "fixed",
+            "cpu_again",
+            "limit",
+            "thresholds",
+        ],
+        movers: vec![
+            with(base, &|c| c.mover.policy = Policy::Cpu),
+            with(base, &|c| c.mover.policy = Policy::Engine),
+            with(base, &|_| {}),
+            with(tuned_cfg, &|_| {}),
+            with(tuned_cfg, &|c| c.mover.adapt = false),
+            with(base, &|c| c.mover.policy = Policy::Cpu),
+            with(tuned_cfg, &|c| {
+                c.mover.thresholds = Thresholds::all(0);
+                c.mover.split = false;
+                c.mover.adapt = false;
+            }),
+            with(tuned_cfg, &|c| {
+                c.mover.split = false;
+                c.mover.adapt = false;
+            }),
+        ],
+    };
+    if let Some(p) = against {
+        policies.names.push("against");
+        policies
+            .movers
+            .push(with(&base.clone().with_profile(p)?, &|_| {}));
+    }
+    Ok(policies)
 }

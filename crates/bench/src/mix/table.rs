@@ -4,6 +4,34 @@ use super::{Record, Summary, PARITY_SHARE};
 use switchyard_options::tune;
 
 pub(super) fn print_table(records: &[Record], s: &Summary) {
+    print_rows(records);
+    print_table1(s);
+    print_grid_and_against(records, s);
+    if let Some((v, at)) = &s.table1_a_a_widest {
+        println!(
+            "A/A control, a second cpu-only mover ÷ cpu-only: farthest from 1 at {v:.3} ({at}); \
+             ratios within that of 1.0 are noise"
+        );
+    }
+    if let Some((v, at)) = &s.tuned_vs_fixed_min {
+        println!(
+            "online adaptation, tuned ÷ the profile held fixed: median {:.3}, worst {v:.3} at {at} \
+             (target: cost < 2%)",
+            s.tuned_vs_fixed_median
+        );
+    }
+    let (up, down, nudges) = s.adaptation;
+    let t = &s.thresholds_in_effect;
+    println!(
+        "adaptation over the run: thresholds raised {up}, lowered {down}, split estimates moved in \
+         {nudges} epochs; in effect at the end: writes {}, reads {}",
+        tune::threshold(t.to_slow.local_aligned),
+        tune::threshold(t.from_slow.local_aligned)
+    );
+}
+
+/// One row per workload, direction and thread count: each policy's GiB/s and tuned's ratios.
+fn print_rows(records: &[Record]) {
     println!(
         "{:<22} {:>5} {:>8} {:>8} {:>8} {:>8} {:>6} {:>8} {:>8} {:>8} {:>7} {:>8} {:>9}",
         "workload",
@@ -47,6 +75,10 @@ pub(super) fn print_table(records: &[Record], s: &Summary) {
         "(GiB/s; CPU%: share of tuned's bytes the CPU copied; ratios are medians of per-round \
          ratios; A/A: a second cpu-only mover ÷ cpu-only)"
     );
+}
+
+/// The tuned profile, and how tuned did against cpu-only and engine-only on Table 1's mixes.
+fn print_table1(s: &Summary) {
     println!();
     println!("tuned profile: {}", s.profile);
     if let Some((v, at)) = &s.table1_tuned_vs_cpu_min {
@@ -75,6 +107,11 @@ pub(super) fn print_table(records: &[Record], s: &Summary) {
     if let Some((v, at)) = &s.table1_tuned_vs_engine_min {
         println!("Table 1 mixes, tuned ÷ engine-only: worst {v:.3} at {at} (target ≥ 1.0)");
     }
+}
+
+/// Tuned against the grid's best settings and against a second profile, worst first and then
+/// per case.
+fn print_grid_and_against(records: &[Record], s: &Summary) {
     if let Some((v, at)) = &s.grid_tuned_vs_best_min {
         println!("bulk and mixed, tuned ÷ the grid's best: worst {v:.3} at {at} (target ≥ 0.95)");
         for r in records {
@@ -113,25 +150,4 @@ pub(super) fn print_table(records: &[Record], s: &Summary) {
             }
         }
     }
-    if let Some((v, at)) = &s.table1_a_a_widest {
-        println!(
-            "A/A control, a second cpu-only mover ÷ cpu-only: farthest from 1 at {v:.3} ({at}); \
-             ratios within that of 1.0 are noise"
-        );
-    }
-    if let Some((v, at)) = &s.tuned_vs_fixed_min {
-        println!(
-            "online adaptation, tuned ÷ the profile held fixed: median {:.3}, worst {v:.3} at {at} \
-             (target: cost < 2%)",
-            s.tuned_vs_fixed_median
-        );
-    }
-    let (up, down, nudges) = s.adaptation;
-    let t = &s.thresholds_in_effect;
-    println!(
-        "adaptation over the run: thresholds raised {up}, lowered {down}, split estimates moved in \
-         {nudges} epochs; in effect at the end: writes {}, reads {}",
-        tune::threshold(t.to_slow.local_aligned),
-        tune::threshold(t.from_slow.local_aligned)
-    );
 }

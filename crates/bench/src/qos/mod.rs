@@ -26,12 +26,10 @@
 //! for a tail after the latency tenant's last request (module `recovery`): how many epochs
 //! the throttled bulk tenant takes to reach 90% of its unthrottled rate.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use clap::Args;
 use serde::Serialize;
 use switchyard_media::Region;
@@ -42,7 +40,10 @@ use switchyard_mover::{Config, Hints, Mover};
 use crate::cpu_time;
 use crate::measure::{emit, median, scratch_dir, scratch_region, Setup};
 
+mod cpu;
 mod recovery;
+
+use cpu::{CpuLatency, CpuQuota};
 
 use recovery::{Tail, PIECE, TAIL_EPOCHS};
 
@@ -185,102 +186,6 @@ struct Summary {
     setup: Setup,
 }
 
-/// A cgroup (v1 `cpu` controller) limiting the threads put in it to a share of one core.
-struct CpuQuota {
-    dir: PathBuf,
-}
-
-impl CpuQuota {
-    const ROOT: &'static str = "/sys/fs/cgroup/cpu";
-
-    const PREFIX: &'static str = "switchyard-bench-qos-";
-
-    fn new(share: f64) -> anyhow::Result<CpuQuota> {
-        Self::remove_stale();
-        let dir = Path::new(Self::ROOT).join(format!("{}{}", Self::PREFIX, std::process::id()));
-        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let q = CpuQuota { dir };
-        q.write("cpu.cfs_period_us", "100000")?;
-        q.write(
-            "cpu.cfs_quota_us",
-            &((share * 100_000.0) as u64).max(1000).to_string(),
-        )?;
-        Ok(q)
-    }
-
-    /// Removes the cgroups of runs that were killed before they could (their process is gone;
-    /// a cgroup without tasks can be removed).
-    fn remove_stale() {
-        let Ok(entries) = std::fs::read_dir(Self::ROOT) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let Some(pid) = name.strip_prefix(Self::PREFIX) else {
-                continue;
-            };
-            if !Path::new("/proc").join(pid).exists() {
-                let _ = std::fs::remove_dir(e.path());
-            }
-        }
-    }
-
-    fn write(&self, file: &str, value: &str) -> anyhow::Result<()> {
-        let path = self.dir.join(file);
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .and_then(|mut f| f.write_all(value.as_bytes()))
-            .with_context(|| format!("writing {value} to {}", path.display()))
-    }
-
-    /// Moves the calling thread into the cgroup (`true`) or back to the root.
-    fn place_me(&self, inside: bool) {
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() }.to_string();
-        let tasks = if inside {
-            self.dir.join("tasks")
-        } else {
-            Path::new(Self::ROOT).join("tasks")
-        };
-        if let Err(e) = std::fs::write(&tasks, &tid) {
-            eprintln!(
-                "bench qos: cannot move thread {tid} to {}: {e}",
-                tasks.display()
-            );
-        }
-    }
-}
-
-impl Drop for CpuQuota {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
-
-/// The kernel's CPU latency request (PM QoS) held at 0 µs while this lives: idle CPUs poll
-/// instead of halting. On a virtual machine a halted vCPU wakes 50 µs to milliseconds late,
-/// and that wake-up, the host's and not the engine's, set an idle latency tenant's p99 and
-/// moved it tenfold between slices; latency benchmarks hold it the same way (cyclictest).
-struct CpuLatency {
-    _file: std::fs::File,
-}
-
-impl CpuLatency {
-    const PATH: &'static str = "/dev/cpu_dma_latency";
-
-    fn hold() -> anyhow::Result<CpuLatency> {
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(Self::PATH)
-            .with_context(|| format!("opening {}", Self::PATH))?;
-        // The request is a binary 32-bit integer, µs; it holds until the file is closed.
-        file.write_all(&0i32.to_ne_bytes())
-            .with_context(|| format!("writing 0 to {}", Self::PATH))?;
-        Ok(CpuLatency { _file: file })
-    }
-}
-
 /// What the slices share.
 struct Bench<'a> {
     region: &'a Region,
@@ -392,15 +297,11 @@ impl Bench<'_> {
         let cpu = (cpu_time::process() - cpu0).as_secs_f64();
         let mut lat = latencies;
         lat.sort_unstable();
-        let pct = |p: f64| {
-            let i = ((p * lat.len() as f64).ceil() as usize).clamp(1, lat.len().max(1)) - 1;
-            lat.get(i).copied().unwrap_or(0) as f64 / 1000.0
-        };
         // CPU over the whole slice, so bytes over it too.
         let moved = (all_bulk_bytes + (lat.len() * SMALL) as u64) as f64 / (1u64 << 30) as f64;
         Slice {
-            p50_us: pct(0.5),
-            p99_us: pct(0.99),
+            p50_us: percentile_us(&lat, 0.5),
+            p99_us: percentile_us(&lat, 0.99),
             max_us: lat.last().copied().unwrap_or(0) as f64 / 1000.0,
             bulk_gib_s: bulk_bytes as f64 / (1u64 << 30) as f64 / wall,
             cpu_s_per_gib: cpu / moved.max(1e-12),
@@ -484,25 +385,12 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
     // timed sleeps may end: 1 ns, so arrivals are served on time.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
     let dur = Duration::from_millis(a.ms.max(1));
-    let mut base = Config::default();
-    base.mover.thresholds = Thresholds::all(SMALL);
-    base.mover.adapt = false;
-    let mut two = base.clone();
-    two.engine.channels = 2;
-    let mut one = base.clone();
-    one.engine.channels = 1;
+    let [base, one, two] = configs();
     let dir = scratch_dir(&a.dir);
     let (_scratch, region) = scratch_region(&dir, "qos", 256 << 20, base.persist())?;
     // SAFETY: the region is mapped for its length and this bench is its only user.
     unsafe { std::ptr::write_bytes(region.as_mut_ptr(), 1, region.len()) };
-    let (_cpu_latency, cpu_latency_not_held) = if a.deep_idle {
-        (None, Some("--deep-idle".to_string()))
-    } else {
-        match CpuLatency::hold() {
-            Ok(h) => (Some(h), None),
-            Err(e) => (None, Some(format!("{e:#}"))),
-        }
-    };
+    let (_cpu_latency, cpu_latency_not_held) = hold_cpu_latency(a.deep_idle);
     let (quota, cpu_throttle_skipped) = match CpuQuota::new(a.cpu_quota) {
         Ok(q) => (Some(q), None),
         Err(e) => (None, Some(format!("{e:#}"))),
@@ -518,7 +406,6 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
         quota,
         warmup: Duration::from_millis(a.warmup_ms),
     };
-    let mut calibration = String::new();
     // Idle p99s so far (without --objective-us): the default objective is 1.1 × their
     // median, taken afresh for each engine-throttle slice, so it follows the idle tenant as
     // this run measures it (on this VM the idle p99 drifted by a third between the
@@ -526,51 +413,25 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
     // The controller judges the last ≤ 1,024 samples, the rounds each 50 ms slice: it held
     // the slices' p99 at 1.0–1.13× its objective, so 1.2× (the default before) put a
     // throttled p99 at 1.15–1.33× idle.
-    let mut idle_p99: Vec<f64> = Vec::new();
-    if a.objective_us.is_none() {
-        // Seven idle slices as long as the rounds' (a p99 of fewer samples is lower: 200 ms
-        // calibration slices put the objective at 1.6× the p99 of 50 ms idle slices), after
-        // two thrown away (right after start-up a slice measured from 26 µs to 772 µs). The
-        // VM's stalls only ever lengthen a slice's tail; the median passes over them.
-        idle_p99 = (0..9)
-            .map(|_| b.slice(Mode::Idle, 1e12, dur).p99_us)
-            .skip(2)
-            .collect();
-        calibration = format!(
-            " (1.1 × the median of the idle p99s so far; calibrated on {})",
-            idle_p99
-                .iter()
-                .map(|p| format!("{p:.1}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
+    let (mut idle_p99, calibration) = if a.objective_us.is_none() {
+        calibrate(&b, dur)
+    } else {
+        (Vec::new(), String::new())
+    };
     let objective = |idle: &[f64]| {
         a.objective_us
             .unwrap_or_else(|| 1.1 * median(&mut idle.to_vec()))
     };
     let first_objective = objective(&idle_p99);
-    let budgets: &[f64] = if a.quick {
-        &[512.0, 2048.0, 8192.0]
-    } else {
-        &[256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0]
-    };
-    let mut modes = vec![Mode::Idle, Mode::IdleAgain, Mode::Shared, Mode::Separate];
-    if b.quota.is_some() {
-        modes.push(Mode::CpuThrottle);
-    }
-    modes.push(Mode::EngineThrottle);
-    modes.extend(budgets.iter().map(|&x| Mode::Budget(x)));
+    let modes = modes(a.quick, b.quota.is_some());
     let bar = indicatif::ProgressBar::new((modes.len() * rounds) as u64);
-    eprintln!(
-        "scratch region in {}; {rounds} rounds × {} ms per mode; latency objective p99 ≤ \
-         {first_objective:.1} µs{calibration}; idle CPUs {}",
-        dir.display(),
-        dur.as_millis(),
-        cpu_latency_not_held.as_ref().map_or(
-            "poll (CPU latency request held at 0 µs)".to_string(),
-            |why| format!("may enter deep idle states ({why})")
-        )
+    announce(
+        &dir,
+        rounds,
+        dur,
+        first_objective,
+        &calibration,
+        &cpu_latency_not_held,
     );
     let mut objectives = Vec::new();
     let Ok(got) = rotated(modes.len(), rounds, |i| {
@@ -586,7 +447,142 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
         Ok::<_, std::convert::Infallible>(slice)
     });
     bar.finish_and_clear();
-    let records: Vec<Record> = modes
+    let records = records(&modes, &got);
+    let epoch_us = b.base.qos.epoch_us;
+    let (epochs, mut after, budgets) = recoveries(&modes, &got, epoch_us);
+    let summary = Summary {
+        summary: true,
+        bench: "qos",
+        objective_us: median(&mut objectives),
+        rate: a.rate,
+        bulk_period_us: a.bulk_period_us,
+        cpu_throttle_skipped,
+        cpu_latency_held: cpu_latency_not_held.is_none(),
+        cpu_latency_not_held: cpu_latency_not_held.clone(),
+        recovery_epochs_median: recovery::median_epochs(&epochs),
+        recovery_epochs: epochs,
+        recovered_rate_vs_unthrottled: (!after.is_empty()).then(|| median(&mut after)),
+        budget_at_stop_mib_s: budgets,
+        epoch_us,
+        warmup_ms: a.warmup_ms,
+        setup: Setup::now(&two, &region, a.quick),
+    };
+    emit(a.json, &records, &summary, print_table)
+}
+
+/// The configuration every mode starts from (every copy of [`SMALL`] or more on the engine,
+/// no adapting), and it with an engine of one channel and of two.
+fn configs() -> [Config; 3] {
+    let mut base = Config::default();
+    base.mover.thresholds = Thresholds::all(SMALL);
+    base.mover.adapt = false;
+    let mut two = base.clone();
+    two.engine.channels = 2;
+    let mut one = base.clone();
+    one.engine.channels = 1;
+    [base, one, two]
+}
+
+/// Says on standard error what is measured, where, and against which objective.
+fn announce(
+    dir: &std::path::Path,
+    rounds: usize,
+    dur: Duration,
+    first_objective: f64,
+    calibration: &str,
+    cpu_latency_not_held: &Option<String>,
+) {
+    eprintln!(
+        "scratch region in {}; {rounds} rounds × {} ms per mode; latency objective p99 ≤ \
+         {first_objective:.1} µs{calibration}; idle CPUs {}",
+        dir.display(),
+        dur.as_millis(),
+        cpu_latency_not_held.as_ref().map_or(
+            "poll (CPU latency request held at 0 µs)".to_string(),
+            |why| format!("may enter deep idle states ({why})")
+        )
+    );
+}
+
+/// After the latency tenant stops, per round: the epochs the engine-throttled bulk tenant
+/// took to reach 90% of its unthrottled rate, the share of that rate it ran at then, and its
+/// budget at the stop.
+fn recoveries(
+    modes: &[Mode],
+    got: &[Vec<Slice>],
+    epoch_us: u64,
+) -> (Vec<Option<usize>>, Vec<f64>, Vec<Option<f64>>) {
+    let at = |m: Mode| modes.iter().position(|&x| x == m).expect("always run");
+    let pairs = got[at(Mode::EngineThrottle)]
+        .iter()
+        .zip(&got[at(Mode::Separate)]);
+    let recovered: Vec<Option<(usize, f64)>> = pairs
+        .clone()
+        .map(|(throttled, free)| {
+            let (t, f) = (throttled.tail.as_ref()?, free.tail.as_ref()?);
+            t.recovered(epoch_us as f64, f.rate(), 0.9)
+        })
+        .collect();
+    let epochs: Vec<Option<usize>> = recovered.iter().map(|r| r.map(|r| r.0)).collect();
+    let after: Vec<f64> = recovered.iter().flatten().map(|r| r.1).collect();
+    let budgets = pairs.map(|(t, _)| t.budget_at_stop).collect();
+    (epochs, after, budgets)
+}
+
+/// The CPU latency request held (none with `deep_idle`, or where it could not be), and why
+/// it is not.
+fn hold_cpu_latency(deep_idle: bool) -> (Option<CpuLatency>, Option<String>) {
+    if deep_idle {
+        (None, Some("--deep-idle".to_string()))
+    } else {
+        match CpuLatency::hold() {
+            Ok(h) => (Some(h), None),
+            Err(e) => (None, Some(format!("{e:#}"))),
+        }
+    }
+}
+
+/// The modes a run measures: the CPU throttle only where its cgroup could be made.
+fn modes(quick: bool, cpu_throttle: bool) -> Vec<Mode> {
+    let budgets: &[f64] = if quick {
+        &[512.0, 2048.0, 8192.0]
+    } else {
+        &[256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0]
+    };
+    let mut modes = vec![Mode::Idle, Mode::IdleAgain, Mode::Shared, Mode::Separate];
+    if cpu_throttle {
+        modes.push(Mode::CpuThrottle);
+    }
+    modes.push(Mode::EngineThrottle);
+    modes.extend(budgets.iter().map(|&x| Mode::Budget(x)));
+    modes
+}
+
+/// Idle p99s of seven slices as long as the rounds', and how they calibrated the objective.
+fn calibrate(b: &Bench, dur: Duration) -> (Vec<f64>, String) {
+    // Seven idle slices as long as the rounds' (a p99 of fewer samples is lower: 200 ms
+    // calibration slices put the objective at 1.6× the p99 of 50 ms idle slices), after
+    // two thrown away (right after start-up a slice measured from 26 µs to 772 µs). The
+    // VM's stalls only ever lengthen a slice's tail; the median passes over them.
+    let idle_p99: Vec<f64> = (0..9)
+        .map(|_| b.slice(Mode::Idle, 1e12, dur).p99_us)
+        .skip(2)
+        .collect();
+    let calibration = format!(
+        " (1.1 × the median of the idle p99s so far; calibrated on {})",
+        idle_p99
+            .iter()
+            .map(|p| format!("{p:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    (idle_p99, calibration)
+}
+
+/// Each mode's record: medians over rounds, and medians of the ratios to the same round's
+/// idle slice.
+fn records(modes: &[Mode], got: &[Vec<Slice>]) -> Vec<Record> {
+    modes
         .iter()
         .enumerate()
         .map(|(i, mode)| {
@@ -614,39 +610,7 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
                 cpu_s_per_gib: med(&|s| s.cpu_s_per_gib),
             }
         })
-        .collect();
-    let at = |m: Mode| modes.iter().position(|&x| x == m).expect("always run");
-    let epoch_us = b.base.qos.epoch_us;
-    let pairs = got[at(Mode::EngineThrottle)]
-        .iter()
-        .zip(&got[at(Mode::Separate)]);
-    let recovered: Vec<Option<(usize, f64)>> = pairs
-        .clone()
-        .map(|(throttled, free)| {
-            let (t, f) = (throttled.tail.as_ref()?, free.tail.as_ref()?);
-            t.recovered(epoch_us as f64, f.rate(), 0.9)
-        })
-        .collect();
-    let epochs: Vec<Option<usize>> = recovered.iter().map(|r| r.map(|r| r.0)).collect();
-    let mut after: Vec<f64> = recovered.iter().flatten().map(|r| r.1).collect();
-    let summary = Summary {
-        summary: true,
-        bench: "qos",
-        objective_us: median(&mut objectives),
-        rate: a.rate,
-        bulk_period_us: a.bulk_period_us,
-        cpu_throttle_skipped,
-        cpu_latency_held: cpu_latency_not_held.is_none(),
-        cpu_latency_not_held: cpu_latency_not_held.clone(),
-        recovery_epochs_median: recovery::median_epochs(&epochs),
-        recovery_epochs: epochs,
-        recovered_rate_vs_unthrottled: (!after.is_empty()).then(|| median(&mut after)),
-        budget_at_stop_mib_s: pairs.map(|(t, _)| t.budget_at_stop).collect(),
-        epoch_us,
-        warmup_ms: a.warmup_ms,
-        setup: Setup::now(&two, &region, a.quick),
-    };
-    emit(a.json, &records, &summary, print_table)
+        .collect()
 }
 
 fn print_table(records: &[Record], s: &Summary) {
@@ -711,4 +675,10 @@ fn print_table(records: &[Record], s: &Summary) {
     if let Some(why) = &s.cpu_throttle_skipped {
         println!("cpu-throttle skipped: {why}");
     }
+}
+
+/// The `p` quantile (0 < p ≤ 1) of `lat` (ns, sorted), in µs; 0 when there is none.
+fn percentile_us(lat: &[u64], p: f64) -> f64 {
+    let i = ((p * lat.len() as f64).ceil() as usize).clamp(1, lat.len().max(1)) - 1;
+    lat.get(i).copied().unwrap_or(0) as f64 / 1000.0
 }

@@ -37,7 +37,7 @@ use clap::Args;
 use serde::Serialize;
 use switchyard_media::{Persist, Region};
 use switchyard_mover::{Config, Mover};
-use switchyard_remote::{serve, server, Client, Key, ServeOptions, ServerStats};
+use switchyard_remote::{serve, server, Client, ClientStats, Key, ServeOptions, ServerStats};
 use switchyard_store::{Files, OpenFlags, Owner, Store};
 use switchyard_ucx::{Failures, Node};
 
@@ -265,17 +265,7 @@ fn measure(
     stats: &ServerStats,
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
-    let one = Client::connect(addr, key, true)?;
-    let rpc = Client::connect(addr, key, false)?;
-    rpc.force_in_messages();
-    let pull = Client::connect_pulling(addr, key, false)?;
-    let fd = one.open("/data", OpenFlags::CREATE, 0o644)?;
-    let chunk = vec![0x5Au8; 4 << 20];
-    for off in (0..file).step_by(chunk.len()) {
-        one.pwrite(fd, &chunk[..chunk.len().min(file - off)], off as u64)?;
-    }
-    let rfd = rpc.open("/data", OpenFlags::READ, 0)?;
-    let pfd = pull.open("/data", OpenFlags::READ, 0)?;
+    let [(one, fd), (rpc, rfd), (pull, pfd)] = clients(addr, key, file)?;
     let ino = store.lookup(switchyard_store::format::ROOT, b"data")?.0;
     let raw = Raw::start(file, stop.clone())?;
     // The serving thread of each path: the raw buffer's, or the store's server.
@@ -343,7 +333,45 @@ fn measure(
             }
         }
     }
-    let points: Vec<Point> = samples
+    let points = points(&samples);
+    let reads = one.stats();
+    let loaded = load::measure(
+        [("one-sided", &one, fd), ("in-messages", &rpc, rfd)],
+        file,
+        rounds,
+    )?;
+    let cache = metadata_cache(&one, rounds)?;
+    let mixed = mixes::measure(addr, key, if a.quick { 1.5 } else { 4.0 })?;
+    output(a.json, &mixed, &points, &samples, &loaded, &cache, &reads)?;
+    drop(raw);
+    Ok(())
+}
+
+/// Three clients of the server at `addr`, each with `/data` open: one that wrote it (`file`
+/// bytes) and reads one-sided, one that moves data in messages, and one that pulls.
+fn clients(
+    addr: SocketAddr,
+    key: &Key,
+    file: usize,
+) -> anyhow::Result<[(Client, switchyard_store::Fd); 3]> {
+    let one = Client::connect(addr, key, true)?;
+    let rpc = Client::connect(addr, key, false)?;
+    rpc.force_in_messages();
+    let pull = Client::connect_pulling(addr, key, false)?;
+    let fd = one.open("/data", OpenFlags::CREATE, 0o644)?;
+    let chunk = vec![0x5Au8; 4 << 20];
+    for off in (0..file).step_by(chunk.len()) {
+        one.pwrite(fd, &chunk[..chunk.len().min(file - off)], off as u64)?;
+    }
+    let rfd = rpc.open("/data", OpenFlags::READ, 0)?;
+    let pfd = pull.open("/data", OpenFlags::READ, 0)?;
+    Ok([(one, fd), (rpc, rfd), (pull, pfd)])
+}
+
+/// Each path and size's medians over rounds of its `samples` (rate, client and server CPU
+/// per GiB).
+fn points(samples: &[Vec<(f64, f64, f64)>]) -> Vec<Point> {
+    samples
         .iter()
         .enumerate()
         .map(|(i, v)| {
@@ -360,37 +388,41 @@ fn measure(
                 server_cpu_s_per_gib: med(|s| s.2),
             }
         })
-        .collect();
-    let reads = one.stats();
-    let loaded = load::measure(
-        [("one-sided", &one, fd), ("in-messages", &rpc, rfd)],
-        file,
-        rounds,
-    )?;
-    let cache = metadata_cache(&one, rounds)?;
-    let mixed = mixes::measure(addr, key, if a.quick { 1.5 } else { 4.0 })?;
-    if a.json {
-        for m in &mixed {
+        .collect()
+}
+
+/// Everything measured, as JSON lines (`json`) or tables, and what the one-sided client did
+/// during the reads (`reads`).
+fn output(
+    json: bool,
+    mixed: &[mixes::Mixed],
+    points: &[Point],
+    samples: &[Vec<(f64, f64, f64)>],
+    loaded: &[load::Loaded],
+    cache: &Cache,
+    reads: &ClientStats,
+) -> anyhow::Result<()> {
+    if json {
+        for m in mixed {
             println!("{}", serde_json::to_string(m)?);
         }
-        for p in &points {
+        for p in points {
             println!("{}", serde_json::to_string(p)?);
         }
-        for l in &loaded {
+        for l in loaded {
             println!("{}", serde_json::to_string(l)?);
         }
-        println!("{}", serde_json::to_string(&cache)?);
+        println!("{}", serde_json::to_string(cache)?);
     } else {
-        load::print(&loaded);
-        mixes::print(&mixed);
-        print_table(&points, &samples, &cache);
+        load::print(loaded);
+        mixes::print(mixed);
+        print_table(points, samples, cache);
         println!(
             "one-sided client during the reads: {} requests, {} cache hits, {} misses, {} \
              reads repeated",
             reads.requests, reads.cache_hits, reads.cache_misses, reads.read_retries
         );
     }
-    drop(raw);
     Ok(())
 }
 

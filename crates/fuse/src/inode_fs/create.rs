@@ -1,17 +1,53 @@
-//! A create that finds its name made meanwhile by another client (of a served store):
-//! without `O_EXCL`, open(2) opens what is there, checked as open(2) checks it.
+//! Creating a file and opening it; a create that finds its name made meanwhile by another
+//! client (of a served store): without `O_EXCL`, open(2) opens what is there, checked as
+//! open(2) checks it.
 
 use fuser::Request;
-use switchyard_store::format::S_IFDIR;
+use switchyard_store::format::{S_IFDIR, S_IFREG};
 use switchyard_store::{Errno, Inodes, SetAttr, Stat};
 
+use super::kernel::owner;
 use super::InodeFs;
 
 impl<I: Inodes> InodeFs<I> {
+    /// `create`: makes regular file `name` in `parent` with `mode` (less `umask`) as the
+    /// caller of `req` and opens it with `flags`: the file, held, what it is, and whether the
+    /// open found its cached pages current.
+    pub(super) fn make_and_open(
+        &self,
+        req: &Request,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(u64, Stat, bool), Errno> {
+        let mode = S_IFREG | (mode & 0o7777);
+        let made = match self
+            .inodes
+            .make(parent, name, mode, 0, &[], owner(req), umask)
+        {
+            // Someone else (another client of a served store) made the name since the
+            // kernel's lookup: without O_EXCL, open(2) opens what is there.
+            Err(e) if e == Errno::EEXIST && flags & libc::O_EXCL == 0 => {
+                self.open_existing(req, parent, name, flags)
+            }
+            r => r,
+        };
+        made.and_then(|(ino, s)| match self.inodes.open(ino) {
+            Ok(current) => Ok((ino, s, current)),
+            Err(e) => {
+                // The kernel never learns the number: give its hold back.
+                self.inodes.forget(ino, 1);
+                Err(e)
+            }
+        })
+    }
+
     /// The file `name` in `parent` that a create without O_EXCL found made by someone else,
     /// held: checked as open(2) would check it (the kernel checked only the directory), and
     /// truncated for O_TRUNC.
-    pub(super) fn open_existing(
+    fn open_existing(
         &self,
         req: &Request,
         parent: u64,

@@ -5,40 +5,36 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, OpenFlags,
-    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    FileHandle, Filesystem, FopenFlags, Generation, INodeNo, KernelConfig, OpenFlags, RenameFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyLseek,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 use switchyard_mover::qos::{self, Classes};
-use switchyard_store::format::{S_IFDIR, S_IFLNK, S_IFMT, S_IFREG};
+use switchyard_store::format::{S_IFDIR, S_IFLNK, S_IFMT};
 use switchyard_store::{
-    DirEntry, Errno, Falloc, Inodes, Owner, RecordLock, Rename, Seek, SetAttr, Stat, XattrMode,
+    Errno, Falloc, Inodes, Owner, RecordLock, Rename, Seek, SetAttr, Stat, XattrMode,
 };
 
-use crate::{configure, open_flags, with_read_buffer, FuseConfig, Replies};
+use crate::{configure, open_flags, FuseConfig, Replies};
 
 mod create;
+mod data;
 mod kernel;
+mod listing;
 mod locks;
 mod tenants;
 
-use kernel::{empty, errno, file_attr, handle, kind, ns, owner, xattr_reply};
+use kernel::{empty, errno, file_attr, handle, ns, owner, xattr_reply};
+use listing::Listing;
 
 /// Bit of a file handle that marks an `O_APPEND` open: its writes go to the end, atomically.
 const FH_APPEND: u64 = 1 << 63;
-
-/// A directory as `opendir` found it.
-struct Listing {
-    /// The directory's parent (for "..").
-    parent: u64,
-    entries: Vec<DirEntry>,
-}
 
 /// Inodes served over FUSE: the store in this process ([`switchyard_store::Store`]) or a
 /// remote store through its client.
@@ -386,25 +382,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         reply: ReplyData,
     ) {
         let _tenant = qos::enter(tenants::tenant(fh));
-        // Bytes that already lie in this process (a server's reply) go to the kernel from
-        // there; others are read into a buffer first.
-        let mut reply = Some(reply);
-        let lent = self
-            .inodes
-            .read_lent(ino.0, offset, size as usize, &mut |b| {
-                if let Some(r) = reply.take() {
-                    r.data(b);
-                }
-            });
-        let Some(reply) = reply else { return };
-        match lent {
-            Ok(true) => {}
-            Ok(false) => with_read_buffer(size, |buf| match self.inodes.read(ino.0, offset, buf) {
-                Ok(n) => reply.data(&buf[..n]),
-                Err(e) => reply.error(errno(e)),
-            }),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.read_data(ino.0, offset, size, reply);
     }
 
     fn write(
@@ -420,24 +398,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         reply: ReplyWrite,
     ) {
         let _tenant = qos::enter(tenants::tenant(fh));
-        let r = self.as_caller(req, || {
-            let n = if fh.0 & FH_APPEND != 0 {
-                if self.inodes.shared() {
-                    // Uncached (direct) writes get no set-id clearing from the kernel.
-                    self.clear_set_id(req, ino.0)?;
-                }
-                self.inodes.append(ino.0, data).map(|_| data.len())?
-            } else {
-                self.inodes.write(ino.0, offset, data)?
-            };
-            if flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0 {
-                // The kernel marks the write of an `O_SYNC` or `O_DSYNC` open (and a
-                // `pwritev2` with `RWF_SYNC` or `RWF_DSYNC`) in its flags; it sends an fsync
-                // after a cached one, but none after a direct one: synced here, either way.
-                self.inodes.fsync(ino.0)?;
-            }
-            Ok(n)
-        });
+        let r = self.write_data(req, ino.0, fh, offset, data, flags.0);
         match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
@@ -551,20 +512,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let listing = self.inodes.stat(ino.0).and_then(|s| {
-            Ok(Listing {
-                parent: s.attr.parent,
-                entries: self.inodes.readdir(ino.0)?,
-            })
-        });
-        match listing {
-            Ok(list) => {
-                let fh = self.next_dir.fetch_add(1, Ordering::Relaxed);
-                self.dirs.lock().insert(fh, Arc::new(list));
-                reply.opened(FileHandle(fh), FopenFlags::empty());
-            }
-            Err(e) => reply.error(errno(e)),
-        }
+        self.open_listing(ino.0, reply);
     }
 
     fn readdir(
@@ -573,26 +521,9 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let Some(list) = self.dirs.lock().get(&fh.0).cloned() else {
-            return reply.error(fuser::Errno::EBADF);
-        };
-        // Offsets: 1 after ".", 2 after "..", 3 + i after entry i.
-        let dots = [(ino.0, "."), (list.parent, "..")];
-        for (i, &(n, name)) in dots.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(n), i as u64 + 1, FileType::Directory, name) {
-                return reply.ok();
-            }
-        }
-        let skip = (offset as usize).saturating_sub(2);
-        for (i, e) in list.entries.iter().enumerate().skip(skip) {
-            let name = OsStr::from_bytes(&e.name);
-            if reply.add(INodeNo(e.ino), i as u64 + 3, kind(e.kind), name) {
-                break;
-            }
-        }
-        reply.ok();
+        self.list(ino.0, fh, offset, reply);
     }
 
     fn releasedir(
@@ -603,8 +534,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.dirs.lock().remove(&fh.0);
-        reply.ok();
+        self.release_listing(fh, reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -731,27 +661,8 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let mode = S_IFREG | (mode & 0o7777);
         let name = name.as_bytes();
-        let made = match self
-            .inodes
-            .make(parent.0, name, mode, 0, &[], owner(req), umask)
-        {
-            // Someone else (another client of a served store) made the name since the
-            // kernel's lookup: without O_EXCL, open(2) opens what is there.
-            Err(e) if e == Errno::EEXIST && flags & libc::O_EXCL == 0 => {
-                self.open_existing(req, parent.0, name, flags)
-            }
-            r => r,
-        };
-        let opened = made.and_then(|(ino, s)| match self.inodes.open(ino) {
-            Ok(current) => Ok((ino, s, current)),
-            Err(e) => {
-                // The kernel never learns the number: give its hold back.
-                self.inodes.forget(ino, 1);
-                Err(e)
-            }
-        });
+        let opened = self.make_and_open(req, parent.0, name, mode, umask, flags);
         match opened {
             Ok((ino, s, current)) => {
                 if let Some(t) = &self.tenants {

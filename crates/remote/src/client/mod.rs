@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use switchyard_store::format::{S_IFDIR, S_IFLNK};
 use switchyard_store::{
@@ -20,13 +20,20 @@ use switchyard_ucx::{Endpoint, Failures, Node, RKey};
 use crate::auth::Key;
 
 mod aio;
+mod data_path;
+mod in_messages;
 mod inner;
 mod inodes;
+mod one_sided;
 mod paths;
 mod pull;
+mod wait;
 
 use crate::proto::{Reply, Request, Welcome, PROTOCOL_VERSION};
 pub use aio::Pending;
+use data_path::data_path;
+pub use data_path::DataPath;
+use wait::wait_reply;
 
 /// Symlinks followed in one path walk before `ELOOP` (as the local `Fs`).
 const SYMLOOP_MAX: u32 = 40;
@@ -34,40 +41,6 @@ const SYMLOOP_MAX: u32 = 40;
 const WORD_LINE: usize = 64;
 /// Reads of a cached map retried after its file changed before asking the server to read.
 const READ_RETRIES: u32 = 8;
-
-/// How data moves between this client and the server.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DataPath {
-    /// One-sided gets and puts on the named transport (`rc_mlx5`, …): the server's CPU is
-    /// not in the data path.
-    OneSided(String),
-    /// Large reads fetched by the named transport (`cma`) from the server's memory by
-    /// rendezvous: the client names the blocks of its cached map, the server sends each as a
-    /// message whose body UCX does not copy, and the client's transport fetches it (on one
-    /// host, cross-memory attach: a system call of the client's). The server's CPU handles
-    /// one small request per read and never copies the data. Smaller reads are gets, writes
-    /// puts. Chosen where the transport moves large messages without copies but UCX offers
-    /// no one-sided get on it (UCX 1.13 serves gets between processes of one host by
-    /// emulation: the server's UCX copies them; 1.22 gets over `cma`), or by
-    /// [`Client::connect_pulling`].
-    Pulled(String),
-    /// Inside requests and replies, because the transport (named) has no one-sided access.
-    InMessages(String),
-}
-
-impl std::fmt::Display for DataPath {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DataPath::OneSided(t) => write!(f, "one-sided over {t}"),
-            DataPath::Pulled(t) => write!(
-                f,
-                "one-sided over {t} (reads of {} KiB or more pulled by rendezvous)",
-                inner::PULL_FROM >> 10
-            ),
-            DataPath::InMessages(t) => write!(f, "inside messages over {t} (no one-sided access)"),
-        }
-    }
-}
 
 /// What a client did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -609,43 +582,6 @@ fn size_only(size: u64) -> SetAttr {
     }
 }
 
-/// The data path UCX's description of the data endpoint (`ucp_ep_print_info`) implies:
-/// one-sided where a lane for gets and puts (role `rma#`) uses a transport other than `tcp`
-/// (which UCX emulates with the server's CPU), or a bulk lane (role `rma_bw#`) does and
-/// `bulk_one_sided` ([`Node::one_sided_over_bulk_lanes`]: this UCX runs gets and puts over
-/// it); pulled where only a bulk lane, which rendezvous uses, does; in messages otherwise.
-fn data_path(description: &str, bulk_one_sided: bool) -> DataPath {
-    // "lane[2]:  5:cma/memory.0 md[4] -> md[4]/cma/sysdev[255] rma_bw#0"
-    let lanes: Vec<(&str, Vec<&str>)> = description
-        .lines()
-        .filter_map(|l| {
-            let mut words = l.split_once("]:")?.1.split_whitespace();
-            let transport = words.next()?.split_once(':')?.1.split('/').next()?;
-            Some((transport, words.collect()))
-        })
-        .collect();
-    let with = |role: &str| {
-        lanes
-            .iter()
-            .filter(|(_, roles)| roles.iter().any(|r| r.starts_with(role)))
-            .map(|(t, _)| *t)
-            .collect::<Vec<_>>()
-    };
-    let (rma, bulk) = (with("rma#"), with("rma_bw#"));
-    if let Some(t) = rma.iter().find(|t| **t != "tcp") {
-        DataPath::OneSided(t.to_string())
-    } else if let Some(t) = bulk.iter().find(|t| **t != "tcp") {
-        if bulk_one_sided {
-            DataPath::OneSided(t.to_string())
-        } else {
-            DataPath::Pulled(t.to_string())
-        }
-    } else {
-        let t = rma.first().or(bulk.first()).unwrap_or(&"tcp");
-        DataPath::InMessages(t.to_string())
-    }
-}
-
 /// Asks the server to connect to this worker for pulls; returns their token.
 fn attach(node: &Node, ctl: &Endpoint, timeout: Duration) -> Result<[u8; 16], Errno> {
     let address = node.address().map_err(errno)?;
@@ -655,113 +591,5 @@ fn attach(node: &Node, ctl: &Endpoint, timeout: Duration) -> Result<[u8; 16], Er
         (_, Reply::Bytes(t)) => t.try_into().map_err(|_| Errno::EIO),
         (_, Reply::Error(e)) => Err(Errno(e)),
         _ => Err(Errno::EIO),
-    }
-}
-
-/// Waits for a reply on `ep` (to request `seq`, or any when `None`), with a deadline.
-fn wait_reply(
-    node: &Node,
-    ep: &Endpoint,
-    seq: Option<u64>,
-    timeout: Duration,
-) -> Result<(u64, Reply), Errno> {
-    loop {
-        let body = wait_raw(node, ep, seq, timeout)?;
-        if let Ok(r) = Reply::decode(&body) {
-            return Ok(r);
-        }
-    }
-}
-
-/// The next message from `ep` that answers request `seq` (any, with `None`), undecoded.
-fn wait_raw(
-    node: &Node,
-    ep: &Endpoint,
-    seq: Option<u64>,
-    timeout: Duration,
-) -> Result<Vec<u8>, Errno> {
-    wait_with(node, ep, seq, timeout, <[u8]>::to_vec)
-}
-
-/// Lends `f` the body of the next message from `ep` that answers request `seq` (any, with
-/// `None`), undecoded and where it lies (a large body in UCX's own buffer), and returns what
-/// `f` made of it.
-pub(super) fn wait_with<R>(
-    node: &Node,
-    ep: &Endpoint,
-    seq: Option<u64>,
-    timeout: Duration,
-    mut f: impl FnMut(&[u8]) -> R,
-) -> Result<R, Errno> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        while let Some(mut m) = node.next_message() {
-            // A reply has no header (pulled pieces have one: those of an abandoned pull).
-            if (m.from() != 0 && m.from() != ep.id()) || !m.header.is_empty() {
-                continue;
-            }
-            let answer = node
-                .with_body(&mut m, |body| {
-                    // Every reply starts with its kind and then its request's sequence number.
-                    let of = body
-                        .get(1..9)
-                        .map(|b| u64::from_le_bytes(b.try_into().expect("8")));
-                    (of.is_some() && seq.is_none_or(|q| Some(q) == of)).then(|| f(body))
-                })
-                .map_err(errno)?;
-            if let Some(r) = answer {
-                return Ok(r);
-            }
-        }
-        wait_more(node, ep, deadline)?;
-    }
-}
-
-/// Waits a moment for more to arrive on `node`; fails if `ep` (the control endpoint) failed
-/// or `deadline` passed.
-fn wait_more(node: &Node, ep: &Endpoint, deadline: Instant) -> Result<(), Errno> {
-    if !node.is_open(ep) {
-        return Err(Errno(libc::ENOTCONN));
-    }
-    if Instant::now() > deadline {
-        return Err(Errno(libc::ETIMEDOUT));
-    }
-    node.wait(Duration::from_millis(20));
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_data_path_is_read_from_the_one_sided_lanes() {
-        // UCX 1.13's lanes between processes of one host, and 1.22's (with segment ids).
-        let cma = "#  lane[0]:  3:sysv/memory.0 md[2] -> md[2]/sysv/sysdev[255] am am_bw#0\n\
-                   #  lane[2]:  5:cma/memory.0 md[4] -> md[4]/cma/sysdev[255] rma_bw#0\n";
-        let cma_1_22 = "#  lane[0]:  4:sysv/memory.0 md[2] -> md[2]/sysv/sysdev[255] seg 4294967295 am\n\
-                        #  lane[2]:  6:cma/memory.0 md[4] -> md[4]/cma/sysdev[255] seg 4294967295 rma_bw#0\n";
-        for shm in [cma, cma_1_22] {
-            assert_eq!(data_path(shm, false), DataPath::Pulled("cma".into()));
-            assert_eq!(data_path(shm, true), DataPath::OneSided("cma".into()));
-        }
-        let rc = "#  lane[0]:  1:rc_mlx5/mlx5_0:1.0 md[1] -> md[1]/ib/sysdev[255] rma#0 rma_bw#0 am am_bw#0\n\
-                  #  lane[1]:  2:tcp/eth0.0 md[0] -> md[0]/tcp/sysdev[255] rma#1\n";
-        let tcp = "#  lane[0]:  0:tcp/lo.0 md[0] -> md[0]/tcp/sysdev[255] rma_bw#0 am am_bw#0\n";
-        for bulk_one_sided in [false, true] {
-            assert_eq!(
-                data_path(rc, bulk_one_sided),
-                DataPath::OneSided("rc_mlx5".into())
-            );
-            assert_eq!(
-                data_path(tcp, bulk_one_sided),
-                DataPath::InMessages("tcp".into()),
-                "tcp's one-sided access is emulated whatever the version"
-            );
-            assert_eq!(
-                data_path("", bulk_one_sided),
-                DataPath::InMessages("tcp".into())
-            );
-        }
     }
 }

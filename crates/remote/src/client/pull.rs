@@ -8,8 +8,16 @@ use std::time::{Duration, Instant};
 use switchyard_store::Errno;
 use switchyard_ucx::{Endpoint, Node};
 
-use super::{errno, wait_more};
-use crate::proto::{part_of, Reply, Request};
+use super::wait::wait_more;
+use super::{errno, Inner};
+use crate::proto::{part_of, Reply, Request, MAX_PULL_RANGES};
+
+/// Reads of at least this many bytes are pulled where the data path pulls; smaller ones are
+/// gets (which UCX 1.13 serves by emulation on one host: the server's UCX copies them as it
+/// progresses), because for them the pull's request costs the server more than the copy
+/// (measured by `bench remote` on UCX 1.13: at 4 KiB and 128 KiB the server's CPU per GiB
+/// is lower with gets, at 1 MiB and 2 MiB 2–6× lower with pulls).
+pub(super) const PULL_FROM: usize = 256 << 10;
 
 /// Sends `req` (a [`Request::Pull`], sequence number `seq`) on the data endpoint and fills
 /// `pieces` (in the request's order) from the pieces that come back: true once all are in,
@@ -56,5 +64,38 @@ pub(super) fn pull(
             return Ok(true);
         }
         wait_more(node, ctl, deadline)?;
+    }
+}
+
+impl Inner {
+    /// Pulls `pieces` (each with its remote address) of `ino` from the server, in requests of
+    /// at most [`MAX_PULL_RANGES`]: false if the map they come from (change word `change`)
+    /// is no longer the file's.
+    pub(super) fn pull_pieces(
+        &mut self,
+        ino: u64,
+        change: u64,
+        pieces: &mut [(&mut [u8], u64)],
+    ) -> Result<bool, Errno> {
+        let base = self.welcome.data_addr;
+        // The server sends the pieces only if the map is still the file's (`change`).
+        for group in pieces.chunks_mut(MAX_PULL_RANGES) {
+            self.seq += 1;
+            self.stats.requests += 1;
+            let req = Request::Pull {
+                token: self.token,
+                ino,
+                change,
+                ranges: group
+                    .iter()
+                    .map(|(b, at)| (at - base, b.len() as u64))
+                    .collect(),
+            };
+            let link = (&self.data, &self.ctl);
+            if !pull(&self.node, link, self.timeout, &req, self.seq, group)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }

@@ -54,10 +54,9 @@ impl Reply {
         (n == b.len() - BYTES_HEAD && n <= MAX_BYTES).then(|| (seq, &b[BYTES_HEAD..]))
     }
 
-    /// The encoded reply to request `seq`.
-    pub fn encode(&self, seq: u64) -> Vec<u8> {
-        let mut w = W(Vec::with_capacity(96));
-        let kind = match self {
+    /// The reply's kind byte.
+    fn kind(&self) -> u8 {
+        match self {
             Reply::Challenge { .. } => 1,
             Reply::Welcome(_) => 2,
             Reply::Error(_) => 3,
@@ -73,8 +72,13 @@ impl Reply {
             Reply::Counters(_) => 13,
             Reply::Lock(_) => 14,
             Reply::Stale => 15,
-        };
-        w.u8(kind).u64(seq);
+        }
+    }
+
+    /// The encoded reply to request `seq`.
+    pub fn encode(&self, seq: u64) -> Vec<u8> {
+        let mut w = W(Vec::with_capacity(96));
+        w.u8(self.kind()).u64(seq);
         match self {
             Reply::Challenge { version, nonce } => {
                 w.u32(*version);
@@ -190,32 +194,13 @@ impl Reply {
                 free_inodes: r.u64()?,
                 name_max: r.u64()?,
             }),
-            10 => {
-                let attr = r.attr()?;
-                let change = r.u64()?;
-                let n = r.count(24)?;
-                let mut runs = Vec::with_capacity(n);
-                for _ in 0..n {
-                    runs.push(Run {
-                        file_offset: r.u64()?,
-                        region_offset: r.u64()?,
-                        len: r.u64()?,
-                    });
-                }
-                Reply::Map(Extents { attr, change, runs })
-            }
+            10 => Reply::Map(decode_map(&mut r)?),
             11 => {
                 let id = r.u64()?;
-                let n = r.count(24)?;
-                let mut targets = Vec::with_capacity(n);
-                for _ in 0..n {
-                    targets.push(Target {
-                        offset: r.u64()?,
-                        region_offset: r.u64()?,
-                        len: r.u64()?,
-                    });
+                Reply::Prepared {
+                    id,
+                    targets: decode_targets(&mut r)?,
                 }
-                Reply::Prepared { id, targets }
             }
             12 => Reply::Written(r.u64()?),
             13 => {
@@ -232,4 +217,34 @@ impl Reply {
         };
         r.end((seq, reply))
     }
+}
+
+/// The extent map of a [`Reply::Map`]: attributes, change word and runs.
+fn decode_map(r: &mut R<'_>) -> Result<Extents, Malformed> {
+    let attr = r.attr()?;
+    let change = r.u64()?;
+    let n = r.count(24)?;
+    let mut runs = Vec::with_capacity(n);
+    for _ in 0..n {
+        runs.push(Run {
+            file_offset: r.u64()?,
+            region_offset: r.u64()?,
+            len: r.u64()?,
+        });
+    }
+    Ok(Extents { attr, change, runs })
+}
+
+/// The targets of a [`Reply::Prepared`].
+fn decode_targets(r: &mut R<'_>) -> Result<Vec<Target>, Malformed> {
+    let n = r.count(24)?;
+    let mut targets = Vec::with_capacity(n);
+    for _ in 0..n {
+        targets.push(Target {
+            offset: r.u64()?,
+            region_offset: r.u64()?,
+            len: r.u64()?,
+        });
+    }
+    Ok(targets)
 }

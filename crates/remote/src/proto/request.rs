@@ -80,6 +80,30 @@ impl Request {
         let mut w = W(Vec::with_capacity(64));
         w.u8(self.kind()).u64(seq);
         match self {
+            Request::Map { .. }
+            | Request::Read { .. }
+            | Request::Prepare { .. }
+            | Request::Commit { .. }
+            | Request::Abort { .. }
+            | Request::Write { .. }
+            | Request::Append { .. }
+            | Request::Fallocate { .. }
+            | Request::Attach { .. }
+            | Request::Pull { .. } => self.encode_data(&mut w),
+            Request::Setxattr { .. }
+            | Request::Getxattr { .. }
+            | Request::Removexattr { .. }
+            | Request::Lock { .. }
+            | Request::TestLock { .. }
+            | Request::Unlock { .. } => self.encode_attributes_and_locks(&mut w),
+            _ => self.encode_metadata(&mut w),
+        }
+        w.0
+    }
+
+    /// Encodes the fields of a request about names, attributes, opens and the store.
+    fn encode_metadata(&self, w: &mut W) {
+        match self {
             Request::Auth { mac, write, uid } => {
                 w.0.extend_from_slice(mac);
                 w.u8(*write as u8).u32(*uid);
@@ -145,6 +169,16 @@ impl Request {
                     .opt_u64(opt_i64(set.mtime));
             }
             Request::Statfs | Request::Counters | Request::Sync => {}
+            Request::Forget { ino, n } => {
+                w.u64(*ino).u64(*n);
+            }
+            _ => unreachable!("encoded by another family's function"),
+        }
+    }
+
+    /// Encodes the fields of a request about file data.
+    fn encode_data(&self, w: &mut W) {
+        match self {
             Request::Map { ino, off, len }
             | Request::Read { ino, off, len }
             | Request::Prepare { ino, off, len } => {
@@ -156,15 +190,34 @@ impl Request {
             Request::Write { ino, off, data } => {
                 w.u64(*ino).u64(*off).bytes(data);
             }
-            Request::Forget { ino, n } => {
-                w.u64(*ino).u64(*n);
-            }
             Request::Append { ino, data } => {
                 w.u64(*ino).bytes(data);
             }
             Request::Fallocate { ino, off, len, how } => {
                 w.u64(*ino).u64(*off).u64(*len).falloc(*how);
             }
+            Request::Attach { address } => {
+                w.bytes(address);
+            }
+            Request::Pull {
+                token,
+                ino,
+                change,
+                ranges,
+            } => {
+                w.0.extend_from_slice(token);
+                w.u64(*ino).u64(*change).u32(ranges.len() as u32);
+                for (off, len) in ranges {
+                    w.u64(*off).u64(*len);
+                }
+            }
+            _ => unreachable!("encoded by another family's function"),
+        }
+    }
+
+    /// Encodes the fields of a request about extended attributes or record locks.
+    fn encode_attributes_and_locks(&self, w: &mut W) {
+        match self {
             Request::Setxattr {
                 ino,
                 name,
@@ -190,23 +243,8 @@ impl Request {
             Request::Unlock { ino, owner } => {
                 w.u64(*ino).u64(*owner);
             }
-            Request::Attach { address } => {
-                w.bytes(address);
-            }
-            Request::Pull {
-                token,
-                ino,
-                change,
-                ranges,
-            } => {
-                w.0.extend_from_slice(token);
-                w.u64(*ino).u64(*change).u32(ranges.len() as u32);
-                for (off, len) in ranges {
-                    w.u64(*off).u64(*len);
-                }
-            }
+            _ => unreachable!("encoded by another family's function"),
         }
-        w.0
     }
 
     /// Decodes a request and its sequence number.
@@ -214,149 +252,10 @@ impl Request {
         let mut r = R { b };
         let kind = r.u8()?;
         let seq = r.u64()?;
-        let small = |v: Option<u64>| v.map(|x| u32::try_from(x).map_err(|_| Malformed));
         let req = match kind {
-            1 => Request::Auth {
-                mac: r.array32()?,
-                write: r.bool()?,
-                uid: r.u32()?,
-            },
-            2 => Request::Lookup {
-                parent: r.u64()?,
-                name: r.bytes()?,
-                hold: r.bool()?,
-            },
-            3 => Request::Getattr { ino: r.u64()? },
-            4 => Request::Readdir { ino: r.u64()? },
-            5 => Request::Make {
-                parent: r.u64()?,
-                name: r.bytes()?,
-                mode: r.u32()?,
-                rdev: r.u64()?,
-                target: r.bytes()?,
-                uid: r.u32()?,
-                gid: r.u32()?,
-                umask: r.u32()?,
-                hold: r.bool()?,
-            },
-            6 => Request::Link {
-                ino: r.u64()?,
-                parent: r.u64()?,
-                name: r.bytes()?,
-                hold: r.bool()?,
-            },
-            7 => Request::Remove {
-                parent: r.u64()?,
-                name: r.bytes()?,
-                dir: r.bool()?,
-            },
-            8 => Request::Rename {
-                parent: r.u64()?,
-                name: r.bytes()?,
-                new_parent: r.u64()?,
-                new_name: r.bytes()?,
-                how: r.rename()?,
-            },
-            9 => Request::Readlink { ino: r.u64()? },
-            10 => {
-                let ino = r.u64()?;
-                let set = SetAttr {
-                    mode: small(r.opt_u64()?).transpose()?,
-                    uid: small(r.opt_u64()?).transpose()?,
-                    gid: small(r.opt_u64()?).transpose()?,
-                    size: r.opt_u64()?,
-                    atime: r.opt_u64()?.map(|x| x as i64),
-                    mtime: r.opt_u64()?.map(|x| x as i64),
-                };
-                Request::Setattr { ino, set }
-            }
-            11 => Request::Open { ino: r.u64()? },
-            12 => Request::Close { ino: r.u64()? },
-            13 => Request::Fsync { ino: r.u64()? },
-            14 => Request::Statfs,
-            34 => Request::Sync,
-            15..=17 => {
-                let (ino, off, len) = (r.u64()?, r.u64()?, r.u64()?);
-                match kind {
-                    15 => Request::Map { ino, off, len },
-                    16 => Request::Read { ino, off, len },
-                    _ => Request::Prepare { ino, off, len },
-                }
-            }
-            18 => Request::Commit { id: r.u64()? },
-            19 => Request::Abort { id: r.u64()? },
-            20 => Request::Write {
-                ino: r.u64()?,
-                off: r.u64()?,
-                data: r.bytes()?,
-            },
-            21 => Request::Forget {
-                ino: r.u64()?,
-                n: r.u64()?,
-            },
-            22 => Request::Append {
-                ino: r.u64()?,
-                data: r.bytes()?,
-            },
-            23 => Request::Fallocate {
-                ino: r.u64()?,
-                off: r.u64()?,
-                len: r.u64()?,
-                how: r.falloc()?,
-            },
-            24 => Request::Setxattr {
-                ino: r.u64()?,
-                name: r.bytes()?,
-                value: r.bytes()?,
-                mode: r.xattr_mode()?,
-            },
-            25 => Request::Getxattr {
-                ino: r.u64()?,
-                name: r.bytes()?,
-            },
-            26 => Request::Listxattr { ino: r.u64()? },
-            27 => Request::Removexattr {
-                ino: r.u64()?,
-                name: r.bytes()?,
-            },
-            28 => Request::Counters,
-            29 => Request::Lock {
-                ino: r.u64()?,
-                owner: r.u64()?,
-                lock: r.lock()?,
-                wait: r.bool()?,
-            },
-            30 => Request::TestLock {
-                ino: r.u64()?,
-                owner: r.u64()?,
-                lock: r.lock()?,
-            },
-            31 => Request::Unlock {
-                ino: r.u64()?,
-                owner: r.u64()?,
-            },
-            32 => Request::Attach {
-                address: r.bytes()?,
-            },
-            33 => {
-                let token = r.array16()?;
-                let (ino, change) = (r.u64()?, r.u64()?);
-                let n = r.count(16)?;
-                if n > super::MAX_PULL_RANGES {
-                    return Err(Malformed);
-                }
-                let mut ranges = Vec::with_capacity(n);
-                for _ in 0..n {
-                    ranges.push((r.u64()?, r.u64()?));
-                }
-                Request::Pull {
-                    token,
-                    ino,
-                    change,
-                    ranges,
-                }
-            }
-            _ => return Err(Malformed),
+            15..=20 | 22 | 23 | 32 | 33 => decode_data(kind, &mut r)?,
+            24..=27 | 29..=31 => decode_attributes_and_locks(kind, &mut r)?,
+            _ => decode_metadata(kind, &mut r)?,
         };
         r.end((seq, req))
     }
@@ -379,4 +278,166 @@ impl Request {
                 | Request::Removexattr { .. }
         )
     }
+}
+
+/// Decodes the fields of a request (kind `kind`) about names, attributes, opens and the store.
+fn decode_metadata(kind: u8, r: &mut R<'_>) -> Result<Request, Malformed> {
+    let small = |v: Option<u64>| v.map(|x| u32::try_from(x).map_err(|_| Malformed));
+    Ok(match kind {
+        1 => Request::Auth {
+            mac: r.array32()?,
+            write: r.bool()?,
+            uid: r.u32()?,
+        },
+        2 => Request::Lookup {
+            parent: r.u64()?,
+            name: r.bytes()?,
+            hold: r.bool()?,
+        },
+        3 => Request::Getattr { ino: r.u64()? },
+        4 => Request::Readdir { ino: r.u64()? },
+        5 => Request::Make {
+            parent: r.u64()?,
+            name: r.bytes()?,
+            mode: r.u32()?,
+            rdev: r.u64()?,
+            target: r.bytes()?,
+            uid: r.u32()?,
+            gid: r.u32()?,
+            umask: r.u32()?,
+            hold: r.bool()?,
+        },
+        6 => Request::Link {
+            ino: r.u64()?,
+            parent: r.u64()?,
+            name: r.bytes()?,
+            hold: r.bool()?,
+        },
+        7 => Request::Remove {
+            parent: r.u64()?,
+            name: r.bytes()?,
+            dir: r.bool()?,
+        },
+        8 => Request::Rename {
+            parent: r.u64()?,
+            name: r.bytes()?,
+            new_parent: r.u64()?,
+            new_name: r.bytes()?,
+            how: r.rename()?,
+        },
+        9 => Request::Readlink { ino: r.u64()? },
+        10 => {
+            let ino = r.u64()?;
+            let set = SetAttr {
+                mode: small(r.opt_u64()?).transpose()?,
+                uid: small(r.opt_u64()?).transpose()?,
+                gid: small(r.opt_u64()?).transpose()?,
+                size: r.opt_u64()?,
+                atime: r.opt_u64()?.map(|x| x as i64),
+                mtime: r.opt_u64()?.map(|x| x as i64),
+            };
+            Request::Setattr { ino, set }
+        }
+        11 => Request::Open { ino: r.u64()? },
+        12 => Request::Close { ino: r.u64()? },
+        13 => Request::Fsync { ino: r.u64()? },
+        14 => Request::Statfs,
+        34 => Request::Sync,
+        21 => Request::Forget {
+            ino: r.u64()?,
+            n: r.u64()?,
+        },
+        28 => Request::Counters,
+        _ => return Err(Malformed),
+    })
+}
+
+/// Decodes the fields of a request (kind `kind`) about file data.
+fn decode_data(kind: u8, r: &mut R<'_>) -> Result<Request, Malformed> {
+    Ok(match kind {
+        15..=17 => {
+            let (ino, off, len) = (r.u64()?, r.u64()?, r.u64()?);
+            match kind {
+                15 => Request::Map { ino, off, len },
+                16 => Request::Read { ino, off, len },
+                _ => Request::Prepare { ino, off, len },
+            }
+        }
+        18 => Request::Commit { id: r.u64()? },
+        19 => Request::Abort { id: r.u64()? },
+        20 => Request::Write {
+            ino: r.u64()?,
+            off: r.u64()?,
+            data: r.bytes()?,
+        },
+        22 => Request::Append {
+            ino: r.u64()?,
+            data: r.bytes()?,
+        },
+        23 => Request::Fallocate {
+            ino: r.u64()?,
+            off: r.u64()?,
+            len: r.u64()?,
+            how: r.falloc()?,
+        },
+        32 => Request::Attach {
+            address: r.bytes()?,
+        },
+        33 => {
+            let token = r.array16()?;
+            let (ino, change) = (r.u64()?, r.u64()?);
+            let n = r.count(16)?;
+            if n > super::MAX_PULL_RANGES {
+                return Err(Malformed);
+            }
+            let mut ranges = Vec::with_capacity(n);
+            for _ in 0..n {
+                ranges.push((r.u64()?, r.u64()?));
+            }
+            Request::Pull {
+                token,
+                ino,
+                change,
+                ranges,
+            }
+        }
+        _ => return Err(Malformed),
+    })
+}
+
+/// Decodes the fields of a request (kind `kind`) about extended attributes or record locks.
+fn decode_attributes_and_locks(kind: u8, r: &mut R<'_>) -> Result<Request, Malformed> {
+    Ok(match kind {
+        24 => Request::Setxattr {
+            ino: r.u64()?,
+            name: r.bytes()?,
+            value: r.bytes()?,
+            mode: r.xattr_mode()?,
+        },
+        25 => Request::Getxattr {
+            ino: r.u64()?,
+            name: r.bytes()?,
+        },
+        26 => Request::Listxattr { ino: r.u64()? },
+        27 => Request::Removexattr {
+            ino: r.u64()?,
+            name: r.bytes()?,
+        },
+        29 => Request::Lock {
+            ino: r.u64()?,
+            owner: r.u64()?,
+            lock: r.lock()?,
+            wait: r.bool()?,
+        },
+        30 => Request::TestLock {
+            ino: r.u64()?,
+            owner: r.u64()?,
+            lock: r.lock()?,
+        },
+        31 => Request::Unlock {
+            ino: r.u64()?,
+            owner: r.u64()?,
+        },
+        _ => return Err(Malformed),
+    })
 }

@@ -64,6 +64,16 @@ fn bytes() -> impl Strategy<Value = Vec<u8>> {
 }
 
 fn request() -> impl Strategy<Value = Request> {
+    // Weighted by each family's kinds: every kind is as likely as the next.
+    prop_oneof![
+        10 => metadata_request(),
+        6 => data_request(),
+        6 => attribute_or_lock_request(),
+    ]
+}
+
+/// Requests about names, attributes, opens and the store.
+fn metadata_request() -> impl Strategy<Value = Request> {
     prop_oneof![
         (any::<[u8; 32]>(), any::<bool>(), any::<u32>())
             .prop_map(|(mac, write, uid)| Request::Auth { mac, write, uid }),
@@ -113,54 +123,7 @@ fn request() -> impl Strategy<Value = Request> {
                 }
             ),
         (any::<u64>(), any::<u64>()).prop_map(|(ino, n)| Request::Forget { ino, n }),
-        (any::<u64>(), bytes()).prop_map(|(ino, data)| Request::Append { ino, data }),
-        (any::<(u64, u64, u64)>(), falloc())
-            .prop_map(|((ino, off, len), how)| { Request::Fallocate { ino, off, len, how } }),
-        (
-            any::<u64>(),
-            bytes(),
-            bytes(),
-            prop_oneof![
-                Just(XattrMode::Set),
-                Just(XattrMode::Create),
-                Just(XattrMode::Replace)
-            ]
-        )
-            .prop_map(|(ino, name, value, mode)| Request::Setxattr {
-                ino,
-                name,
-                value,
-                mode
-            }),
-        (any::<u64>(), bytes()).prop_map(|(ino, name)| Request::Getxattr { ino, name }),
-        any::<u64>().prop_map(|ino| Request::Listxattr { ino }),
         Just(Request::Counters),
-        (any::<u64>(), any::<u64>(), lock(), any::<bool>()).prop_map(|(ino, owner, lock, wait)| {
-            Request::Lock {
-                ino,
-                owner,
-                lock,
-                wait,
-            }
-        }),
-        (any::<u64>(), any::<u64>(), lock()).prop_map(|(ino, owner, lock)| Request::TestLock {
-            ino,
-            owner,
-            lock
-        }),
-        (any::<u64>(), any::<u64>()).prop_map(|(ino, owner)| Request::Unlock { ino, owner }),
-        bytes().prop_map(|address| Request::Attach { address }),
-        (
-            any::<[u8; 16]>(),
-            any::<(u64, u64)>(),
-            prop::collection::vec(any::<(u64, u64)>(), 0..=MAX_PULL_RANGES)
-        )
-            .prop_map(|(token, (ino, change), ranges)| Request::Pull {
-                token,
-                ino,
-                change,
-                ranges
-            }),
         (
             any::<u64>(),
             any::<(Option<u32>, Option<u32>, Option<u32>)>(),
@@ -181,6 +144,27 @@ fn request() -> impl Strategy<Value = Request> {
             }),
         Just(Request::Statfs),
         Just(Request::Sync),
+    ]
+}
+
+/// Requests about file data.
+fn data_request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        (any::<u64>(), bytes()).prop_map(|(ino, data)| Request::Append { ino, data }),
+        (any::<(u64, u64, u64)>(), falloc())
+            .prop_map(|((ino, off, len), how)| { Request::Fallocate { ino, off, len, how } }),
+        bytes().prop_map(|address| Request::Attach { address }),
+        (
+            any::<[u8; 16]>(),
+            any::<(u64, u64)>(),
+            prop::collection::vec(any::<(u64, u64)>(), 0..=MAX_PULL_RANGES)
+        )
+            .prop_map(|(token, (ino, change), ranges)| Request::Pull {
+                token,
+                ino,
+                change,
+                ranges
+            }),
         (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(ino, off, len)| Request::Map {
             ino,
             off,
@@ -191,6 +175,44 @@ fn request() -> impl Strategy<Value = Request> {
             off,
             data
         }),
+    ]
+}
+
+/// Requests about extended attributes and record locks.
+fn attribute_or_lock_request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        (
+            any::<u64>(),
+            bytes(),
+            bytes(),
+            prop_oneof![
+                Just(XattrMode::Set),
+                Just(XattrMode::Create),
+                Just(XattrMode::Replace)
+            ]
+        )
+            .prop_map(|(ino, name, value, mode)| Request::Setxattr {
+                ino,
+                name,
+                value,
+                mode
+            }),
+        (any::<u64>(), bytes()).prop_map(|(ino, name)| Request::Getxattr { ino, name }),
+        any::<u64>().prop_map(|ino| Request::Listxattr { ino }),
+        (any::<u64>(), any::<u64>(), lock(), any::<bool>()).prop_map(|(ino, owner, lock, wait)| {
+            Request::Lock {
+                ino,
+                owner,
+                lock,
+                wait,
+            }
+        }),
+        (any::<u64>(), any::<u64>(), lock()).prop_map(|(ino, owner, lock)| Request::TestLock {
+            ino,
+            owner,
+            lock
+        }),
+        (any::<u64>(), any::<u64>()).prop_map(|(ino, owner)| Request::Unlock { ino, owner }),
     ]
 }
 

@@ -45,12 +45,10 @@
 //! [`switchyard_fuse::mount_inodes`], keeping a handle on each).
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use clap::{Args, ValueEnum};
@@ -61,6 +59,9 @@ use switchyard_mover::Mover;
 use switchyard_store::{Owner, Store, SyncPolicy};
 
 use crate::measure::{emit, file_system_of, Setup};
+use workloads::{small_files, sqlite, sqlite_version};
+
+mod workloads;
 
 /// `bench sync` options.
 #[derive(Args)]
@@ -158,9 +159,6 @@ const STORE_BYTES: u64 = 256 << 20;
 /// Operations one target runs of a workload per round at most, so that a fast target stays
 /// within the store (8,192 small files are 128 MiB; a round's files are removed after it).
 const MAX_OPS: usize = 8192;
-/// Bytes each small file holds.
-const FILE_BYTES: usize = 16 << 10;
-
 /// One workload's figures over every round.
 #[derive(Debug, Clone, Serialize)]
 struct Record {
@@ -229,6 +227,14 @@ struct Target {
 }
 
 impl Target {
+    /// The mount of `store` at `dir`.
+    fn store(dir: PathBuf, store: &Arc<Store>) -> Target {
+        Target {
+            dir,
+            store: Some(store.clone()),
+        }
+    }
+
     /// Syncs the store has completed since it mounted (0 for the native target).
     fn syncs(&self) -> u64 {
         self.store.as_ref().map_or(0, |s| s.syncs())
@@ -244,27 +250,8 @@ pub fn run(a: &SyncBenchArgs) -> anyhow::Result<()> {
         bail!("--seconds must be positive");
     }
     let workloads = a.workloads.clone().unwrap_or_else(|| WORKLOADS.to_vec());
-    let sqlite = if workloads.iter().any(|w| w.journal().is_some()) {
-        let Some(v) = sqlite_version() else {
-            bail!(
-                "sqlite3 is needed for the sqlite workloads: install it (scripts/install-deps.sh \
-                 --test, or apt-get install sqlite3), or pass --workloads small-files"
-            );
-        };
-        Some(v)
-    } else {
-        None
-    };
-    let work = tempfile::Builder::new()
-        .prefix("switchyard-bench-sync.")
-        .tempdir_in(&dir)
-        .with_context(|| format!("creating a scratch directory in {}", dir.display()))?;
-    let sub = |name: &str| -> anyhow::Result<PathBuf> {
-        let p = work.path().join(name);
-        std::fs::create_dir(&p).with_context(|| format!("creating {}", p.display()))?;
-        Ok(p)
-    };
-    let (native, mnt_store, mnt_always) = (sub("native")?, sub("mnt-store")?, sub("mnt-always")?);
+    let sqlite = sqlite_for(&workloads)?;
+    let (work, [native, mnt_store, mnt_always]) = scratch(&dir)?;
 
     let file = switchyard_config::Config::load_or_default(a.config.as_deref())?;
     let cfg = file.mover;
@@ -273,25 +260,15 @@ pub fn run(a: &SyncBenchArgs) -> anyhow::Result<()> {
         workers: a.workers.unwrap_or(file.fuse.workers),
         ..file.fuse
     };
-    let new_store = |name: &str, policy: SyncPolicy| -> anyhow::Result<Arc<Store>> {
-        let path = work.path().join(name);
-        let region = Region::create(&path, STORE_BYTES, cfg.persist())?;
-        if region.granularity() == Granularity::Volatile {
-            bail!(
-                "{} is on a memory file system ({}): there is no disk to sync; pass --dir on a \
-                 disk file system",
-                dir.display(),
-                file_system_of(&path)
-            );
-        }
-        if !a.sparse {
-            write_through(&path, STORE_BYTES)?;
-        }
-        let store = Store::format(region, mover.clone(), Owner::current())?;
-        store
-            .set_sync_policy(policy)
-            .map_err(|e| anyhow!("setting the sync policy of {}: {e}", path.display()))?;
-        Ok(Arc::new(store))
+    let new_store = |name: &str, policy: SyncPolicy| {
+        new_store(
+            &work.path().join(name),
+            &dir,
+            a.sparse,
+            &cfg,
+            &mover,
+            policy,
+        )
     };
     let every = a.sync_interval_ms.unwrap_or(file.store.sync_interval_ms);
     if every == 0 {
@@ -302,92 +279,33 @@ pub fn run(a: &SyncBenchArgs) -> anyhow::Result<()> {
         SyncPolicy::Interval(Duration::from_millis(every)),
     )?;
     let always = new_store("store-always.region", SyncPolicy::Always)?;
-    let mount = |s: &Arc<Store>, at: &Path| {
-        switchyard_fuse::mount_inodes(
-            s.clone(),
-            at,
-            &fuse_cfg,
-            switchyard_fuse::Access::Owner,
-            false,
-        )
-        .with_context(|| format!("mounting a store on {}", at.display()))
-    };
-    let store_mount = mount(&store, &mnt_store)?;
-    let always_mount = mount(&always, &mnt_always)?;
+    let store_mount = mount(&store, &mnt_store, &fuse_cfg)?;
+    let always_mount = mount(&always, &mnt_always, &fuse_cfg)?;
     let targets = [
-        Target {
-            dir: mnt_store,
-            store: Some(store.clone()),
-        },
+        Target::store(mnt_store, &store),
         Target {
             dir: native.clone(),
             store: None,
         },
-        Target {
-            dir: mnt_always,
-            store: Some(always.clone()),
-        },
+        Target::store(mnt_always, &always),
     ];
 
     let setup = Setup::now(&cfg, store.region(), a.quick);
     let disk = Disk::of(&native);
     let store_sync = store.sync_policy().to_string();
-    eprintln!(
-        "host: {}; engine: {}\nstore files on {} ({} medium, {}{}), disk {}, write cache {}; \
-         in {}\nstore: sync {store_sync}; store_always: sync {}\n{rounds} rounds × {secs} s per \
-         target and workload; {} FUSE workers{}",
-        setup.machine,
-        setup.engine,
-        setup.media.fs,
-        store.region().granularity().name(),
-        setup.media.kind,
-        if a.sparse {
-            ", sparse"
-        } else {
-            ", written through"
-        },
-        disk.as_ref().map_or("unknown", |d| &d.name),
-        disk.as_ref()
-            .and_then(|d| d.write_cache.as_deref())
-            .unwrap_or("unknown"),
-        work.path().display(),
-        always.sync_policy(),
-        fuse_cfg.effective_workers(),
-        sqlite
-            .as_ref()
-            .map_or(String::new(), |v| format!("; sqlite3 {v}")),
+    announce(
+        &setup,
+        [&store, &always],
+        disk.as_ref(),
+        work.path(),
+        a.sparse,
+        (rounds, secs, fuse_cfg.effective_workers()),
+        sqlite.as_deref(),
     );
 
-    let bar = indicatif::ProgressBar::new((workloads.len() * rounds * TARGETS.len()) as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} runs {msg} ({eta} left)")
-            .expect("template")
-            .progress_chars("=> "),
-    );
-    let mut runs = 0usize;
-    let mut records = Vec::new();
-    for &w in &workloads {
-        bar.set_message(w.name());
-        let got = rotated(TARGETS.len(), rounds, |i| {
-            runs += 1;
-            let s = measure(&targets, i, w, secs, runs);
-            bar.inc(1);
-            s.with_context(|| format!("{} on {}", w.name(), TARGETS[i]))
-        })?;
-        records.push(Record::of(w, &got));
-    }
-    bar.finish_and_clear();
+    let records = measure_all(&targets, &workloads, rounds, secs)?;
     drop(targets);
-    store_mount.unmount().context("unmounting the store")?;
-    always_mount
-        .unmount()
-        .context("unmounting the store_always")?;
-    for s in [store, always] {
-        if let Ok(s) = Arc::try_unwrap(s) {
-            s.unmount()
-                .map_err(|e| anyhow!("unmounting a store cleanly: {e}"))?;
-        }
-    }
+    unmount([store_mount, always_mount], [store, always])?;
 
     let summary = Summary {
         summary: true,
@@ -404,6 +322,163 @@ pub fn run(a: &SyncBenchArgs) -> anyhow::Result<()> {
         always_vs_native_min: worst(&records, |r| r.always_vs_native),
     };
     emit(a.json, &records, &summary, print_table)
+}
+
+/// A scratch directory in `dir`, and in it the native target's directory and the two
+/// stores' mount points.
+fn scratch(dir: &Path) -> anyhow::Result<(tempfile::TempDir, [PathBuf; 3])> {
+    let work = tempfile::Builder::new()
+        .prefix("switchyard-bench-sync.")
+        .tempdir_in(dir)
+        .with_context(|| format!("creating a scratch directory in {}", dir.display()))?;
+    let sub = |name: &str| -> anyhow::Result<PathBuf> {
+        let p = work.path().join(name);
+        std::fs::create_dir(&p).with_context(|| format!("creating {}", p.display()))?;
+        Ok(p)
+    };
+    let dirs = [sub("native")?, sub("mnt-store")?, sub("mnt-always")?];
+    Ok((work, dirs))
+}
+
+/// sqlite3's version where `workloads` need it (none where they do not); an error that says
+/// how to install it where it is missing.
+fn sqlite_for(workloads: &[Workload]) -> anyhow::Result<Option<String>> {
+    if !workloads.iter().any(|w| w.journal().is_some()) {
+        return Ok(None);
+    }
+    let Some(v) = sqlite_version() else {
+        bail!(
+            "sqlite3 is needed for the sqlite workloads: install it (scripts/install-deps.sh \
+             --test, or apt-get install sqlite3), or pass --workloads small-files"
+        );
+    };
+    Ok(Some(v))
+}
+
+/// A store formatted in a new store file at `path` (in `dir`, on a disk file system), written
+/// through first unless `sparse`, with sync policy `policy`.
+fn new_store(
+    path: &Path,
+    dir: &Path,
+    sparse: bool,
+    cfg: &switchyard_mover::Config,
+    mover: &Arc<Mover>,
+    policy: SyncPolicy,
+) -> anyhow::Result<Arc<Store>> {
+    let region = Region::create(path, STORE_BYTES, cfg.persist())?;
+    if region.granularity() == Granularity::Volatile {
+        bail!(
+            "{} is on a memory file system ({}): there is no disk to sync; pass --dir on a \
+             disk file system",
+            dir.display(),
+            file_system_of(path)
+        );
+    }
+    if !sparse {
+        write_through(path, STORE_BYTES)?;
+    }
+    let store = Store::format(region, mover.clone(), Owner::current())?;
+    store
+        .set_sync_policy(policy)
+        .map_err(|e| anyhow!("setting the sync policy of {}: {e}", path.display()))?;
+    Ok(Arc::new(store))
+}
+
+/// Runs every workload of `workloads` on every target, `rounds` rounds of `secs` each, in
+/// rotating order, with a progress bar: a record per workload.
+fn measure_all(
+    targets: &[Target; 3],
+    workloads: &[Workload],
+    rounds: usize,
+    secs: f64,
+) -> anyhow::Result<Vec<Record>> {
+    let bar = indicatif::ProgressBar::new((workloads.len() * rounds * TARGETS.len()) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} runs {msg} ({eta} left)")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    let mut runs = 0usize;
+    let mut records = Vec::new();
+    for &w in workloads {
+        bar.set_message(w.name());
+        let got = rotated(TARGETS.len(), rounds, |i| {
+            runs += 1;
+            let s = measure(targets, i, w, secs, runs);
+            bar.inc(1);
+            s.with_context(|| format!("{} on {}", w.name(), TARGETS[i]))
+        })?;
+        records.push(Record::of(w, &got));
+    }
+    bar.finish_and_clear();
+    Ok(records)
+}
+
+/// Unmounts both mounts, then both stores (cleanly, where nothing else holds them).
+fn unmount(mounts: [switchyard_fuse::Mount; 2], stores: [Arc<Store>; 2]) -> anyhow::Result<()> {
+    for (m, what) in mounts.into_iter().zip(["the store", "the store_always"]) {
+        m.unmount().with_context(|| format!("unmounting {what}"))?;
+    }
+    for s in stores {
+        if let Ok(s) = Arc::try_unwrap(s) {
+            s.unmount()
+                .map_err(|e| anyhow!("unmounting a store cleanly: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Says on standard error what is measured, where and how.
+fn announce(
+    setup: &Setup,
+    [store, always]: [&Store; 2],
+    disk: Option<&Disk>,
+    work: &Path,
+    sparse: bool,
+    (rounds, secs, workers): (usize, f64, usize),
+    sqlite: Option<&str>,
+) {
+    eprintln!(
+        "host: {}; engine: {}\nstore files on {} ({} medium, {}{}), disk {}, write cache {}; \
+         in {}\nstore: sync {}; store_always: sync {}\n{} rounds × {} s per \
+         target and workload; {} FUSE workers{}",
+        setup.machine,
+        setup.engine,
+        setup.media.fs,
+        store.region().granularity().name(),
+        setup.media.kind,
+        if sparse {
+            ", sparse"
+        } else {
+            ", written through"
+        },
+        disk.map_or("unknown", |d| &d.name),
+        disk.and_then(|d| d.write_cache.as_deref())
+            .unwrap_or("unknown"),
+        work.display(),
+        store.sync_policy(),
+        always.sync_policy(),
+        rounds,
+        secs,
+        workers,
+        sqlite.map_or(String::new(), |v| format!("; sqlite3 {v}")),
+    );
+}
+
+/// Mounts `s` on `at` with FUSE in this process, as `switchyard mount` does.
+fn mount(
+    s: &Arc<Store>,
+    at: &Path,
+    fuse_cfg: &switchyard_fuse::FuseConfig,
+) -> anyhow::Result<switchyard_fuse::Mount> {
+    switchyard_fuse::mount_inodes(
+        s.clone(),
+        at,
+        fuse_cfg,
+        switchyard_fuse::Access::Owner,
+        false,
+    )
+    .with_context(|| format!("mounting a store on {}", at.display()))
 }
 
 /// Runs `w` on target `i` in a fresh directory (run number `n`), then removes its files and
@@ -469,197 +544,6 @@ fn syncfs(dir: &Path) -> anyhow::Result<()> {
             .with_context(|| format!("syncfs of {}", dir.display()));
     }
     Ok(())
-}
-
-/// Operations' latencies (s) over `elapsed` seconds, and the syncs made meanwhile.
-fn sample(lat: &mut [f64], elapsed: f64, syncs: u64) -> Sample {
-    let ops = lat.len().max(1) as f64;
-    Sample {
-        ops_s: lat.len() as f64 / elapsed,
-        p50_ms: if lat.is_empty() {
-            0.0
-        } else {
-            median(lat) * 1e3
-        },
-        syncs_per_op: syncs as f64 / ops,
-    }
-}
-
-/// Creates files of 16 KiB in `dir`, each written, fsynced and closed, for `secs` seconds;
-/// then fsyncs `dir`.
-fn small_files(dir: &Path, secs: f64, syncs: &dyn Fn() -> u64) -> anyhow::Result<Sample> {
-    let data = vec![0x5a_u8; FILE_BYTES];
-    let mut lat = Vec::new();
-    let s0 = syncs();
-    let t0 = Instant::now();
-    while lat.len() < MAX_OPS && t0.elapsed().as_secs_f64() < secs {
-        let t = Instant::now();
-        let path = dir.join(format!("f{}", lat.len()));
-        let io = |op: &str| format!("{op} {}", path.display());
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o644)
-            .open(&path)
-            .with_context(|| io("creating"))?;
-        f.write_all(&data).with_context(|| io("writing"))?;
-        f.sync_all().with_context(|| io("fsync of"))?;
-        close(f).with_context(|| io("closing"))?;
-        lat.push(t.elapsed().as_secs_f64());
-    }
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .with_context(|| format!("fsync of the directory {}", dir.display()))?;
-    let elapsed = t0.elapsed().as_secs_f64();
-    Ok(sample(&mut lat, elapsed, syncs() - s0))
-}
-
-/// Closes `f`, reporting what `close` says (on a FUSE mount it is the file system's `flush`,
-/// which can fail; dropping a `File` ignores that).
-fn close(f: File) -> std::io::Result<()> {
-    use std::os::fd::IntoRawFd;
-    // SAFETY: the descriptor is taken out of `f`, which no longer owns it, and closed once.
-    if unsafe { libc::close(f.into_raw_fd()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// One-row transactions into a fresh database in `dir` with `journal_mode=journal` and
-/// `synchronous=FULL`, one at a time for `secs` seconds.
-fn sqlite(dir: &Path, journal: &str, secs: f64, syncs: &dyn Fn() -> u64) -> anyhow::Result<Sample> {
-    let mut db = Sqlite::open(&dir.join("bench.db"))?;
-    db.send(&format!(
-        "PRAGMA journal_mode={journal};\nPRAGMA synchronous=FULL;\n\
-         CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB);\n.print ok\n"
-    ))?;
-    let mode = db.line()?;
-    if mode != journal {
-        bail!("sqlite3 would not take journal_mode={journal} (it answered {mode:?})");
-    }
-    db.expect("ok")?;
-    let mut lat = Vec::new();
-    let s0 = syncs();
-    let t0 = Instant::now();
-    while lat.len() < MAX_OPS && t0.elapsed().as_secs_f64() < secs {
-        let t = Instant::now();
-        db.send("BEGIN; INSERT INTO t (v) VALUES (randomblob(100)); COMMIT;\n.print ok\n")?;
-        db.expect("ok")?;
-        lat.push(t.elapsed().as_secs_f64());
-    }
-    let elapsed = t0.elapsed().as_secs_f64();
-    let synced = syncs() - s0;
-    // Every transaction that returned is in the table.
-    db.send("SELECT count(*) FROM t;\n")?;
-    db.expect(&lat.len().to_string())?;
-    db.close()?;
-    Ok(sample(&mut lat, elapsed, synced))
-}
-
-/// The sqlite3 command-line tool on one database, fed on its standard input; it stops at the
-/// first error (`-bail`), and is killed if dropped still running.
-struct Sqlite {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-    db: PathBuf,
-}
-
-impl Sqlite {
-    fn open(db: &Path) -> anyhow::Result<Sqlite> {
-        let mut child = Command::new("sqlite3")
-            .arg("-bail")
-            .arg(db)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("running sqlite3")?;
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
-        Ok(Sqlite {
-            child,
-            stdin,
-            stdout,
-            db: db.into(),
-        })
-    }
-
-    fn send(&mut self, sql: &str) -> anyhow::Result<()> {
-        let w = self.stdin.as_mut().expect("sqlite3's input is open");
-        if w.write_all(sql.as_bytes())
-            .and_then(|()| w.flush())
-            .is_err()
-        {
-            return Err(self.failed());
-        }
-        Ok(())
-    }
-
-    /// The next line sqlite3 prints.
-    fn line(&mut self) -> anyhow::Result<String> {
-        let mut l = String::new();
-        match self.stdout.read_line(&mut l) {
-            Ok(n) if n > 0 => Ok(l.trim_end().to_string()),
-            _ => Err(self.failed()),
-        }
-    }
-
-    fn expect(&mut self, want: &str) -> anyhow::Result<()> {
-        let got = self.line()?;
-        if got != want {
-            bail!(
-                "sqlite3 on {} printed {got:?} where {want:?} was due",
-                self.db.display()
-            );
-        }
-        Ok(())
-    }
-
-    fn close(mut self) -> anyhow::Result<()> {
-        self.send(".quit\n")?;
-        self.stdin = None;
-        let status = self.child.wait().context("waiting for sqlite3")?;
-        if !status.success() {
-            return Err(self.failed());
-        }
-        Ok(())
-    }
-
-    /// What went wrong, from sqlite3's error output, once it has stopped.
-    fn failed(&mut self) -> anyhow::Error {
-        self.stdin = None;
-        let _ = self.child.kill();
-        let mut said = String::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            let _ = e.read_to_string(&mut said);
-        }
-        let status = self.child.wait();
-        anyhow!(
-            "sqlite3 on {} failed ({}): {}",
-            self.db.display(),
-            status.map_or_else(|e| e.to_string(), |s| s.to_string()),
-            said.trim()
-        )
-    }
-}
-
-impl Drop for Sqlite {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-/// sqlite3's version, or `None` when it cannot be run.
-fn sqlite_version() -> Option<String> {
-    let out = Command::new("sqlite3").arg("--version").output().ok()?;
-    let v = String::from_utf8_lossy(&out.stdout);
-    out.status
-        .success()
-        .then(|| v.split_whitespace().next().unwrap_or("").to_string())
 }
 
 /// The block device under a directory.

@@ -1,0 +1,69 @@
+//! Directory listings: a snapshot of a directory taken at `opendir`, read by `readdir` at
+//! the kernel's offsets, and dropped at `releasedir`.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use fuser::{FileHandle, FileType, FopenFlags, INodeNo, ReplyDirectory, ReplyEmpty, ReplyOpen};
+use switchyard_store::{DirEntry, Inodes};
+
+use super::kernel::{errno, kind};
+use super::InodeFs;
+
+/// A directory as `opendir` found it.
+pub(super) struct Listing {
+    /// The directory's parent (for "..").
+    parent: u64,
+    entries: Vec<DirEntry>,
+}
+
+impl<I: Inodes> InodeFs<I> {
+    /// `opendir`: a snapshot of directory `ino`, under a new handle.
+    pub(super) fn open_listing(&self, ino: u64, reply: ReplyOpen) {
+        let listing = self.inodes.stat(ino).and_then(|s| {
+            Ok(Listing {
+                parent: s.attr.parent,
+                entries: self.inodes.readdir(ino)?,
+            })
+        });
+        match listing {
+            Ok(list) => {
+                let fh = self.next_dir.fetch_add(1, Ordering::Relaxed);
+                self.dirs.lock().insert(fh, Arc::new(list));
+                reply.opened(FileHandle(fh), FopenFlags::empty());
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    /// `readdir`: the entries of the snapshot under handle `fh` (of directory `ino`) from
+    /// `offset`.
+    pub(super) fn list(&self, ino: u64, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let Some(list) = self.dirs.lock().get(&fh.0).cloned() else {
+            return reply.error(fuser::Errno::EBADF);
+        };
+        // Offsets: 1 after ".", 2 after "..", 3 + i after entry i.
+        let dots = [(ino, "."), (list.parent, "..")];
+        for (i, &(n, name)) in dots.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(n), i as u64 + 1, FileType::Directory, name) {
+                return reply.ok();
+            }
+        }
+        let skip = (offset as usize).saturating_sub(2);
+        for (i, e) in list.entries.iter().enumerate().skip(skip) {
+            let name = OsStr::from_bytes(&e.name);
+            if reply.add(INodeNo(e.ino), i as u64 + 3, kind(e.kind), name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    /// `releasedir`: drops the snapshot under handle `fh`.
+    pub(super) fn release_listing(&self, fh: FileHandle, reply: ReplyEmpty) {
+        self.dirs.lock().remove(&fh.0);
+        reply.ok();
+    }
+}

@@ -1,0 +1,160 @@
+//! The one-sided data path ([`DataPath::OneSided`], and the gets and puts of
+//! [`DataPath::Pulled`]): reads get the blocks of the file's cached extent map straight from
+//! the server's memory and check the file's change word afterwards; writes reserve blocks,
+//! put the data into them and commit.
+
+use switchyard_store::format::S_IFDIR;
+use switchyard_store::{Errno, Extents};
+
+use super::pull::PULL_FROM;
+use super::{errno, DataPath, Inner};
+use crate::proto::{Reply, Request};
+
+impl Inner {
+    /// Caches the map of `ino` if it is not cached (the cache is checked where it is used).
+    fn cache_map(&mut self, ino: u64) -> Result<(), Errno> {
+        if self.maps.contains_key(&ino) {
+            self.stats.cache_hits += 1;
+            return Ok(());
+        }
+        self.stats.cache_misses += 1;
+        match self.call(&Request::Map {
+            ino,
+            off: 0,
+            len: u64::MAX,
+        })? {
+            Reply::Map(m) => {
+                self.maps.insert(ino, m);
+                Ok(())
+            }
+            _ => Err(Errno::EIO),
+        }
+    }
+
+    /// One attempt at a one-sided read on the cached map: `None` if the file changed.
+    pub(super) fn read_one_sided(
+        &mut self,
+        ino: u64,
+        off: u64,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>, Errno> {
+        self.cache_map(ino)?;
+        let m = &self.maps[&ino];
+        if m.attr.kind() == S_IFDIR {
+            return Err(Errno::EISDIR);
+        }
+        let n = m.attr.size.saturating_sub(off).min(buf.len() as u64) as usize;
+        let (start, base) = (self.welcome.data_start, self.welcome.data_addr);
+        let ranges = ranges(m, off, n, start, base);
+        let change = m.change;
+        let mut pieces = pieces(&mut buf[..n], ranges);
+        if matches!(self.path, DataPath::Pulled(_)) && n >= PULL_FROM && !pieces.is_empty() {
+            if !self.pull_pieces(ino, change, &mut pieces)? {
+                return Ok(None);
+            }
+        } else {
+            if !pieces.is_empty() {
+                self.node
+                    .get_many(&self.data, &mut pieces, &self.data_key)
+                    .map_err(errno)?;
+            }
+            if self.word(ino)? != change {
+                return Ok(None);
+            }
+        }
+        self.stats.one_sided_bytes += n as u64;
+        Ok(Some(n))
+    }
+
+    /// Reserve, put, flush, commit.
+    pub(super) fn write_one_sided(
+        &mut self,
+        ino: u64,
+        off: u64,
+        data: &[u8],
+    ) -> Result<usize, Errno> {
+        let Reply::Prepared { id, targets } = self.call(&Request::Prepare {
+            ino,
+            off,
+            len: data.len() as u64,
+        })?
+        else {
+            return Err(Errno::EIO);
+        };
+        let (start, base) = (self.welcome.data_start, self.welcome.data_addr);
+        let put = (|| {
+            for t in &targets {
+                let src = data
+                    .get(t.offset as usize..(t.offset + t.len) as usize)
+                    .ok_or(Errno::EIO)?;
+                if t.region_offset < start
+                    || t.region_offset + t.len > start + self.welcome.data_len
+                {
+                    return Err(Errno::EIO);
+                }
+                let remote = base + (t.region_offset - start);
+                self.node
+                    .put(&self.data, src, remote, &self.data_key)
+                    .map_err(errno)?;
+            }
+            // Remote completion: every byte is in the server's memory before the commit.
+            self.node.flush(&self.data).map_err(errno)
+        })();
+        if let Err(e) = put {
+            let _ = self.call(&Request::Abort { id });
+            return Err(e);
+        }
+        match self.call(&Request::Commit { id })? {
+            Reply::Written(n) => {
+                self.stats.one_sided_bytes += n;
+                Ok(n as usize)
+            }
+            _ => Err(Errno::EIO),
+        }
+    }
+}
+
+/// (offset in the read's buffer, length, remote address) of each range to get for `n` bytes
+/// at `off` of the file mapped by `m`, whose data area starts at region offset `start` and
+/// remote address `base`: runs that follow each other both in the file and in the region are
+/// one get (a file written in large pieces is mapped in many runs that lie end to end, and
+/// every get is a transfer of its own: a system call each over cma).
+fn ranges(m: &Extents, off: u64, n: usize, start: u64, base: u64) -> Vec<(usize, usize, u64)> {
+    let mut ranges: Vec<(usize, usize, u64)> = Vec::new();
+    // Runs are in file order: start at the first that ends past `off`.
+    let first = m.runs.partition_point(|r| r.file_offset + r.len <= off);
+    for r in &m.runs[first..] {
+        if r.file_offset >= off + n as u64 {
+            break;
+        }
+        let (lo, hi) = (
+            r.file_offset.max(off),
+            (r.file_offset + r.len).min(off + n as u64),
+        );
+        let (at, len) = ((lo - off) as usize, (hi - lo) as usize);
+        let remote = base + (r.region_offset - start) + (lo - r.file_offset);
+        match ranges.last_mut() {
+            Some((a, l, rem)) if *a + *l == at && *rem + *l as u64 == remote => *l += len,
+            _ => ranges.push((at, len, remote)),
+        }
+    }
+    ranges
+}
+
+/// Cuts `out` into the pieces `ranges` name (each with its remote address), zeroing the holes
+/// between them: a hole reads as zeros.
+fn pieces(out: &mut [u8], ranges: Vec<(usize, usize, u64)>) -> Vec<(&mut [u8], u64)> {
+    let mut pieces: Vec<(&mut [u8], u64)> = Vec::with_capacity(ranges.len());
+    let mut rest = out;
+    let mut at = 0;
+    for (a, len, remote) in ranges {
+        let (hole, tail) = std::mem::take(&mut rest).split_at_mut(a - at);
+        hole.fill(0);
+        let (piece, tail) = tail.split_at_mut(len);
+        pieces.push((piece, remote));
+        rest = tail;
+        at = a + len;
+    }
+    rest.fill(0);
+    pieces
+}
