@@ -2,7 +2,13 @@
 //! page media, records in the commit ring for both ([`super::writeback`]). Every change a
 //! reader can see becomes durable here and nowhere else.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use super::log::Appended;
+use super::{Guard, Store};
+use crate::error::Errno;
+use crate::format::{encode_journal, Entry, BLOCK, JOURNAL_CAPACITY};
+use crate::inode::Inode;
 
 impl Store {
     /// Commits appended entries of one inode: the 8-byte tail store is the commit point.

@@ -1,8 +1,16 @@
 //! File data: reads through the mover, and attribute changes that touch data (truncate).
 //! Writes are in [`super::write`].
 
-use super::*;
+use std::collections::BTreeMap;
+
+use switchyard_mover::Hints;
+
+use super::{now_ns, SetAttr, Store, MAX_FILE_SIZE};
 use crate::acl::{self, Acl};
+use crate::error::{Errno, Error, Op};
+use crate::format::{is_special, Attr, Entry, BLOCK, S_IFLNK, S_IFMT};
+use crate::inode::{Content, Inode};
+use crate::pm::Held;
 
 /// Splits the `n` bytes of a file at `off` into runs, each either mapped to contiguous blocks
 /// (one mover request; `f` gets the region offset) or a hole (`None`); `f` also gets the run's

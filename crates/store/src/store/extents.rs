@@ -3,7 +3,10 @@
 //! ([`crate::changes`]), and where the data area is.
 
 use super::data::for_each_run;
-use super::*;
+use super::Store;
+use crate::changes::Changes;
+use crate::error::{Errno, Error, Op};
+use crate::format::{Attr, BLOCK};
 
 /// Where a file's bytes lie: its attributes, the change word read with them, and the runs of
 /// a range.

@@ -1,7 +1,12 @@
 //! Inode lifetimes: open handles, the kernel's lookup holds, generations, and freeing an
 //! inode once its last link, handle and hold are gone.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use super::{Guard, Store};
+use crate::error::{Errno, Error, Op};
+use crate::format::{Attr, SLOT_GENERATION_AT};
+use crate::inode::{Content, Inode};
 
 impl Store {
     /// Frees an inode with no links left: its slot, log pages and data blocks.

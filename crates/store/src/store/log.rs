@@ -1,7 +1,12 @@
 //! Per-inode logs: appending entries past the tail, applying committed ones to the DRAM
 //! index, compaction, and giving blocks back.
 
-use super::*;
+use super::Store;
+use crate::alloc::Extent;
+use crate::error::Errno;
+use crate::format::{log_page_header, Entry, BLOCK, LOG_ENTRIES_AT, LOG_NEXT_AT};
+use crate::inode::Inode;
+use crate::pm::Held;
 
 /// Where appended entries went before their commit.
 pub(crate) struct Appended {

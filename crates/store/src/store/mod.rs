@@ -32,13 +32,10 @@ mod writeback;
 
 pub(crate) use data::for_each_run;
 pub use extents::{Extents, Run, Seek};
-use lock::named;
-pub(crate) use log::Appended;
 pub use write::{PreparedWrite, Target};
 pub use writeback::SyncPolicy;
 use writeback::Writer;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -46,24 +43,15 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use parking_lot::{Mutex, RwLockWriteGuard};
 use switchyard_engine::DurableRecord;
 use switchyard_media::Region;
-use switchyard_mover::{Direction, Hints, Mover};
+use switchyard_mover::Mover;
 
-use crate::alloc::{Allocator, Extent};
+use crate::alloc::Allocator;
 use crate::changes::Changes;
-use crate::error::{Corruption, Errno, Error, MountError, Op};
-use crate::format::{
-    decode_journal, encode_checkpoint_page, encode_journal, is_special, log_page_header, Attr,
-    Entry, Seq, Superblock, BLOCK, CHECKPOINT_CAPACITY, JOURNAL_CAPACITY, LOG_ENTRIES_AT,
-    LOG_NEXT_AT, NAME_MAX, RECORD_CHANNELS, ROOT, SLOT_GENERATION_AT, S_IFBLK, S_IFCHR, S_IFDIR,
-    S_IFLNK, S_IFMT, S_IFREG,
-};
-use crate::inflight::{gate, Completions, Part, PendingWrite};
-use crate::inode::{Content, Inode};
-use crate::pm::{Held, Pm};
-use crate::recovery::{
-    load_inode, read_checkpoint, scan_present, superblock, BlockMap, Present, Scan,
-};
-use crate::reserve::default_reserved_percent;
+use crate::error::Errno;
+use crate::format::{Seq, Superblock, BLOCK, NAME_MAX, ROOT, S_IFDIR, S_IFMT};
+use crate::inode::Inode;
+use crate::pm::Pm;
+use crate::recovery::load_inode;
 use crate::table::{FreeInodes, Slot, Table};
 #[cfg(feature = "testing")]
 use faults::Faults;

@@ -1,7 +1,28 @@
 //! Formatting a region, mounting a store (the quick path after a clean unmount, recovery
 //! otherwise) and unmounting it cleanly with a free-space checkpoint.
 
-use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use switchyard_engine::DurableRecord;
+use switchyard_media::Region;
+use switchyard_mover::Mover;
+
+#[cfg(feature = "testing")]
+use super::faults::Faults;
+use super::{now_ns, Owner, Store};
+use crate::alloc::Allocator;
+use crate::changes::Changes;
+use crate::error::{Corruption, Errno, MountError};
+use crate::format::{
+    decode_journal, encode_checkpoint_page, log_page_header, Attr, Entry, Superblock, BLOCK,
+    CHECKPOINT_CAPACITY, LOG_ENTRIES_AT, RECORD_CHANNELS, ROOT, S_IFDIR,
+};
+use crate::pm::Pm;
+use crate::recovery::{read_checkpoint, scan_present, superblock, BlockMap, Present, Scan};
+use crate::reserve::default_reserved_percent;
+use crate::table::{FreeInodes, Table};
 
 /// What a mount rebuilt, before the store is assembled around it.
 struct Mounted {
@@ -95,7 +116,7 @@ impl Store {
         let (sb, used_replica) = superblock(pm.bytes(0, pm.len())).map_err(corrupt)?;
         // A page-media mount's commit ring first: the table as its last sync (or, when the
         // page cache survived, its last commit) left it.
-        writeback::replay_ring(&pm, &region, &sb).map_err(corrupt)?;
+        super::writeback::replay_ring(&pm, &region, &sb).map_err(corrupt)?;
         // A sparse store file's holes are free slots and free blocks: not read. A scan drops
         // the pages it has read from the resident set as it goes (they stay in the page
         // cache), so recovering a large store does not map all of it at once.

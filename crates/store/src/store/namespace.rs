@@ -1,7 +1,16 @@
 //! The namespace: lookups and listings, making inodes, links, unlinks and renames.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use super::{check_name, ftype, now_ns, DirEntry, Owner, Store, LINK_MAX, SYMLINK_MAX, S_ISGID};
 use crate::acl::{self, Acl};
+use crate::alloc::Extent;
+use crate::error::{Errno, Error, Op};
+use crate::format::{
+    is_special, log_page_header, Attr, Entry, BLOCK, LOG_ENTRIES_AT, NAME_MAX, SLOT_GENERATION_AT,
+    S_IFBLK, S_IFCHR, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
+};
+use crate::inode::{Content, Inode};
 
 /// What [`Store::make`] makes besides the inode its mode names.
 #[derive(Clone, Copy)]

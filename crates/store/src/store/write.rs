@@ -12,7 +12,17 @@
 //! asynchronous API in one hold of the lock (an append's offset is the size when it commits;
 //! an asynchronous write's copies may still run when it commits).
 
-use super::*;
+use std::sync::Arc;
+
+use switchyard_engine::DurableRecord;
+use switchyard_mover::{Direction, Hints};
+
+use super::{now_ns, Order, Store, MAX_FILE_SIZE};
+use crate::alloc::Extent;
+use crate::error::{Errno, Error, Op};
+use crate::format::{is_special, Entry, Seq, BLOCK};
+use crate::inflight::{Part, PendingWrite};
+use crate::inode::{Content, Inode};
 
 /// A page of zeros: the source for the uncovered part of a partly written page that had no
 /// data before.

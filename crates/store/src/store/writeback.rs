@@ -26,15 +26,19 @@
 //! caller that waits on it; [`SyncPolicy::Always`] syncs before every operation returns.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::Condvar;
-use switchyard_media::{Granularity, Syncer};
+use parking_lot::{Condvar, Mutex};
+use switchyard_media::{Granularity, Region, Syncer};
 
-use super::*;
-use crate::format::{Anchor, RECORD};
+use super::{now_ns, Store};
+use crate::alloc::{Allocator, Extent};
+use crate::error::{Corruption, Errno, Error, Op};
+use crate::format::{Anchor, Superblock, BLOCK, JOURNAL_CAPACITY, RECORD, ROOT};
+use crate::pm::Pm;
 
 /// When a store on page media ([`Granularity::Page`]) writes what returned to its disk.
 /// Other media ignore it: on cache-line media every operation is durable when it returns,
