@@ -14,9 +14,9 @@ use parking_lot::{MappedRwLockReadGuard, Mutex};
 use switchyard_media::{MediaError, Region, MIN_REGION};
 use switchyard_mover::Mover;
 use switchyard_remote::{Client, Key};
-use switchyard_store::format::{Attr, S_IFDIR, S_IFLNK};
 use switchyard_store::{
-    DirEntry, Errno, Fd, Files, Fs, MountError, OpenFlags, Owner, Store, SyncPolicy, Whence,
+    Attr, DirEntry, Errno, Fd, Files, Fs, MountError, OpenFlags, Owner, Store, SyncPolicy, Whence,
+    S_IFDIR, S_IFLNK,
 };
 
 use crate::error::{guard, status, text, Failure};

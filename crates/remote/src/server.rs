@@ -19,8 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use switchyard_mover::qos;
-use switchyard_store::alloc::Grace;
-use switchyard_store::{Errno, Inodes, Owner, PreparedWrite, RecordLock, Store};
+use switchyard_store::{Errno, Grace, Inodes, Owner, PreparedWrite, RecordLock, Store};
 use switchyard_ucx::{Endpoint, Error as UcxError, Failures, Node, Sending};
 
 use crate::auth::Key;

@@ -276,7 +276,7 @@ fn measure(
     }
     let rfd = rpc.open("/data", OpenFlags::READ, 0)?;
     let pfd = pull.open("/data", OpenFlags::READ, 0)?;
-    let ino = store.lookup(switchyard_store::format::ROOT, b"data")?.0;
+    let ino = store.lookup(switchyard_store::ROOT, b"data")?.0;
     let raw = Raw::start(file, stop.clone())?;
     // The serving thread of each path: the raw buffer's, or the store's server.
     let server_cpu = |path: &str| {

@@ -2,8 +2,7 @@
 //! without `O_EXCL`, open(2) opens what is there, checked as open(2) checks it.
 
 use fuser::Request;
-use switchyard_store::format::S_IFDIR;
-use switchyard_store::{Errno, Inodes, SetAttr, Stat};
+use switchyard_store::{Errno, Inodes, SetAttr, Stat, S_IFDIR};
 
 use super::InodeFs;
 

@@ -3,11 +3,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use switchyard_store::changes::Changes;
-use switchyard_store::format::{ROOT, S_IFDIR, S_IFLNK, S_IFREG};
-use switchyard_store::fs::components;
 use switchyard_store::{
-    Attr, DirEntry, Errno, Fd, OpenFlags, Owner, SetAttr, Stat, StatFs, MAX_FILE_SIZE,
+    components, Attr, Changes, DirEntry, Errno, Fd, OpenFlags, Owner, SetAttr, Stat, StatFs,
+    MAX_FILE_SIZE, ROOT, S_IFDIR, S_IFLNK, S_IFREG,
 };
 
 use super::{
