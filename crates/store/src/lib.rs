@@ -21,6 +21,7 @@ pub mod acl;
 mod aio;
 mod alloc;
 mod changes;
+mod commits;
 #[cfg(feature = "testing")]
 pub mod crash;
 mod error;
@@ -43,6 +44,7 @@ mod xattr;
 pub use aio::{IoBuf, ReadFuture, WriteFuture, WriteOrder};
 pub use alloc::Grace;
 pub use changes::Changes;
+pub use commits::SyncPolicy;
 pub use error::{Corruption, Errno, Error, MountError, Object, Op};
 pub use fallocate::Falloc;
 pub use files::Files;
@@ -53,7 +55,7 @@ pub use fs::{components, Fd, Fs, OpenFlags, Whence};
 pub use inodes::{Inodes, RecordLock, Rename, Stat};
 pub use recovery::{Present, RELEASE_EVERY};
 pub use store::{
-    DirEntry, Extents, Owner, PreparedWrite, Run, Seek, SetAttr, StatFs, Store, SyncPolicy, Target,
+    DirEntry, Extents, Owner, PreparedWrite, Run, Seek, SetAttr, StatFs, Store, Target,
     MAX_FILE_SIZE,
 };
 pub use xattr::XattrMode;

@@ -119,6 +119,7 @@ impl Store {
 
     /// The generation word of slot `ino`, which the caller has checked exists.
     pub(super) fn slot_generation(&self, ino: u64) -> u64 {
-        self.load_word(self.slot_offset(ino) + SLOT_GENERATION_AT)
+        self.commits
+            .load(self.slot_offset(ino) + SLOT_GENERATION_AT)
     }
 }

@@ -28,13 +28,10 @@ mod mount;
 mod namespace;
 mod rename;
 mod write;
-mod writeback;
 
 pub(crate) use data::for_each_run;
 pub use extents::{Extents, Run, Seek};
 pub use write::{PreparedWrite, Target};
-pub use writeback::SyncPolicy;
-use writeback::Writer;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,6 +44,7 @@ use switchyard_mover::Mover;
 
 use crate::alloc::Allocator;
 use crate::changes::Changes;
+use crate::commits::Commits;
 use crate::error::Errno;
 use crate::format::{Seq, Superblock, BLOCK, NAME_MAX, ROOT, S_IFDIR, S_IFMT};
 use crate::inode::Inode;
@@ -167,7 +165,6 @@ pub struct Store {
     pub(crate) alloc: Arc<Allocator>,
     /// Data blocks only privileged callers may take ([`crate::reserve`]).
     pub(crate) reserved: AtomicU64,
-    journal: Mutex<u64>,
     rename: Mutex<()>,
     /// Bumped on every change of an inode ([`crate::changes`]).
     changes: Changes,
@@ -177,9 +174,9 @@ pub struct Store {
     faults: Faults,
     /// Whether this mount used the clean-unmount checkpoint.
     quick: bool,
-    /// Page media only: the commit ring and its background writer ([`writeback`]). Dropped
-    /// before the region.
-    writer: Option<Writer>,
+    /// The commit points: the undo journal, and on page media the commit ring and its
+    /// background writer ([`crate::commits`]). Dropped before the region.
+    commits: Commits,
     /// Kept last: the mapping outlives every pointer into it. `None` once handed back by
     /// [`Store::into_region`].
     region: Option<Region>,
@@ -249,7 +246,7 @@ impl Store {
     }
 
     pub(crate) fn check_writable(&self) -> Result<(), Errno> {
-        if self.failed.load(Ordering::Relaxed) || self.sync_failed() {
+        if self.failed.load(Ordering::Relaxed) || self.commits.failed() {
             Err(Errno::EROFS)
         } else {
             Ok(())
@@ -266,7 +263,7 @@ impl Store {
             let mut g = slot.write();
             if !loaded.load(Ordering::Acquire) {
                 let off = self.slot_offset(ino);
-                let (head, tail) = (self.load_word(off), self.load_word(off + 8));
+                let (head, tail) = (self.commits.load(off), self.commits.load(off + 8));
                 if head == 0 {
                     // A free slot.
                     loaded.store(true, Ordering::Release);

@@ -14,6 +14,7 @@ use super::faults::Faults;
 use super::{now_ns, Owner, Store};
 use crate::alloc::Allocator;
 use crate::changes::Changes;
+use crate::commits::{replay_ring, Commits};
 use crate::error::{Corruption, Errno, MountError};
 use crate::format::{
     decode_journal, encode_checkpoint_page, log_page_header, Attr, Entry, Superblock, BLOCK,
@@ -116,7 +117,7 @@ impl Store {
         let (sb, used_replica) = superblock(pm.bytes(0, pm.len())).map_err(corrupt)?;
         // A page-media mount's commit ring first: the table as its last sync (or, when the
         // page cache survived, its last commit) left it.
-        super::writeback::replay_ring(&pm, &region, &sb).map_err(corrupt)?;
+        replay_ring(&pm, &region, &sb).map_err(corrupt)?;
         // A sparse store file's holes are free slots and free blocks: not read. A scan drops
         // the pages it has read from the resident set as it goes (they stay in the page
         // cache), so recovering a large store does not map all of it at once.
@@ -150,8 +151,10 @@ impl Store {
                 unsafe { DurableRecord::new(line) }
             })
             .collect();
+        let pm = Arc::new(pm);
         let mut store = Store {
-            pm: Arc::new(pm),
+            commits: Commits::new(pm.clone(), &sb),
+            pm,
             geo: sb,
             sb: Mutex::new(sb),
             mover,
@@ -162,19 +165,21 @@ impl Store {
             table,
             free_inodes: Mutex::new(free_inodes),
             alloc,
-            journal: Mutex::new(0),
             rename: Mutex::new(()),
             changes: Changes::default(),
             failed: Default::default(),
             #[cfg(feature = "testing")]
             faults: Faults::default(),
             quick,
-            writer: None,
             region: Some(region),
         };
         // Page media: from here on the table changes only through the commit ring (the
         // orphans' release included).
-        store.start_writeback().map_err(|e| {
+        let region = store.region.as_ref().expect("just mounted");
+        let started = store
+            .commits
+            .start_writeback(&store.alloc, region, &store.geo);
+        started.map_err(|e| {
             corrupt(Corruption::Invalid(format!(
                 "cannot start the page-media commit ring: {e}"
             )))
@@ -295,7 +300,7 @@ impl Store {
         if !self.failed.load(Ordering::Relaxed) {
             self.mark_clean();
         }
-        self.writer = None;
+        self.commits.drop_writeback();
         self.region
             .take()
             .expect("a mounted store holds its region")
@@ -318,7 +323,7 @@ impl Store {
         }
         // Page media: everything durable and in place, and the ring gone, before the
         // checkpoint takes free blocks (the ring's among them).
-        if self.stop_writeback().is_err() {
+        if self.commits.stop_writeback().is_err() {
             return;
         }
         let checkpoint = self.write_checkpoint();
