@@ -165,7 +165,7 @@ impl Store {
                 }
                 if size < attr.size && size % BLOCK != 0 {
                     if let Some(&ob) = pages.get(&(size / BLOCK)) {
-                        let e = self.alloc.alloc(1)?[0];
+                        let e = self.space.take(1)?[0];
                         let mut page = [0u8; BLOCK as usize];
                         let keep = (size % BLOCK) as usize;
                         page[..keep].copy_from_slice(&self.pm.bytes(ob * BLOCK, BLOCK)[..keep]);
@@ -218,7 +218,7 @@ impl Store {
                 Ok(a) => a,
                 Err(e) => {
                     if let Some(x) = extent {
-                        self.alloc.free(x);
+                        self.space.free(x);
                     }
                     return Err(e);
                 }

@@ -151,7 +151,7 @@ impl Store {
     /// that check until the grace ends (data is copy-on-write, and the word is bumped before
     /// any block the file gives up is freed).
     pub fn grace(&self) -> crate::alloc::Grace<'_> {
-        self.alloc.grace()
+        self.space.grace()
     }
 
     /// The data area: its offset in the region and its length. Every file byte (and every

@@ -1,7 +1,7 @@
 //! Formatting a region, mounting a store (the quick path after a clean unmount, recovery
 //! otherwise) and unmounting it cleanly with a free-space checkpoint.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -22,7 +22,7 @@ use crate::format::{
 };
 use crate::pm::Pm;
 use crate::recovery::{read_checkpoint, scan_present, superblock, BlockMap, Present, Scan};
-use crate::reserve::default_reserved_percent;
+use crate::reserve::Space;
 use crate::table::{FreeInodes, Table};
 
 /// What a mount rebuilt, before the store is assembled around it.
@@ -159,12 +159,9 @@ impl Store {
             sb: Mutex::new(sb),
             mover,
             records,
-            reserved: AtomicU64::new(
-                (sb.total_blocks - sb.data_block) * u64::from(default_reserved_percent()) / 100,
-            ),
             table,
             free_inodes: Mutex::new(free_inodes),
-            alloc,
+            space: Space::new(alloc, sb.total_blocks - sb.data_block),
             rename: Mutex::new(()),
             changes: Changes::default(),
             failed: Default::default(),
@@ -178,7 +175,7 @@ impl Store {
         let region = store.region.as_ref().expect("just mounted");
         let started = store
             .commits
-            .start_writeback(&store.alloc, region, &store.geo);
+            .start_writeback(store.space.allocator(), region, &store.geo);
         started.map_err(|e| {
             corrupt(Corruption::Invalid(format!(
                 "cannot start the page-media commit ring: {e}"
@@ -345,12 +342,12 @@ impl Store {
     fn write_checkpoint(&self) -> u64 {
         let mut want = 1;
         loop {
-            let Ok(got) = self.alloc.alloc(want as u64) else {
+            let Ok(got) = self.space.take(want as u64) else {
                 return 0;
             };
             let pages: Vec<u64> = got.iter().flat_map(|e| e.start..e.start + e.len).collect();
             let mut listed: Vec<(u64, u64)> = self
-                .alloc
+                .space
                 .free_extents()
                 .iter()
                 .map(|e| (e.start, e.len))
@@ -367,7 +364,7 @@ impl Store {
             let need = merged.len().div_ceil(CHECKPOINT_CAPACITY).max(1);
             if need > pages.len() {
                 for e in got {
-                    self.alloc.free(e);
+                    self.space.free(e);
                 }
                 want = need + 1;
                 continue;

@@ -364,7 +364,7 @@ impl Store {
             self.free_inodes.lock().give(ino);
             e
         };
-        let page = self.alloc.alloc(1).map_err(give_back)?[0];
+        let page = self.space.take(1).map_err(give_back)?[0];
         let t = now_ns();
         let attr = new_attr(&dir.attr, parent, mode, owner, what, t);
         let mut child = Inode::new(ino, attr);
@@ -390,7 +390,7 @@ impl Store {
             Made::Symlink(target) => match self.write_target(target, t, &mut child_entries) {
                 Ok(e) => e,
                 Err(err) => {
-                    self.alloc.free(page);
+                    self.space.free(page);
                     return Err(give_back(err));
                 }
             },
@@ -426,7 +426,9 @@ impl Store {
         t: i64,
         entries: &mut Vec<Entry>,
     ) -> Result<Vec<Extent>, Errno> {
-        let e = self.alloc_data((target.len() as u64).div_ceil(BLOCK))?;
+        let e = self
+            .space
+            .alloc_data((target.len() as u64).div_ceil(BLOCK))?;
         let mut pgoff = 0;
         for x in &e {
             let mut buf = vec![0u8; (x.len * BLOCK) as usize];
@@ -462,7 +464,7 @@ impl Store {
     ) -> Result<Attr, Errno> {
         let undo = |this: &Self| {
             for x in blocks {
-                this.alloc.free(*x);
+                this.space.free(*x);
             }
         };
         let ca = self
