@@ -30,10 +30,11 @@ use crate::pm::Pm;
 use writeback::Writer;
 
 /// The commit points of one mounted store: the undo journal, and on page media the commit
-/// ring with its background writer. Dropping it stops the writer (the ring stays on the
+/// ring with its background writer. It writes through the store's media boundary, passed to
+/// each call (the crash harness wraps that boundary in place, so nothing else may share it on
+/// cache-line media). Dropping it stops the writer (the ring stays on the
 /// disk for the next mount to replay); [`Commits::stop_writeback`] retires it cleanly.
 pub(crate) struct Commits {
-    pm: Arc<Pm>,
     /// Region offset of the journal block (the ring's anchor on page media).
     journal_at: u64,
     /// The journal's last sequence number; its lock makes transactions one at a time.
@@ -45,9 +46,8 @@ pub(crate) struct Commits {
 impl Commits {
     /// The commit points of a store with geometry `sb`, storing words in place (the page-media
     /// ring starts with [`Commits::start_writeback`]).
-    pub(crate) fn new(pm: Arc<Pm>, sb: &Superblock) -> Commits {
+    pub(crate) fn new(sb: &Superblock) -> Commits {
         Commits {
-            pm,
             journal_at: sb.journal_block * BLOCK,
             journal: Mutex::new(0),
             writer: None,
@@ -59,12 +59,13 @@ impl Commits {
     /// records. Nothing to do on other media.
     pub(crate) fn start_writeback(
         &mut self,
+        pm: &Arc<Pm>,
         alloc: &Arc<Allocator>,
         region: &Region,
         sb: &Superblock,
     ) -> Result<(), Errno> {
         if region.granularity() == Granularity::Page {
-            self.writer = Some(Writer::start(self.pm.clone(), alloc, region, sb)?);
+            self.writer = Some(Writer::start(pm.clone(), alloc, region, sb)?);
         }
         Ok(())
     }
@@ -86,53 +87,50 @@ impl Commits {
 
     /// Commits one word (a log's tail): after a fence that makes everything it names durable,
     /// one 8-byte store, fenced — or on page media one record.
-    pub(crate) fn commit_word(&self, off: u64, value: u64) {
-        self.pm.fence();
+    pub(crate) fn commit_word(&self, pm: &Pm, off: u64, value: u64) {
+        pm.fence();
         match &self.writer {
             Some(w) => w.commit(&[(off, value)]),
             None => {
-                self.pm.store_u64(off, value);
-                self.pm.fence();
+                pm.store_u64(off, value);
+                pm.fence();
             }
         }
     }
 
     /// Commits several words at once, all or none after a crash: through the undo journal, or
     /// on page media as one commit's records. At most [`JOURNAL_CAPACITY`] words.
-    pub(crate) fn commit_words(&self, words: &[(u64, u64)]) {
+    pub(crate) fn commit_words(&self, pm: &Pm, words: &[(u64, u64)]) {
         assert!(words.len() <= JOURNAL_CAPACITY);
         if let Some(w) = &self.writer {
             // Page media: the ring's records are the commit point, all or none.
-            self.pm.fence();
+            pm.fence();
             w.commit(words);
             return;
         }
         let mut seq = self.journal.lock();
         *seq += 1;
         let jb = self.journal_at;
-        let old: Vec<(u64, u64)> = words
-            .iter()
-            .map(|&(o, _)| (o, self.pm.load_u64(o)))
-            .collect();
+        let old: Vec<(u64, u64)> = words.iter().map(|&(o, _)| (o, pm.load_u64(o))).collect();
         // Every appended entry and page is durable before the journal makes them reachable.
-        self.pm.fence();
-        self.pm.write(jb, &encode_journal(*seq, &old));
-        self.pm.fence();
+        pm.fence();
+        pm.write(jb, &encode_journal(*seq, &old));
+        pm.fence();
         for &(o, v) in words {
-            self.pm.store_u64(o, v);
+            pm.store_u64(o, v);
         }
-        self.pm.fence();
-        self.pm.store_u64(jb, 0);
-        self.pm.fence();
+        pm.fence();
+        pm.store_u64(jb, 0);
+        pm.fence();
     }
 
     /// The word at `off` of the inode table as last committed (on page media the table lags
     /// behind the ring until a sync applies it).
-    pub(crate) fn load(&self, off: u64) -> u64 {
+    pub(crate) fn load(&self, pm: &Pm, off: u64) -> u64 {
         self.writer
             .as_ref()
             .and_then(|w| w.word(off))
-            .unwrap_or_else(|| self.pm.load_u64(off))
+            .unwrap_or_else(|| pm.load_u64(off))
     }
 
     /// Whether commits go through the page-media ring.

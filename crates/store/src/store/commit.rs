@@ -23,7 +23,7 @@ impl Store {
         freed: &mut Vec<u64>,
     ) {
         self.commits
-            .commit_word(self.slot_offset(inode.ino) + 8, a.tail);
+            .commit_word(&self.pm, self.slot_offset(inode.ino) + 8, a.tail);
         self.changes.bump(inode.ino);
         self.applied(inode, a, entries, freed);
     }
@@ -32,7 +32,7 @@ impl Store {
     /// change words of the inodes in `changed` (those whose visible state the words change:
     /// clients' caches of them must not outlive the commit).
     pub(super) fn commit_words(&self, words: &[(u64, u64)], changed: &[u64]) {
-        self.commits.commit_words(words);
+        self.commits.commit_words(&self.pm, words);
         for &ino in changed {
             self.changes.bump(ino);
         }

@@ -120,6 +120,6 @@ impl Store {
     /// The generation word of slot `ino`, which the caller has checked exists.
     pub(super) fn slot_generation(&self, ino: u64) -> u64 {
         self.commits
-            .load(self.slot_offset(ino) + SLOT_GENERATION_AT)
+            .load(&self.pm, self.slot_offset(ino) + SLOT_GENERATION_AT)
     }
 }

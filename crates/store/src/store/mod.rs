@@ -277,7 +277,10 @@ impl Store {
             let mut g = slot.write();
             if !loaded.load(Ordering::Acquire) {
                 let off = self.slot_offset(ino);
-                let (head, tail) = (self.commits.load(off), self.commits.load(off + 8));
+                let (head, tail) = (
+                    self.commits.load(&self.pm, off),
+                    self.commits.load(&self.pm, off + 8),
+                );
                 if head == 0 {
                     // A free slot.
                     loaded.store(true, Ordering::Release);

@@ -153,7 +153,7 @@ impl Store {
             .collect();
         let pm = Arc::new(pm);
         let mut store = Store {
-            commits: Commits::new(pm.clone(), &sb),
+            commits: Commits::new(&sb),
             pm,
             geo: sb,
             sb: Mutex::new(sb),
@@ -173,9 +173,10 @@ impl Store {
         // Page media: from here on the table changes only through the commit ring (the
         // orphans' release included).
         let region = store.region.as_ref().expect("just mounted");
-        let started = store
-            .commits
-            .start_writeback(store.space.allocator(), region, &store.geo);
+        let started =
+            store
+                .commits
+                .start_writeback(&store.pm, store.space.allocator(), region, &store.geo);
         started.map_err(|e| {
             corrupt(Corruption::Invalid(format!(
                 "cannot start the page-media commit ring: {e}"

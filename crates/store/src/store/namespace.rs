@@ -480,7 +480,10 @@ impl Store {
         };
         let (ino, head) = (child.ino, child.pages[0]);
         let (cs, ps) = (self.slot_offset(ino), self.slot_offset(dir.ino));
-        let generation = self.commits.load(cs + SLOT_GENERATION_AT).wrapping_add(1);
+        let generation = self
+            .commits
+            .load(&self.pm, cs + SLOT_GENERATION_AT)
+            .wrapping_add(1);
         self.commit_words(
             &[
                 (cs, head),
