@@ -139,7 +139,7 @@ impl Store {
         .map_err(Error::on(Op::Read, ino))
     }
 
-    /// The change words of this mount ([`crate::changes`]).
+    /// The change words of this mount ([`crate::Changes`]).
     pub fn changes(&self) -> &Changes {
         &self.changes
     }
@@ -155,7 +155,7 @@ impl Store {
     }
 
     /// The data area: its offset in the region and its length. Every file byte (and every
-    /// block a [`PreparedWrite`] reserves) lies inside it; nothing else does.
+    /// block a [`PreparedWrite`](crate::PreparedWrite) reserves) lies inside it; nothing else does.
     pub fn data_area(&self) -> (u64, u64) {
         let start = self.geo.data_block * BLOCK;
         (start, self.pm.len() - start)

@@ -2,7 +2,7 @@
 //! [`mount`] (format, mount, recovery's assembly, clean unmount), [`lock`] (inode locks and
 //! settling asynchronous writes), [`log`] (appending, applying and compacting logs),
 //! [`commit`] (which words a change commits, and the sync API), [`data`] (reads, truncate),
-//! [`write`] (the two-phase copy-on-write write), [`namespace`] (lookups, make, link,
+//! [`write`](mod@write) (the two-phase copy-on-write write), [`namespace`] (lookups, make, link,
 //! unlink), [`rename`] and [`lifetime`] (open handles, holds, freeing inodes).
 //!
 //! Two parts are types the store holds, their state private to them: [`Commits`] (how words
@@ -239,7 +239,7 @@ impl Store {
     }
 
     /// Runs `f` as an unprivileged caller: data allocations in it leave the reserved share
-    /// alone (ENOSPC once only the reserve is free; see [`crate::reserve`]).
+    /// alone (ENOSPC once only the reserved share is free).
     pub fn as_unprivileged<R>(&self, f: impl FnOnce() -> R) -> R {
         reserve::as_unprivileged(f)
     }
