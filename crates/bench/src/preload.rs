@@ -247,7 +247,11 @@ fn scratch(dir: &Path) -> anyhow::Result<(tempfile::TempDir, PathBuf, PathBuf)> 
 
 /// A store in a store file in `dir`, written through first, with room for fio's file of
 /// `file_size` and a copy of it; and the store file's length.
-fn new_store(cfg: &switchyard_mover::Config, dir: &Path, file_size: u64) -> anyhow::Result<(Arc<Store>, u64)> {
+fn new_store(
+    cfg: &switchyard_mover::Config,
+    dir: &Path,
+    file_size: u64,
+) -> anyhow::Result<(Arc<Store>, u64)> {
     let mover = Arc::new(Mover::start(cfg)?);
     let region_len = (2 * file_size + (256 << 20)).next_multiple_of(2 << 20);
     let region_path = dir.join("store.region");

@@ -208,8 +208,7 @@ pub fn fsck(a: &FsckArgs) -> anyhow::Result<()> {
     let region = a.at.region(switchyard_media::Persist::detect())?;
     let t0 = std::time::Instant::now();
     let release = || region.release_resident();
-    let present =
-        switchyard_store::recovery::Present::ranges(region.data_extents()).releasing(&release);
+    let present = switchyard_store::Present::ranges(region.data_extents()).releasing(&release);
     let r = {
         // SAFETY: the region is mapped for its whole length while `region` lives, and nothing
         // writes it meanwhile: this process holds its owner lock and only reads it here.
@@ -239,7 +238,7 @@ pub fn fsck(a: &FsckArgs) -> anyhow::Result<()> {
         "checked in {:.2} s, read {} of the store's {}",
         t0.elapsed().as_secs_f64(),
         size::show(r.read_bytes),
-        size::show(r.data_blocks * switchyard_store::format::BLOCK)
+        size::show(r.data_blocks * switchyard_store::BLOCK)
     );
     if !r.healthy() {
         bail!(
@@ -292,7 +291,7 @@ pub fn ls(a: &LsArgs) -> anyhow::Result<()> {
 }
 
 fn list(fs: &dyn Files, path: &str) -> anyhow::Result<()> {
-    use switchyard_store::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFSOCK};
+    use switchyard_store::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFSOCK};
     let attr = fs.stat(path).with_context(|| path.to_string())?;
     let entries = if attr.kind() == S_IFDIR {
         fs.readdir(path).with_context(|| path.to_string())?

@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use libc::{c_char, c_int, c_long};
 use parking_lot::Mutex;
-use switchyard_store::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG, S_IFSOCK};
-use switchyard_store::{Errno, Inodes};
+use switchyard_store::{
+    Errno, Inodes, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFREG, S_IFSOCK,
+};
 
 use crate::calls::{close_fd, open_store};
 use crate::state::{self, Open, DIRS, STATE};

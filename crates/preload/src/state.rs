@@ -47,7 +47,7 @@ impl Open {
 
     /// Whether it is a directory.
     pub fn is_dir(&self) -> bool {
-        self.kind == switchyard_store::format::S_IFDIR
+        self.kind == switchyard_store::S_IFDIR
     }
 }
 

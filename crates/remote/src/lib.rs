@@ -10,7 +10,7 @@
 //!   metadata requests ([`proto`]).
 //! - [`Client`]: paths, descriptors and errnos like the local `Fs`. It caches lookups,
 //!   attributes and extent maps; a read on a cached map is one-sided gets of the data blocks
-//!   followed by an 8-byte get of the file's change word ([`switchyard_store::changes`]): if
+//!   followed by an 8-byte get of the file's change word ([`switchyard_store::Changes`]): if
 //!   the word moved, the map is fetched again and the read repeated, so a racing reader
 //!   never returns bytes the file did not hold. A write reserves copy-on-write blocks by RPC
 //!   (the store's `prepare_write`), puts the bytes one-sided, flushes the endpoint (remote

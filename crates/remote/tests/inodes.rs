@@ -9,9 +9,9 @@ use proptest::prelude::*;
 use switchyard_media::{Persist, Region};
 use switchyard_mover::{Config, Mover};
 use switchyard_remote::Client;
-use switchyard_store::format::{ROOT, S_IFDIR, S_IFLNK, S_IFREG};
 use switchyard_store::{
-    Errno, Falloc, Files, Inodes, OpenFlags, Owner, Rename, SetAttr, Store, XattrMode,
+    Errno, Falloc, Files, Inodes, OpenFlags, Owner, Rename, SetAttr, Store, XattrMode, ROOT,
+    S_IFDIR, S_IFLNK, S_IFREG,
 };
 
 fn local() -> Store {

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use switchyard_remote::proto::{Reply, Request};
 use switchyard_remote::{Client, DataPath, Key};
-use switchyard_store::Files;
-use switchyard_store::{Errno, Fd, Fs, OpenFlags, Whence};
+use switchyard_store::{Errno, Fd, Files, Fs, OpenFlags, Whence};
 use switchyard_ucx::{Failures, Node};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
@@ -334,7 +333,7 @@ fn asynchronous_calls_keep_the_synchronous_semantics() {
 /// the kernel refuses it for its own locks. A try that does not wait is told `EAGAIN`.
 #[test]
 fn a_wait_for_a_lock_that_closes_a_cycle_of_clients_gets_edeadlk() {
-    use switchyard_store::{format::ROOT, Inodes, RecordLock};
+    use switchyard_store::{Inodes, RecordLock, ROOT};
     let srv = common::start(false);
     let a = Client::connect(srv.addr, &srv.key, true).unwrap();
     let b = Client::connect(srv.addr, &srv.key, true).unwrap();

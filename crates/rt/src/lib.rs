@@ -23,7 +23,7 @@
 //! engine with the batch ([`switchyard_engine::Probe::register`]) and the engine's worker wakes
 //! it when the batch finishes: no polling. One waiter per batch: a second registration falls
 //! back to asking to be polled again ([`wake_when_finished`]). The store's asynchronous API
-//! (`switchyard_store::aio`) is built on the same two calls.
+//! (`switchyard_store::ReadFuture`, `WriteFuture`) is built on the same two calls.
 //!
 //! No work stealing: tasks are `!Send` (they own per-core state and borrow buffers), and an
 //! executor's outstanding copies are checked by that executor alone. An application spreads

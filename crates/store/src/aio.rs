@@ -273,7 +273,7 @@ impl<'s, B: IoBuf> WriteFuture<'s, B> {
             order: match order {
                 // On page media a commit is a ring record the next sync makes durable, and
                 // only a finished copy is sure to be in what that sync writes back.
-                WriteOrder::Orderless if store.page_commit().is_some() => Order::Ordered,
+                WriteOrder::Orderless if store.on_page_media() => Order::Ordered,
                 WriteOrder::Orderless => Order::Orderless,
                 WriteOrder::Ordered => Order::Ordered,
             },

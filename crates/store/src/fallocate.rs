@@ -217,7 +217,7 @@ impl Store {
         let mut fresh: Vec<Extent> = Vec::new();
         let give_back = |this: &Self, fresh: &[Extent]| {
             for e in fresh {
-                this.alloc.free(*e);
+                this.space.free(*e);
             }
         };
         if from < to {
@@ -241,7 +241,7 @@ impl Store {
                 let Some(&old) = pages.get(&pg) else {
                     continue; // a hole already reads as zeros
                 };
-                let e = match self.alloc_data(1) {
+                let e = match self.space.alloc_data(1) {
                     Ok(e) => e[0],
                     Err(err) => {
                         give_back(self, &fresh);

@@ -1,6 +1,6 @@
 //! `fsck`: every invariant of an image, checked without changing it.
 //!
-//! The scan ([`crate::recovery::scan`]) already verifies checksums, chains, bounds, entry
+//! The scan (recovery's `scan_present`) already verifies checksums, chains, bounds, entry
 //! types, block ownership, link counts and reachability. `fsck` adds the superblock replica
 //! and reports what a mount would repair by itself (an interrupted transaction to undo,
 //! orphans to free), and checks a clean unmount's free-space checkpoint against the logs

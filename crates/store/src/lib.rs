@@ -13,44 +13,51 @@
 //!
 //! - [`Store`]: the inode-level API (what FUSE and the async layer use);
 //! - [`Fs`]: paths and file descriptors on top (the POSIX file model);
-//! - [`recovery::scan`] and [`fsck`]: reading an image back and checking every invariant;
+//! - [`fsck`]: reading an image back (recovery's scan) and checking every invariant;
 //! - `crash` (feature `testing`): the crash-state harness, with the faults it must catch.
 
 #![warn(missing_docs)]
 pub mod acl;
-pub mod aio;
-pub mod alloc;
-pub mod changes;
-pub mod config;
+mod aio;
+mod alloc;
+mod changes;
+mod commits;
+mod config;
 #[cfg(feature = "testing")]
 pub mod crash;
-pub mod error;
-pub mod fallocate;
-pub mod files;
+mod error;
+mod fallocate;
+mod files;
 pub mod format;
-pub mod fs;
+mod fs;
 pub mod fsck;
 mod inflight;
-pub mod inode;
-pub mod inodes;
+mod inode;
+mod inodes;
 mod pm;
-pub mod recovery;
-pub mod reserve;
+mod recovery;
+mod reserve;
 mod store;
 mod sync;
 mod table;
-pub mod xattr;
+mod xattr;
 
 pub use aio::{IoBuf, ReadFuture, WriteFuture, WriteOrder};
+pub use alloc::Grace;
+pub use changes::Changes;
+pub use commits::SyncPolicy;
 pub use config::{StoreConfig, SyncMode};
 pub use error::{Corruption, Errno, Error, MountError, Object, Op};
 pub use fallocate::Falloc;
 pub use files::Files;
-pub use format::Attr;
-pub use fs::{Fd, Fs, OpenFlags, Whence};
+pub use format::{
+    Attr, BLOCK, ROOT, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFREG, S_IFSOCK,
+};
+pub use fs::{components, Fd, Fs, OpenFlags, Whence};
 pub use inodes::{Inodes, RecordLock, Rename, Stat};
+pub use recovery::{Present, RELEASE_EVERY};
 pub use store::{
-    DirEntry, Extents, Owner, PreparedWrite, Run, Seek, SetAttr, StatFs, Store, SyncPolicy, Target,
+    DirEntry, Extents, Owner, PreparedWrite, Run, Seek, SetAttr, StatFs, Store, Target,
     MAX_FILE_SIZE,
 };
 pub use xattr::XattrMode;

@@ -50,7 +50,7 @@ impl Store {
     /// Sets extended attribute `name` of `ino` to `value`. Errors: `EOPNOTSUPP` for a
     /// namespace the store does not keep, `ERANGE` for a name longer than 255 bytes, `E2BIG`
     /// for a value over [`XATTR_VALUE_MAX`], `ENOSPC` when the inode's attributes would pass
-    /// [`XATTR_TOTAL_MAX`], `EEXIST`/`ENODATA` as `mode` says.
+    /// `XATTR_TOTAL_MAX` (64 KiB), `EEXIST`/`ENODATA` as `mode` says.
     pub fn setxattr(
         &self,
         ino: u64,

@@ -1098,7 +1098,7 @@ proptest! {
         let path = dir.path().join("r");
         write_sparse(&path, &img);
         let region = Region::open(&path, 0, Persist::detect()).unwrap();
-        let present = switchyard_store::recovery::Present::ranges(region.data_extents());
+        let present = switchyard_store::Present::ranges(region.data_extents());
         // SAFETY: the region is mapped for its length while it lives, and nothing writes it.
         let mapped = unsafe { std::slice::from_raw_parts(region.as_ptr(), region.len()) };
         let sparse = switchyard_store::fsck::check_present(mapped, &present);
@@ -1114,7 +1114,7 @@ proptest! {
 
 #[test]
 fn fsck_that_drops_its_resident_pages_still_reads_every_log() {
-    use switchyard_store::recovery::{Present, RELEASE_EVERY};
+    use switchyard_store::{Present, RELEASE_EVERY};
     let dir = tempfile::tempdir().unwrap();
     // Each file is a log page and a data block.
     let n = (RELEASE_EVERY / 4096) as usize + 500;

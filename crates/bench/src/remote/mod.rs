@@ -266,7 +266,7 @@ fn measure(
     stop: &Arc<AtomicBool>,
 ) -> anyhow::Result<()> {
     let [(one, fd), (rpc, rfd), (pull, pfd)] = clients(addr, key, file)?;
-    let ino = store.lookup(switchyard_store::format::ROOT, b"data")?.0;
+    let ino = store.lookup(switchyard_store::ROOT, b"data")?.0;
     let raw = Raw::start(file, stop.clone())?;
     // The serving thread of each path: the raw buffer's, or the store's server.
     let server_cpu = |path: &str| {

@@ -3,8 +3,8 @@
 
 use std::ffi::{c_char, c_void};
 
-use switchyard_store::format::{S_IFDIR, S_IFLNK};
 use switchyard_store::{Errno, Fd, Files, OpenFlags, Whence};
+use switchyard_store::{S_IFDIR, S_IFLNK};
 
 use super::{
     bad_fd_first, buffer, buffer_mut, descriptor, offset, put, store, sy_attr, sy_space, sy_store,

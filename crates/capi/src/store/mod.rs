@@ -14,7 +14,7 @@ use parking_lot::{MappedRwLockReadGuard, Mutex};
 use switchyard_media::{MediaError, Region, MIN_REGION};
 use switchyard_mover::Mover;
 use switchyard_remote::{Client, Key};
-use switchyard_store::format::Attr;
+use switchyard_store::Attr;
 use switchyard_store::{DirEntry, Errno, Fd, Files, Fs, MountError, Owner, Store, SyncPolicy};
 
 use crate::error::{status, text, Failure};
@@ -237,9 +237,10 @@ pub unsafe extern "C" fn sy_store_open(
     status(|| {
         // SAFETY: the caller's promises, forwarded.
         let (path, cfg) = unsafe { local(store_path, config_path, out) }?;
-        let mover = Mover::start(&cfg.mover).map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
-        let region =
-            Region::open(path, MIN_REGION, cfg.mover.persist()).map_err(|e| mount_failure(e.into()))?;
+        let mover =
+            Mover::start(&cfg.mover).map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
+        let region = Region::open(path, MIN_REGION, cfg.mover.persist())
+            .map_err(|e| mount_failure(e.into()))?;
         let store = Store::mount(region, Arc::new(mover)).map_err(mount_failure)?;
         store
             .set_sync_policy(sync_policy(&cfg.store))
@@ -267,7 +268,8 @@ pub unsafe extern "C" fn sy_store_create(
         if std::path::Path::new(path).exists() {
             return Err(Failure::new(libc::EEXIST, format!("{path} exists")));
         }
-        let mover = Mover::start(&cfg.mover).map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
+        let mover =
+            Mover::start(&cfg.mover).map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
         let region = Region::create(path, size, cfg.mover.persist())
             .map_err(|e| Failure::new(libc::EINVAL, e.to_string()))?;
         let store =

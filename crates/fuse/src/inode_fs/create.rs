@@ -3,8 +3,7 @@
 //! open(2) checks it.
 
 use fuser::Request;
-use switchyard_store::format::{S_IFDIR, S_IFREG};
-use switchyard_store::{Errno, Inodes, SetAttr, Stat};
+use switchyard_store::{Errno, Inodes, SetAttr, Stat, S_IFDIR, S_IFREG};
 
 use super::kernel::owner;
 use super::InodeFs;

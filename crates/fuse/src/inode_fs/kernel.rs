@@ -4,8 +4,9 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileHandle, FileType, INodeNo, ReplyEmpty, ReplyXattr, Request};
-use switchyard_store::format::{S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFSOCK};
-use switchyard_store::{Errno, Owner, Stat};
+use switchyard_store::{
+    Errno, Owner, Stat, S_IFBLK, S_IFCHR, S_IFDIR, S_IFIFO, S_IFLNK, S_IFMT, S_IFSOCK,
+};
 
 use super::FH_APPEND;
 use crate::time;

@@ -16,9 +16,9 @@ use fuser::{
 };
 use parking_lot::Mutex;
 use switchyard_mover::qos::{self, Classes};
-use switchyard_store::format::{S_IFDIR, S_IFLNK, S_IFMT};
 use switchyard_store::{
-    Errno, Falloc, Inodes, Owner, RecordLock, Rename, Seek, SetAttr, Stat, XattrMode,
+    Errno, Falloc, Inodes, Owner, RecordLock, Rename, Seek, SetAttr, Stat, XattrMode, S_IFDIR,
+    S_IFLNK, S_IFMT,
 };
 
 use crate::{configure, open_flags, FuseConfig, Replies};

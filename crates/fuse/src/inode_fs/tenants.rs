@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use fuser::FileHandle;
 use parking_lot::Mutex;
 use switchyard_mover::qos::Classes;
-use switchyard_store::format::ROOT;
+use switchyard_store::ROOT;
 
 /// Bits of a file handle that hold its tenant.
 const FH_TENANT: u64 = 0xffff;

@@ -4,8 +4,7 @@
 use std::ffi::CString;
 
 use libc::{c_char, c_int, size_t};
-use switchyard_store::format::S_IFDIR;
-use switchyard_store::Errno;
+use switchyard_store::{Errno, S_IFDIR};
 
 use crate::route::{self, Route, CWD_VAR};
 use crate::state::{self, STATE};

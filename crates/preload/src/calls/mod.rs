@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicI32, AtomicU64};
 use std::sync::Arc;
 
 use libc::{c_char, c_int, mode_t};
-use switchyard_store::format::{S_IFDIR, S_IFLNK};
-use switchyard_store::{Errno, Inodes, OpenFlags};
+use switchyard_store::{Errno, Inodes, OpenFlags, S_IFDIR, S_IFLNK};
 
 use crate::offset::Offset;
 use crate::state::{self, Open, Slot};

@@ -4,8 +4,7 @@
 use std::ffi::CStr;
 
 use libc::{c_char, c_int, mode_t, size_t, ssize_t};
-use switchyard_store::format::S_IFDIR;
-use switchyard_store::{Errno, Files, Inodes, Rename};
+use switchyard_store::{Errno, Files, Inodes, Rename, S_IFDIR};
 
 use super::by_path;
 use crate::route::{self, Route};

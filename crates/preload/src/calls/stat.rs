@@ -3,8 +3,7 @@
 
 use libc::{c_char, c_int};
 use switchyard_store::acl::{self, Acl};
-use switchyard_store::format::S_IFDIR;
-use switchyard_store::{Errno, Inodes, Stat};
+use switchyard_store::{Errno, Inodes, Stat, S_IFDIR};
 
 use super::{by_fd, by_path};
 use crate::{conn, real, state};

@@ -3,10 +3,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use switchyard_store::changes::Changes;
-use switchyard_store::format::{ROOT, S_IFDIR, S_IFLNK, S_IFREG};
-use switchyard_store::fs::components;
-use switchyard_store::{Attr, DirEntry, Errno, Fd, OpenFlags, Owner, SetAttr, Stat, StatFs};
+use switchyard_store::{
+    components, Attr, Changes, DirEntry, Errno, Fd, OpenFlags, Owner, SetAttr, Stat, StatFs, ROOT,
+    S_IFDIR, S_IFLNK, S_IFREG,
+};
 
 use super::wait::wait_with;
 use super::{errno, size_only, DataPath, Inner, Open, SYMLOOP_MAX, WORD_LINE};

@@ -10,10 +10,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use switchyard_store::format::{S_IFDIR, S_IFLNK};
 use switchyard_store::{
     Attr, DirEntry, Errno, Extents, Fd, Files, OpenFlags, Owner, Rename, SetAttr, Stat, StatFs,
-    Whence,
+    Whence, S_IFDIR, S_IFLNK,
 };
 use switchyard_ucx::{Endpoint, Failures, Node, RKey};
 

@@ -3,7 +3,7 @@
 //! the server's memory and check the file's change word afterwards; writes reserve blocks,
 //! put the data into them and commit.
 
-use switchyard_store::format::S_IFDIR;
+use switchyard_store::S_IFDIR;
 use switchyard_store::{Errno, Extents};
 
 use super::pull::PULL_FROM;

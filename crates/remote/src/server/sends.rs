@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use switchyard_store::alloc::Grace;
+use switchyard_store::Grace;
 use switchyard_ucx::{Error as UcxError, Node, Sending};
 
 use super::{Server, COPIED_PIECE};

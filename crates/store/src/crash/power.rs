@@ -28,9 +28,10 @@ use switchyard_media::{Granularity, Persist, Region};
 use super::ops::{apply, setup};
 use super::oracle::{state, State};
 use super::{all_ops, cpu_mover, mover, Op, Options, Report, REGION};
+use crate::commits::SyncPolicy;
 use crate::fs::{Fs, OpenFlags};
 use crate::fsck;
-use crate::store::{Owner, Store, SyncPolicy};
+use crate::store::{Owner, Store};
 
 /// Page size of the modelled disk.
 const PAGE: usize = 4096;

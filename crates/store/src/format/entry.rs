@@ -1,7 +1,11 @@
 //! Log entries: the inode attributes, the engine copy an orderless write names, and every
 //! entry kind with its encoding.
 
-use super::*;
+use super::{
+    le32, le64, KIND_ATTR, KIND_DIR_ADD, KIND_DIR_REMOVE, KIND_PUNCH, KIND_WRITE, KIND_WRITE_SEQ,
+    KIND_XATTR_REMOVE, KIND_XATTR_SET, S_IFBLK, S_IFCHR, S_IFMT, XATTR_VALUE_MAX,
+};
+use crate::error::Corruption;
 
 /// Inode attributes, as recorded by an Attr entry (and updated by Write entries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

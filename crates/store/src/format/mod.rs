@@ -71,8 +71,6 @@
 //! durable with its count and checksum (the commit point), stores the new words, makes them
 //! durable, and clears the count. Recovery undoes a journal whose count and checksum are valid.
 
-use crate::error::Corruption;
-
 /// Block size in bytes.
 pub const BLOCK: u64 = 4096;
 /// Format version this build writes.
@@ -187,6 +185,7 @@ pub use superblock::Superblock;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Corruption;
     use proptest::prelude::*;
 
     #[test]

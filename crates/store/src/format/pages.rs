@@ -1,6 +1,10 @@
 //! Log page headers, free-space checkpoint pages and the undo journal.
 
-use super::*;
+use super::{
+    le32, le64, BLOCK, CHECKPOINT_CAPACITY, CHECKPOINT_EXTENTS_AT, CHECKPOINT_MAGIC,
+    JOURNAL_CAPACITY, JOURNAL_ENTRIES_AT, JOURNAL_MAGIC, LOG_MAGIC,
+};
+use crate::error::Corruption;
 
 /// A log page header for inode `ino`.
 pub fn log_page_header(ino: u64) -> [u8; 64] {

@@ -24,7 +24,9 @@
 //!  24 crc32c u32 of nonce ++ bytes 0..24 ++ flags, 28 flags u32 (bit 0: last of its commit)
 //! ```
 
-use super::*;
+use super::superblock::Superblock;
+use super::{le32, le64, BLOCK};
+use crate::error::Corruption;
 
 /// Anchor magic (low half of word 0 of the journal block).
 pub const ANCHOR_MAGIC: u32 = u32::from_le_bytes(*b"SPGA");

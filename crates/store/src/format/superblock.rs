@@ -1,6 +1,7 @@
 //! The superblock: the store's geometry, version, clean flag and mount count, in two copies.
 
-use super::*;
+use super::{le32, le64, BLOCK, OLDEST_VERSION, SB_CRC_AT, SB_MAGIC, SLOT, VERSION};
+use crate::error::Corruption;
 
 /// The geometry a superblock describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -184,14 +184,9 @@ pub fn superblock(image: &[u8]) -> Result<(Superblock, bool), Corruption> {
     }
 }
 
-/// Scans `image` (the whole region). Fails only when there is no usable superblock; every
-/// other problem is listed in [`Scan::problems`].
-pub fn scan(image: &[u8]) -> Result<Scan, Corruption> {
-    scan_present(image, &Present::all(image.len() as u64))
-}
-
-/// [`scan`], reading the inode table only where `present` says the image may hold data
-/// (elsewhere it reads as zeros: free slots).
+/// Scans `image` (the whole region), reading the inode table only where `present` says the
+/// image may hold data (elsewhere it reads as zeros: free slots). Fails only when there is no
+/// usable superblock; every other problem is listed in [`Scan::problems`].
 pub fn scan_present(image: &[u8], present: &Present<'_>) -> Result<Scan, Corruption> {
     scan_present_as(image, present, None)
 }

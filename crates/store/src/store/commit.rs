@@ -1,8 +1,17 @@
-//! The commit points: an 8-byte tail store for one inode, the undo journal for several; on
-//! page media, records in the commit ring for both ([`super::writeback`]). Every change a
-//! reader can see becomes durable here and nowhere else.
+//! The store's side of its commit points: which words a change commits and whose change words
+//! move with them, and the durability API (`sync`, `fsync`, the sync policy). How the words
+//! commit — the tail store, the undo journal, the page-media ring — is [`crate::commits`].
 
-use super::*;
+use std::collections::BTreeMap;
+
+use switchyard_media::Granularity;
+
+use super::log::Appended;
+use super::{Guard, Store};
+use crate::commits::SyncPolicy;
+use crate::error::{Errno, Error, Op};
+use crate::format::{Entry, ROOT};
+use crate::inode::Inode;
 
 impl Store {
     /// Commits appended entries of one inode: the 8-byte tail store is the commit point.
@@ -13,15 +22,8 @@ impl Store {
         entries: &[Entry],
         freed: &mut Vec<u64>,
     ) {
-        self.pm.fence();
-        let tail = (self.slot_offset(inode.ino) + 8, a.tail);
-        match self.page_commit() {
-            Some(ring) => ring.commit(&[tail]),
-            None => {
-                self.pm.store_u64(tail.0, tail.1);
-                self.pm.fence();
-            }
-        }
+        self.commits
+            .commit_word(&self.pm, self.slot_offset(inode.ino) + 8, a.tail);
         self.changes.bump(inode.ino);
         self.applied(inode, a, entries, freed);
     }
@@ -30,41 +32,12 @@ impl Store {
     /// change words of the inodes in `changed` (those whose visible state the words change:
     /// clients' caches of them must not outlive the commit).
     pub(super) fn commit_words(&self, words: &[(u64, u64)], changed: &[u64]) {
-        assert!(words.len() <= JOURNAL_CAPACITY);
-        if let Some(ring) = self.page_commit() {
-            // Page media: the ring's records are the commit point, all or none.
-            self.pm.fence();
-            ring.commit(words);
-            for &ino in changed {
-                self.changes.bump(ino);
-            }
-            return;
-        }
-        let mut seq = self.journal.lock();
-        *seq += 1;
-        let jb = self.geo.journal_block * BLOCK;
-        let old: Vec<(u64, u64)> = words
-            .iter()
-            .map(|&(o, _)| (o, self.pm.load_u64(o)))
-            .collect();
-        // Every appended entry and page is durable before the journal makes them reachable.
-        self.pm.fence();
-        self.pm.write(jb, &encode_journal(*seq, &old));
-        self.pm.fence();
-        for &(o, v) in words {
-            self.pm.store_u64(o, v);
-        }
-        self.pm.fence();
-        self.pm.store_u64(jb, 0);
-        self.pm.fence();
-        drop(seq);
+        self.commits.commit_words(&self.pm, words);
         for &ino in changed {
             self.changes.bump(ino);
         }
     }
 
-    /// Frees data blocks `inode` no longer maps, or parks them until its asynchronous reads in
-    /// flight finish.
     /// Appends `entries` to `inode`'s log and commits them (one inode's change), then gives
     /// back the blocks they unmapped and compacts the log if it is due.
     pub(crate) fn commit_change(&self, inode: &mut Inode, entries: &[Entry]) -> Result<(), Errno> {
@@ -115,5 +88,62 @@ impl Store {
             self.applied(inode, a, &changes[&i], &mut freed);
         }
         Ok(freed)
+    }
+
+    /// What survives a power cut on this store's medium, and what makes an operation
+    /// survive it.
+    pub fn granularity(&self) -> Granularity {
+        self.region().granularity()
+    }
+
+    /// When this store writes what returned to its disk (page media; see [`SyncPolicy`]).
+    pub fn sync_policy(&self) -> SyncPolicy {
+        self.commits.policy()
+    }
+
+    /// Sets when this store writes what returned to its disk. Switching to
+    /// [`SyncPolicy::Always`] syncs at once.
+    pub fn set_sync_policy(&self, policy: SyncPolicy) -> Result<(), Error> {
+        self.commits
+            .set_policy(policy)
+            .map_err(Error::on(Op::Fsync, ROOT))
+    }
+
+    /// Injects the ordering bug the page-media crash mode must catch: each sync writes its
+    /// anchor before it writes the region back.
+    #[cfg(feature = "testing")]
+    pub fn inject_anchor_first(&self) {
+        self.commits.inject_anchor_first();
+    }
+
+    /// Syncs completed since mount (page media; 0 elsewhere).
+    pub fn syncs(&self) -> u64 {
+        self.commits.syncs()
+    }
+
+    /// Makes every operation that returned before the call durable on the medium (`syncfs`):
+    /// on page media a sync (`msync`, then the ring's anchor); elsewhere nothing is needed.
+    /// `EIO` if the disk refused a write (the store then refuses further syncs: what it holds
+    /// on the disk is no longer known).
+    pub fn sync(&self) -> Result<(), Error> {
+        self.commits.sync().map_err(Error::on(Op::Fsync, ROOT))
+    }
+
+    /// Waits for `ino`'s asynchronous write, if one is still copying, then makes every
+    /// operation that returned durable on the medium, as [`Store::sync`]: the file's data,
+    /// its attributes and the directory entries that name it among them.
+    pub fn fsync(&self, ino: u64) -> Result<(), Error> {
+        (|| -> Result<(), Errno> {
+            let g = self.lock(ino)?;
+            g.as_ref().map(|_| ()).ok_or(Errno::ENOENT)
+        })()
+        .map_err(Error::on(Op::Fsync, ino))?;
+        self.commits.sync().map_err(Error::on(Op::Fsync, ino))
+    }
+
+    /// Whether commits go through the page-media ring (which the asynchronous API's
+    /// orderless writes cannot use).
+    pub(crate) fn on_page_media(&self) -> bool {
+        self.commits.on_page_media()
     }
 }

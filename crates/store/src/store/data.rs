@@ -1,8 +1,16 @@
 //! File data: reads through the mover, and attribute changes that touch data (truncate).
 //! Writes are in [`super::write`].
 
-use super::*;
+use std::collections::BTreeMap;
+
+use switchyard_mover::Hints;
+
+use super::{now_ns, SetAttr, Store, MAX_FILE_SIZE};
 use crate::acl::{self, Acl};
+use crate::error::{Errno, Error, Op};
+use crate::format::{is_special, Attr, Entry, BLOCK, S_IFLNK, S_IFMT};
+use crate::inode::{Content, Inode};
+use crate::pm::Held;
 
 /// Splits the `n` bytes of a file at `off` into runs, each either mapped to contiguous blocks
 /// (one mover request; `f` gets the region offset) or a hole (`None`); `f` also gets the run's
@@ -157,7 +165,7 @@ impl Store {
                 }
                 if size < attr.size && size % BLOCK != 0 {
                     if let Some(&ob) = pages.get(&(size / BLOCK)) {
-                        let e = self.alloc.alloc(1)?[0];
+                        let e = self.space.take(1)?[0];
                         let mut page = [0u8; BLOCK as usize];
                         let keep = (size % BLOCK) as usize;
                         page[..keep].copy_from_slice(&self.pm.bytes(ob * BLOCK, BLOCK)[..keep]);
@@ -210,7 +218,7 @@ impl Store {
                 Ok(a) => a,
                 Err(e) => {
                     if let Some(x) = extent {
-                        self.alloc.free(x);
+                        self.space.free(x);
                     }
                     return Err(e);
                 }

@@ -3,7 +3,10 @@
 //! ([`crate::changes`]), and where the data area is.
 
 use super::data::for_each_run;
-use super::*;
+use super::Store;
+use crate::changes::Changes;
+use crate::error::{Errno, Error, Op};
+use crate::format::{Attr, BLOCK};
 
 /// Where a file's bytes lie: its attributes, the change word read with them, and the runs of
 /// a range.
@@ -136,7 +139,7 @@ impl Store {
         .map_err(Error::on(Op::Read, ino))
     }
 
-    /// The change words of this mount ([`crate::changes`]).
+    /// The change words of this mount ([`crate::Changes`]).
     pub fn changes(&self) -> &Changes {
         &self.changes
     }
@@ -148,11 +151,11 @@ impl Store {
     /// that check until the grace ends (data is copy-on-write, and the word is bumped before
     /// any block the file gives up is freed).
     pub fn grace(&self) -> crate::alloc::Grace<'_> {
-        self.alloc.grace()
+        self.space.grace()
     }
 
     /// The data area: its offset in the region and its length. Every file byte (and every
-    /// block a [`PreparedWrite`] reserves) lies inside it; nothing else does.
+    /// block a [`PreparedWrite`](crate::PreparedWrite) reserves) lies inside it; nothing else does.
     pub fn data_area(&self) -> (u64, u64) {
         let start = self.geo.data_block * BLOCK;
         (start, self.pm.len() - start)

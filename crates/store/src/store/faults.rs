@@ -3,7 +3,10 @@
 //! `false`, so the product's paths hold no test hook. Media faults (a missing flush) are not
 //! here: they live behind the media boundary (`pm::Faulty`).
 
-use super::*;
+#[cfg(feature = "testing")]
+use std::sync::atomic::Ordering;
+
+use super::Store;
 
 /// The faults injected into one store.
 #[cfg(feature = "testing")]

@@ -1,7 +1,12 @@
 //! Inode lifetimes: open handles, the kernel's lookup holds, generations, and freeing an
 //! inode once its last link, handle and hold are gone.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use super::{Guard, Store};
+use crate::error::{Errno, Error, Op};
+use crate::format::{Attr, SLOT_GENERATION_AT};
+use crate::inode::{Content, Inode};
 
 impl Store {
     /// Frees an inode with no links left: its slot, log pages and data blocks.
@@ -114,6 +119,7 @@ impl Store {
 
     /// The generation word of slot `ino`, which the caller has checked exists.
     pub(super) fn slot_generation(&self, ino: u64) -> u64 {
-        self.load_word(self.slot_offset(ino) + SLOT_GENERATION_AT)
+        self.commits
+            .load(&self.pm, self.slot_offset(ino) + SLOT_GENERATION_AT)
     }
 }

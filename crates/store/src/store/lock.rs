@@ -1,7 +1,13 @@
 //! Inode locks: one per slot, taken in ascending order for multi-inode operations, and the
 //! settling of asynchronous writes a lock finds unfinished (two-level locking).
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::{Guard, Store};
+use crate::error::Errno;
+use crate::inflight::{gate, Completions, PendingWrite};
+use crate::inode::{Content, Inode};
 
 /// The inode `name` names in directory `dir`, which `locks` holds locked (ENOTDIR if it is
 /// not a directory): how a multi-inode operation checks, once it holds its locks, that the

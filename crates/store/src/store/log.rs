@@ -1,7 +1,12 @@
 //! Per-inode logs: appending entries past the tail, applying committed ones to the DRAM
 //! index, compaction, and giving blocks back.
 
-use super::*;
+use super::Store;
+use crate::alloc::Extent;
+use crate::error::Errno;
+use crate::format::{log_page_header, Entry, BLOCK, LOG_ENTRIES_AT, LOG_NEXT_AT};
+use crate::inode::Inode;
+use crate::pm::Held;
 
 /// Where appended entries went before their commit.
 pub(crate) struct Appended {
@@ -28,11 +33,11 @@ impl Store {
                 if used < BLOCK {
                     self.pm.write(pos, &[0u8; 8]);
                 }
-                let page = match self.alloc.alloc(1) {
+                let page = match self.space.take(1) {
                     Ok(x) => x[0].start,
                     Err(e) => {
                         for p in new_pages {
-                            self.alloc.free(Extent { start: p, len: 1 });
+                            self.space.free(Extent { start: p, len: 1 });
                         }
                         return Err(e);
                     }
@@ -74,7 +79,7 @@ impl Store {
         }
         if let [b] = blocks {
             // The common case (one overwritten page): no sorting buffer.
-            self.alloc.free(Extent { start: *b, len: 1 });
+            self.space.free(Extent { start: *b, len: 1 });
             return;
         }
         let mut sorted = blocks.to_vec();
@@ -85,7 +90,7 @@ impl Store {
             while j < sorted.len() && sorted[j] == sorted[j - 1] + 1 {
                 j += 1;
             }
-            self.alloc.free(Extent {
+            self.space.free(Extent {
                 start: sorted[i],
                 len: (j - i) as u64,
             });
@@ -105,7 +110,7 @@ impl Store {
             return;
         }
         let entries = inode.snapshot();
-        let Ok(first) = self.alloc.alloc(1) else {
+        let Ok(first) = self.space.take(1) else {
             return;
         };
         let head = first[0].start;
@@ -117,7 +122,7 @@ impl Store {
             ..Inode::new(inode.ino, inode.attr)
         };
         let Ok(a) = self.append_log(&fresh, &entries) else {
-            self.alloc.free(first[0]);
+            self.space.free(first[0]);
             return;
         };
         let slot = self.slot_offset(inode.ino);
@@ -134,7 +139,7 @@ impl Store {
     /// Gives back the log pages an append allocated for an operation that will not commit.
     pub(super) fn discard(&self, a: Appended) {
         for pg in a.new_pages {
-            self.alloc.free(Extent { start: pg, len: 1 });
+            self.space.free(Extent { start: pg, len: 1 });
         }
     }
 

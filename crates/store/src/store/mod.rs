@@ -1,10 +1,13 @@
 //! The store: the `Store` type, its accessors and its parts, one module per responsibility:
 //! [`mount`] (format, mount, recovery's assembly, clean unmount), [`lock`] (inode locks and
 //! settling asynchronous writes), [`log`] (appending, applying and compacting logs),
-//! [`commit`] (the commit points, alone), [`data`] (reads, truncate), [`write`] (the
-//! two-phase copy-on-write write),
-//! [`namespace`] (lookups, make, link, unlink), [`rename`] and [`lifetime`] (open handles,
-//! holds, freeing inodes).
+//! [`commit`] (which words a change commits, and the sync API), [`data`] (reads, truncate),
+//! [`write`](mod@write) (the two-phase copy-on-write write), [`namespace`] (lookups, make, link,
+//! unlink), [`rename`] and [`lifetime`] (open handles, holds, freeing inodes).
+//!
+//! Two parts are types the store holds, their state private to them: [`Commits`] (how words
+//! commit and become durable: the tail store, the undo journal, the page-media ring and its
+//! writer) and [`Space`] (the data zone's blocks: the allocator and its reserves).
 //!
 //! Locking: one `RwLock` per inode slot (readers of a file share it, a writer holds it alone);
 //! operations over several inodes take their locks in ascending inode order and then the
@@ -28,42 +31,28 @@ mod mount;
 mod namespace;
 mod rename;
 mod write;
-mod writeback;
 
 pub(crate) use data::for_each_run;
 pub use extents::{Extents, Run, Seek};
-use lock::named;
-pub(crate) use log::Appended;
 pub use write::{PreparedWrite, Target};
-pub use writeback::SyncPolicy;
-use writeback::Writer;
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Mutex, RwLockWriteGuard};
 use switchyard_engine::DurableRecord;
 use switchyard_media::Region;
-use switchyard_mover::{Direction, Hints, Mover};
+use switchyard_mover::Mover;
 
-use crate::alloc::{Allocator, Extent};
 use crate::changes::Changes;
-use crate::error::{Corruption, Errno, Error, MountError, Op};
-use crate::format::{
-    decode_journal, encode_checkpoint_page, encode_journal, is_special, log_page_header, Attr,
-    Entry, Seq, Superblock, BLOCK, CHECKPOINT_CAPACITY, JOURNAL_CAPACITY, LOG_ENTRIES_AT,
-    LOG_NEXT_AT, NAME_MAX, RECORD_CHANNELS, ROOT, SLOT_GENERATION_AT, S_IFBLK, S_IFCHR, S_IFDIR,
-    S_IFLNK, S_IFMT, S_IFREG,
-};
-use crate::inflight::{gate, Completions, Part, PendingWrite};
-use crate::inode::{Content, Inode};
-use crate::pm::{Held, Pm};
-use crate::recovery::{
-    load_inode, read_checkpoint, scan_present, superblock, BlockMap, Present, Scan,
-};
-use crate::reserve::default_reserved_percent;
+use crate::commits::Commits;
+use crate::error::Errno;
+use crate::format::{Seq, Superblock, BLOCK, NAME_MAX, ROOT, S_IFDIR, S_IFMT};
+use crate::inode::Inode;
+use crate::pm::Pm;
+use crate::recovery::load_inode;
+use crate::reserve::{self, Space};
 use crate::table::{FreeInodes, Slot, Table};
 #[cfg(feature = "testing")]
 use faults::Faults;
@@ -171,15 +160,13 @@ pub struct Store {
     sb: Mutex<Superblock>,
     mover: Arc<Mover>,
     /// The durable completion record of each engine channel (those below
-    /// [`RECORD_CHANNELS`]), in the region's completion block.
+    /// [`RECORD_CHANNELS`](crate::format::RECORD_CHANNELS)), in the region's completion block.
     records: Box<[DurableRecord]>,
     /// Every inode slot, allocated in chunks as used ([`crate::table`]).
     table: Table,
     free_inodes: Mutex<FreeInodes>,
-    pub(crate) alloc: Arc<Allocator>,
-    /// Data blocks only privileged callers may take ([`crate::reserve`]).
-    pub(crate) reserved: AtomicU64,
-    journal: Mutex<u64>,
+    /// The data zone's blocks: the allocator and its reserves ([`crate::reserve`]).
+    pub(crate) space: Space,
     rename: Mutex<()>,
     /// Bumped on every change of an inode ([`crate::changes`]).
     changes: Changes,
@@ -189,9 +176,9 @@ pub struct Store {
     faults: Faults,
     /// Whether this mount used the clean-unmount checkpoint.
     quick: bool,
-    /// Page media only: the commit ring and its background writer ([`writeback`]). Dropped
-    /// before the region.
-    writer: Option<Writer>,
+    /// The commit points: the undo journal, and on page media the commit ring and its
+    /// background writer ([`crate::commits`]). Dropped before the region.
+    commits: Commits,
     /// Kept last: the mapping outlives every pointer into it. `None` once handed back by
     /// [`Store::into_region`].
     region: Option<Region>,
@@ -237,31 +224,43 @@ impl Store {
         self.mover.clone()
     }
 
-    /// Blocks in the data zone.
-    pub(crate) fn zone_blocks(&self) -> u64 {
-        self.geo.total_blocks - self.geo.data_block
-    }
-
     /// Space and inode counts.
     pub fn statfs(&self) -> StatFs {
         let sb = self.geo;
         StatFs {
             block_size: BLOCK,
-            blocks: self.zone_blocks(),
-            free_blocks: self.alloc.free_blocks(),
-            available_blocks: self
-                .alloc
-                .free_blocks()
-                .saturating_sub(self.metadata_blocks())
-                .saturating_sub(self.reserved.load(Ordering::Relaxed)),
+            blocks: self.space.zone_blocks(),
+            free_blocks: self.space.free_blocks(),
+            available_blocks: self.space.available_blocks(),
             inodes: sb.inode_slots - 1,
             free_inodes: self.free_inodes.lock().count(),
             name_max: NAME_MAX as u64,
         }
     }
 
+    /// Runs `f` as an unprivileged caller: data allocations in it leave the reserved share
+    /// alone (ENOSPC once only the reserved share is free).
+    pub fn as_unprivileged<R>(&self, f: impl FnOnce() -> R) -> R {
+        reserve::as_unprivileged(f)
+    }
+
+    /// Sets the reserved share to `percent` of the data zone (at most 50).
+    pub fn set_reserved_percent(&self, percent: u32) -> Result<(), Errno> {
+        self.space.set_reserved_percent(percent)
+    }
+
+    /// Blocks in the reserved share.
+    pub fn reserved_blocks(&self) -> u64 {
+        self.space.reserved_blocks()
+    }
+
+    /// Blocks this caller's data may take now ([`Space::data_room`]).
+    pub(crate) fn data_room(&self) -> u64 {
+        self.space.data_room()
+    }
+
     pub(crate) fn check_writable(&self) -> Result<(), Errno> {
-        if self.failed.load(Ordering::Relaxed) || self.sync_failed() {
+        if self.failed.load(Ordering::Relaxed) || self.commits.failed() {
             Err(Errno::EROFS)
         } else {
             Ok(())
@@ -278,7 +277,10 @@ impl Store {
             let mut g = slot.write();
             if !loaded.load(Ordering::Acquire) {
                 let off = self.slot_offset(ino);
-                let (head, tail) = (self.load_word(off), self.load_word(off + 8));
+                let (head, tail) = (
+                    self.commits.load(&self.pm, off),
+                    self.commits.load(&self.pm, off + 8),
+                );
                 if head == 0 {
                     // A free slot.
                     loaded.store(true, Ordering::Release);

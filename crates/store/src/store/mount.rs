@@ -1,7 +1,29 @@
 //! Formatting a region, mounting a store (the quick path after a clean unmount, recovery
 //! otherwise) and unmounting it cleanly with a free-space checkpoint.
 
-use super::*;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use switchyard_engine::DurableRecord;
+use switchyard_media::Region;
+use switchyard_mover::Mover;
+
+#[cfg(feature = "testing")]
+use super::faults::Faults;
+use super::{now_ns, Owner, Store};
+use crate::alloc::Allocator;
+use crate::changes::Changes;
+use crate::commits::{replay_ring, Commits};
+use crate::error::{Corruption, Errno, MountError};
+use crate::format::{
+    decode_journal, encode_checkpoint_page, log_page_header, Attr, Entry, Superblock, BLOCK,
+    CHECKPOINT_CAPACITY, LOG_ENTRIES_AT, RECORD_CHANNELS, ROOT, S_IFDIR,
+};
+use crate::pm::Pm;
+use crate::recovery::{read_checkpoint, scan_present, superblock, BlockMap, Present, Scan};
+use crate::reserve::Space;
+use crate::table::{FreeInodes, Table};
 
 /// What a mount rebuilt, before the store is assembled around it.
 struct Mounted {
@@ -95,7 +117,7 @@ impl Store {
         let (sb, used_replica) = superblock(pm.bytes(0, pm.len())).map_err(corrupt)?;
         // A page-media mount's commit ring first: the table as its last sync (or, when the
         // page cache survived, its last commit) left it.
-        writeback::replay_ring(&pm, &region, &sb).map_err(corrupt)?;
+        replay_ring(&pm, &region, &sb).map_err(corrupt)?;
         // A sparse store file's holes are free slots and free blocks: not read. A scan drops
         // the pages it has read from the resident set as it goes (they stay in the page
         // cache), so recovering a large store does not map all of it at once.
@@ -129,31 +151,33 @@ impl Store {
                 unsafe { DurableRecord::new(line) }
             })
             .collect();
+        let pm = Arc::new(pm);
         let mut store = Store {
-            pm: Arc::new(pm),
+            commits: Commits::new(&sb),
+            pm,
             geo: sb,
             sb: Mutex::new(sb),
             mover,
             records,
-            reserved: AtomicU64::new(
-                (sb.total_blocks - sb.data_block) * u64::from(default_reserved_percent()) / 100,
-            ),
             table,
             free_inodes: Mutex::new(free_inodes),
-            alloc,
-            journal: Mutex::new(0),
+            space: Space::new(alloc, sb.total_blocks - sb.data_block),
             rename: Mutex::new(()),
             changes: Changes::default(),
             failed: Default::default(),
             #[cfg(feature = "testing")]
             faults: Faults::default(),
             quick,
-            writer: None,
             region: Some(region),
         };
         // Page media: from here on the table changes only through the commit ring (the
         // orphans' release included).
-        store.start_writeback().map_err(|e| {
+        let region = store.region.as_ref().expect("just mounted");
+        let started =
+            store
+                .commits
+                .start_writeback(&store.pm, store.space.allocator(), region, &store.geo);
+        started.map_err(|e| {
             corrupt(Corruption::Invalid(format!(
                 "cannot start the page-media commit ring: {e}"
             )))
@@ -274,7 +298,7 @@ impl Store {
         if !self.failed.load(Ordering::Relaxed) {
             self.mark_clean();
         }
-        self.writer = None;
+        self.commits.drop_writeback();
         self.region
             .take()
             .expect("a mounted store holds its region")
@@ -297,7 +321,7 @@ impl Store {
         }
         // Page media: everything durable and in place, and the ring gone, before the
         // checkpoint takes free blocks (the ring's among them).
-        if self.stop_writeback().is_err() {
+        if self.commits.stop_writeback().is_err() {
             return;
         }
         let checkpoint = self.write_checkpoint();
@@ -319,12 +343,12 @@ impl Store {
     fn write_checkpoint(&self) -> u64 {
         let mut want = 1;
         loop {
-            let Ok(got) = self.alloc.alloc(want as u64) else {
+            let Ok(got) = self.space.take(want as u64) else {
                 return 0;
             };
             let pages: Vec<u64> = got.iter().flat_map(|e| e.start..e.start + e.len).collect();
             let mut listed: Vec<(u64, u64)> = self
-                .alloc
+                .space
                 .free_extents()
                 .iter()
                 .map(|e| (e.start, e.len))
@@ -341,7 +365,7 @@ impl Store {
             let need = merged.len().div_ceil(CHECKPOINT_CAPACITY).max(1);
             if need > pages.len() {
                 for e in got {
-                    self.alloc.free(e);
+                    self.space.free(e);
                 }
                 want = need + 1;
                 continue;

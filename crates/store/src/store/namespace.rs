@@ -1,7 +1,16 @@
 //! The namespace: lookups and listings, making inodes, links, unlinks and renames.
 
-use super::*;
+use std::sync::atomic::Ordering;
+
+use super::{check_name, ftype, now_ns, DirEntry, Owner, Store, LINK_MAX, SYMLINK_MAX, S_ISGID};
 use crate::acl::{self, Acl};
+use crate::alloc::Extent;
+use crate::error::{Errno, Error, Op};
+use crate::format::{
+    is_special, log_page_header, Attr, Entry, BLOCK, LOG_ENTRIES_AT, NAME_MAX, SLOT_GENERATION_AT,
+    S_IFBLK, S_IFCHR, S_IFDIR, S_IFLNK, S_IFMT, S_IFREG,
+};
+use crate::inode::{Content, Inode};
 
 /// What [`Store::make`] makes besides the inode its mode names.
 #[derive(Clone, Copy)]
@@ -355,7 +364,7 @@ impl Store {
             self.free_inodes.lock().give(ino);
             e
         };
-        let page = self.alloc.alloc(1).map_err(give_back)?[0];
+        let page = self.space.take(1).map_err(give_back)?[0];
         let t = now_ns();
         let attr = new_attr(&dir.attr, parent, mode, owner, what, t);
         let mut child = Inode::new(ino, attr);
@@ -381,7 +390,7 @@ impl Store {
             Made::Symlink(target) => match self.write_target(target, t, &mut child_entries) {
                 Ok(e) => e,
                 Err(err) => {
-                    self.alloc.free(page);
+                    self.space.free(page);
                     return Err(give_back(err));
                 }
             },
@@ -417,7 +426,9 @@ impl Store {
         t: i64,
         entries: &mut Vec<Entry>,
     ) -> Result<Vec<Extent>, Errno> {
-        let e = self.alloc_data((target.len() as u64).div_ceil(BLOCK))?;
+        let e = self
+            .space
+            .alloc_data((target.len() as u64).div_ceil(BLOCK))?;
         let mut pgoff = 0;
         for x in &e {
             let mut buf = vec![0u8; (x.len * BLOCK) as usize];
@@ -453,7 +464,7 @@ impl Store {
     ) -> Result<Attr, Errno> {
         let undo = |this: &Self| {
             for x in blocks {
-                this.alloc.free(*x);
+                this.space.free(*x);
             }
         };
         let ca = self
@@ -469,7 +480,10 @@ impl Store {
         };
         let (ino, head) = (child.ino, child.pages[0]);
         let (cs, ps) = (self.slot_offset(ino), self.slot_offset(dir.ino));
-        let generation = self.load_word(cs + SLOT_GENERATION_AT).wrapping_add(1);
+        let generation = self
+            .commits
+            .load(&self.pm, cs + SLOT_GENERATION_AT)
+            .wrapping_add(1);
         self.commit_words(
             &[
                 (cs, head),

@@ -2,7 +2,12 @@
 //! exchanging two names), with the subtree check and the journal commit over every inode
 //! involved.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use super::lock::named;
+use super::{check_name, ftype, now_ns, Guard, Store, LINK_MAX};
+use crate::error::{Errno, Error, Op};
+use crate::format::{Attr, Entry, ROOT, S_IFDIR};
 
 impl Store {
     /// Renames `name` in `parent` to `new_name` in `new_parent`, atomically replacing an

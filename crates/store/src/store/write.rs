@@ -12,7 +12,17 @@
 //! asynchronous API in one hold of the lock (an append's offset is the size when it commits;
 //! an asynchronous write's copies may still run when it commits).
 
-use super::*;
+use std::sync::Arc;
+
+use switchyard_engine::DurableRecord;
+use switchyard_mover::{Direction, Hints};
+
+use super::{now_ns, Order, Store, MAX_FILE_SIZE};
+use crate::alloc::Extent;
+use crate::error::{Errno, Error, Op};
+use crate::format::{is_special, Entry, Seq, BLOCK};
+use crate::inflight::{Part, PendingWrite};
+use crate::inode::{Content, Inode};
 
 /// A page of zeros: the source for the uncovered part of a partly written page that had no
 /// data before.
@@ -189,9 +199,9 @@ impl Store {
         let mut done = 0usize;
         while done < data.len() {
             let at = off + done as u64;
-            let room = self.data_room();
+            let room = self.space.data_room();
             let borrow = room == 0
-                && self.alloc.free_blocks() > self.metadata_blocks() / 2
+                && self.space.free_blocks() > self.space.metadata_blocks() / 2
                 && self.maps_page(ino, at / BLOCK)?;
             let pages = match (room, borrow) {
                 (0, false) => break,
@@ -364,9 +374,9 @@ impl Store {
                 .ok_or(Errno::EFBIG)?;
             let pages = (end - 1) / BLOCK - off / BLOCK + 1;
             if borrow {
-                self.alloc.alloc(pages)?
+                self.space.take(pages)?
             } else {
-                self.alloc_data(pages)?
+                self.space.alloc_data(pages)?
             }
         };
         Ok(Reservation {
@@ -587,7 +597,7 @@ impl Store {
             self.mover.wait_detached(&mut p.copy);
         }
         for e in res.extents {
-            self.alloc.free(e);
+            self.space.free(e);
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Page-media writeback: what makes a store on a page-cache file survive a power cut.
 //!
-//! On such a region ([`Granularity::Page`]) flush + fence only reach the page cache, and the
-//! kernel writes dirty pages to the disk whenever it likes, in any order. Three rules keep
-//! every image a power cut can leave recoverable to the last completed sync:
+//! On such a region ([`Granularity::Page`](switchyard_media::Granularity::Page)) flush + fence
+//! only reach the page cache, and the kernel writes dirty pages to the disk whenever it likes,
+//! in any order. Three rules keep every image a power cut can leave recoverable to the last
+//! completed sync:
 //!
 //! 1. **Nothing durable is overwritten in place between syncs.** Log entries go past the
 //!    tails and data into fresh blocks, as everywhere; the only words the store changes in
@@ -26,19 +27,23 @@
 //! caller that waits on it; [`SyncPolicy::Always`] syncs before every operation returns.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use parking_lot::Condvar;
-use switchyard_media::{Granularity, Syncer};
+use parking_lot::{Condvar, Mutex};
+use switchyard_media::{Region, Syncer};
 
-use super::*;
-use crate::format::{Anchor, RECORD};
+use crate::alloc::{Allocator, Extent};
+use crate::error::{Corruption, Errno};
+use crate::format::{Anchor, Superblock, BLOCK, JOURNAL_CAPACITY, RECORD};
+use crate::pm::Pm;
+use crate::store::now_ns;
 
-/// When a store on page media ([`Granularity::Page`]) writes what returned to its disk.
-/// Other media ignore it: on cache-line media every operation is durable when it returns,
-/// and on volatile media nothing survives a power cut.
+/// When a store on page media ([`Granularity::Page`](switchyard_media::Granularity::Page)) writes
+/// what returned to its disk. Other media ignore it: on cache-line media every operation is durable
+/// when it returns, and on volatile media nothing survives a power cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncPolicy {
     /// A background writer syncs at this interval; `fsync`, `fdatasync` and `syncfs` sync at
@@ -80,7 +85,7 @@ struct Ring {
 }
 
 /// The page-media writer of one mounted store (shared with its background thread).
-pub(crate) struct Writeback {
+struct Writeback {
     pm: Arc<Pm>,
     alloc: Arc<Allocator>,
     syncer: Syncer,
@@ -171,7 +176,7 @@ impl Writeback {
 
     /// Appends one commit's words as records: the commit point on page media. Waits for a
     /// sync when the ring is full; syncs before returning under [`SyncPolicy::Always`].
-    pub(crate) fn commit(&self, words: &[(u64, u64)]) {
+    fn commit(&self, words: &[(u64, u64)]) {
         // After a failed sync the store refuses changes (`Store::check_writable`); one that
         // was already under way commits in memory only.
         if words.is_empty() || self.failed.load(Ordering::Relaxed) {
@@ -209,12 +214,12 @@ impl Writeback {
     }
 
     /// The word at `off` as the store last committed it (the table lags behind the ring).
-    pub(crate) fn word(&self, off: u64) -> Option<u64> {
+    fn word(&self, off: u64) -> Option<u64> {
         self.ring.lock().words.get(&off).map(|w| w.1)
     }
 
     /// Makes every commit so far durable on the disk.
-    pub(crate) fn sync(&self) -> Result<(), Errno> {
+    fn sync(&self) -> Result<(), Errno> {
         let end = self.ring.lock().next;
         self.sync_through(end)
     }
@@ -371,9 +376,10 @@ impl Writeback {
     }
 }
 
-/// The background writer's thread and the writeback it runs.
-pub(crate) struct Writer {
-    pub(crate) wb: Arc<Writeback>,
+/// The page-media writer of one mounted store: its commit ring and the background thread
+/// that syncs it. Dropping it stops the thread; [`Writer::retire`] also clears the ring.
+pub(super) struct Writer {
+    wb: Arc<Writeback>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -384,6 +390,94 @@ impl Drop for Writer {
 }
 
 impl Writer {
+    /// Takes the ring's blocks from `alloc` (a smaller ring when the space is fragmented),
+    /// starts the ring after syncing what recovery wrote, and its background writer.
+    pub(super) fn start(
+        pm: Arc<Pm>,
+        alloc: &Arc<Allocator>,
+        region: &Region,
+        sb: &Superblock,
+    ) -> Result<Writer, Errno> {
+        let mut n = ring_blocks(sb.total_blocks - sb.data_block);
+        let ring = loop {
+            match alloc.alloc(n) {
+                Ok(x) if x.len() == 1 => break x[0],
+                Ok(x) => {
+                    for e in x {
+                        alloc.free(e);
+                    }
+                }
+                Err(_) => {}
+            }
+            if n == MIN_RING {
+                return Err(Errno::ENOSPC);
+            }
+            n = (n / 2).max(MIN_RING);
+        };
+        let wb = Writeback::start(pm, alloc.clone(), region, sb, ring)?;
+        let runner = wb.clone();
+        let thread = std::thread::Builder::new()
+            .name("sy-writeback".into())
+            .spawn(move || runner.run())
+            .map_err(|_| Errno::EIO)?;
+        Ok(Writer {
+            wb,
+            thread: Some(thread),
+        })
+    }
+
+    /// Appends one commit's words as records (see [`Writeback::commit`]).
+    pub(super) fn commit(&self, words: &[(u64, u64)]) {
+        self.wb.commit(words);
+    }
+
+    /// The word at `off` as last committed, if a record not yet applied holds it.
+    pub(super) fn word(&self, off: u64) -> Option<u64> {
+        self.wb.word(off)
+    }
+
+    /// Makes every commit so far durable on the disk.
+    pub(super) fn sync(&self) -> Result<(), Errno> {
+        self.wb.sync()
+    }
+
+    /// The sync policy in force.
+    pub(super) fn policy(&self) -> SyncPolicy {
+        *self.wb.policy.lock()
+    }
+
+    /// Sets the sync policy and wakes the background writer to follow it.
+    pub(super) fn set_policy(&self, policy: SyncPolicy) {
+        *self.wb.policy.lock() = policy;
+        self.wb
+            .always
+            .store(policy == SyncPolicy::Always, Ordering::Relaxed);
+        self.wb.kick();
+    }
+
+    /// Whether a sync failed (the disk refused a write).
+    pub(super) fn failed(&self) -> bool {
+        self.wb.failed.load(Ordering::Relaxed)
+    }
+
+    /// Syncs completed since the writer started.
+    pub(super) fn syncs(&self) -> u64 {
+        self.wb.syncs.load(Ordering::Relaxed)
+    }
+
+    /// Injects the ordering bug: each sync writes its anchor before the region.
+    #[cfg(feature = "testing")]
+    pub(super) fn inject_anchor_first(&self) {
+        self.wb.anchor_first.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops the background writer, makes everything durable and applied in place, and
+    /// clears the ring (a clean unmount, before its checkpoint).
+    pub(super) fn retire(mut self) -> Result<(), Errno> {
+        self.stop();
+        self.wb.retire()
+    }
+
     fn stop(&mut self) {
         self.wb.stop.store(true, Ordering::Release);
         self.wb.kick();
@@ -400,159 +494,13 @@ fn ring_blocks(zone: u64) -> u64 {
 }
 
 /// The smallest ring: it holds the largest commit (as many words as the undo journal).
-const MIN_RING: u64 = (JOURNAL_CAPACITY as u64 * crate::format::RECORD).div_ceil(BLOCK);
-
-impl Store {
-    /// What survives a power cut on this store's medium, and what makes an operation
-    /// survive it.
-    pub fn granularity(&self) -> Granularity {
-        self.region().granularity()
-    }
-
-    /// When this store writes what returned to its disk (page media; see [`SyncPolicy`]).
-    pub fn sync_policy(&self) -> SyncPolicy {
-        self.writer
-            .as_ref()
-            .map_or_else(SyncPolicy::default, |w| *w.wb.policy.lock())
-    }
-
-    /// Sets when this store writes what returned to its disk. Switching to
-    /// [`SyncPolicy::Always`] syncs at once.
-    pub fn set_sync_policy(&self, policy: SyncPolicy) -> Result<(), Error> {
-        if let Some(w) = &self.writer {
-            *w.wb.policy.lock() = policy;
-            w.wb.always
-                .store(policy == SyncPolicy::Always, Ordering::Relaxed);
-            w.wb.kick();
-            if policy == SyncPolicy::Always {
-                return self.sync();
-            }
-        }
-        Ok(())
-    }
-
-    /// Injects the ordering bug the page-media crash mode must catch: each sync writes its
-    /// anchor before it writes the region back.
-    #[cfg(feature = "testing")]
-    pub fn inject_anchor_first(&self) {
-        if let Some(w) = &self.writer {
-            w.wb.anchor_first.store(true, Ordering::Relaxed);
-        }
-    }
-
-    /// Whether a sync failed (the disk refused a write): the store then refuses changes.
-    pub(crate) fn sync_failed(&self) -> bool {
-        self.writer
-            .as_ref()
-            .is_some_and(|w| w.wb.failed.load(Ordering::Relaxed))
-    }
-
-    /// Syncs completed since mount (page media; 0 elsewhere).
-    pub fn syncs(&self) -> u64 {
-        self.writer
-            .as_ref()
-            .map_or(0, |w| w.wb.syncs.load(Ordering::Relaxed))
-    }
-
-    /// Makes every operation that returned before the call durable on the medium (`syncfs`):
-    /// on page media a sync (`msync`, then the ring's anchor); elsewhere nothing is needed.
-    /// `EIO` if the disk refused a write (the store then refuses further syncs: what it holds
-    /// on the disk is no longer known).
-    pub fn sync(&self) -> Result<(), Error> {
-        match &self.writer {
-            Some(w) => w.wb.sync().map_err(Error::on(Op::Fsync, ROOT)),
-            None => Ok(()),
-        }
-    }
-
-    /// Waits for `ino`'s asynchronous write, if one is still copying, then makes every
-    /// operation that returned durable on the medium, as [`Store::sync`]: the file's data,
-    /// its attributes and the directory entries that name it among them.
-    pub fn fsync(&self, ino: u64) -> Result<(), Error> {
-        (|| -> Result<(), Errno> {
-            let g = self.lock(ino)?;
-            g.as_ref().map(|_| ()).ok_or(Errno::ENOENT)
-        })()
-        .map_err(Error::on(Op::Fsync, ino))?;
-        match &self.writer {
-            Some(w) => w.wb.sync().map_err(Error::on(Op::Fsync, ino)),
-            None => Ok(()),
-        }
-    }
-
-    /// The 8-byte word at `off` of the inode table as last committed (on page media the
-    /// table lags behind the ring until a sync applies it).
-    pub(crate) fn load_word(&self, off: u64) -> u64 {
-        self.writer
-            .as_ref()
-            .and_then(|w| w.wb.word(off))
-            .unwrap_or_else(|| self.pm.load_u64(off))
-    }
-
-    /// The commit point of `words` (inode-table words) on page media: records in the ring.
-    /// `None` on other media (the caller stores them in place).
-    pub(crate) fn page_commit(&self) -> Option<&Writeback> {
-        self.writer.as_ref().map(|w| &*w.wb)
-    }
-
-    /// On page media, starts the ring and the background writer (after recovery: what it
-    /// wrote is synced first).
-    pub(super) fn start_writeback(&mut self) -> Result<(), Errno> {
-        if self.region().granularity() != Granularity::Page {
-            return Ok(());
-        }
-        let want = ring_blocks(self.zone_blocks());
-        let mut n = want;
-        let ring = loop {
-            match self.alloc.alloc(n) {
-                Ok(x) if x.len() == 1 => break x[0],
-                Ok(x) => {
-                    for e in x {
-                        self.alloc.free(e);
-                    }
-                }
-                Err(_) => {}
-            }
-            if n == MIN_RING {
-                return Err(Errno::ENOSPC);
-            }
-            n = (n / 2).max(MIN_RING);
-        };
-        let wb = Writeback::start(
-            self.pm.clone(),
-            self.alloc.clone(),
-            self.region(),
-            &self.geo,
-            ring,
-        )?;
-        let runner = wb.clone();
-        let thread = std::thread::Builder::new()
-            .name("sy-writeback".into())
-            .spawn(move || runner.run())
-            .map_err(|_| Errno::EIO)?;
-        self.writer = Some(Writer {
-            wb,
-            thread: Some(thread),
-        });
-        Ok(())
-    }
-
-    /// On page media, stops the background writer, makes everything durable and applied in
-    /// place, and clears the ring (a clean unmount, before its checkpoint).
-    pub(super) fn stop_writeback(&mut self) -> Result<(), Errno> {
-        let Some(mut w) = self.writer.take() else {
-            return Ok(());
-        };
-        w.stop();
-        w.wb.retire()
-    }
-}
+const MIN_RING: u64 = (JOURNAL_CAPACITY as u64 * RECORD).div_ceil(BLOCK);
 
 /// Applies the commit ring a page-media mount left in the journal block, if any, and clears
 /// it: every whole commit when `region` is still behind the page cache the mount wrote
 /// through (its owner crashed), the durable ones otherwise (a power cut). A damaged ring
 /// refuses the mount.
-pub(super) fn replay_ring(pm: &Pm, region: &Region, sb: &Superblock) -> Result<(), Corruption> {
+pub(crate) fn replay_ring(pm: &Pm, region: &Region, sb: &Superblock) -> Result<(), Corruption> {
     let jb = sb.journal_block * BLOCK;
     let block = pm.bytes(jb, BLOCK);
     if !Anchor::present(block) {
@@ -605,7 +553,7 @@ mod tests {
     #[test]
     fn rings_fit_small_and_large_stores() {
         assert_eq!(ring_blocks(100), 2);
-        assert!(MIN_RING * BLOCK / crate::format::RECORD >= JOURNAL_CAPACITY as u64);
+        assert!(MIN_RING * BLOCK / RECORD >= JOURNAL_CAPACITY as u64);
         assert_eq!(ring_blocks(64 * 10), 10);
         assert_eq!(ring_blocks(1 << 30), 256);
     }
