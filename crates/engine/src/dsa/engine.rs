@@ -1,0 +1,442 @@
+//! [`DsaEngine`]: the [`Engine`] contract over DSA work queues, one channel per queue.
+//!
+//! Each channel has the contract's bounded submission queue (the same ring as the `threads`
+//! engine) and a **completion thread** that moves batches from the ring to the work queue and
+//! watches their completion records. The thread:
+//!
+//! 1. starts queued batches in order while the queue has credits (descriptors outstanding
+//!    below the queue's size: a dedicated queue drops what overflows it without telling), cuts
+//!    each into chunks (`chunk.rs`) and submits one chunk per batch at a time through the
+//!    channel's [`Portal`], retrying a shared queue that reports itself full;
+//! 2. polls the records of the chunks in flight (a bounded spin with a pause, then yielding its
+//!    core between looks; `UMWAIT` would let it doze where the CPU has `waitpkg`, which no host
+//!    here has, so it is not used), submits the next chunk of a batch whose chunk succeeded;
+//! 3. publishes finished batches **in queue order**: the durable record if the batch names one,
+//!    the channel's [`CompletionRecord`], then the batch's completion (completion rules 3 and
+//!    5), exactly as the `threads` worker does. A page fault is [`crate::Status::Partial`]
+//!    with the bytes before the fault done: the submitter (the mover) finishes the rest on
+//!    the CPU, as the contract allows;
+//! 4. parks when nothing is queued or in flight (a submission wakes it), so an idle engine
+//!    costs no CPU.
+//!
+//! Batches are closed to helpers ([`crate::Probe::help`]): DSA executes a batch without asking
+//! which descriptors a helper took. Budgets ([`Engine::set_budget`]) are not supported: a
+//! queue's bandwidth is the device's to share (its groups, engines and read buffers, set with
+//! `accel-config`), and pausing between descriptors would need the thread to hold back
+//! submissions it cannot see the device's progress on; the engine says so by returning `false`.
+
+use std::collections::VecDeque;
+use std::sync::OnceLock;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use switchyard_media::Persist;
+
+use crate::completion::{CompletionRecord, RecordSnapshot, Status};
+use crate::descriptor::Batch;
+use crate::dsa::chunk::{pieces, Chunk, Piece};
+use crate::dsa::portal::{Instr, MappedPortal, Portal, Refused, WritePortal};
+use crate::dsa::sysfs::{Mode, WorkQueue};
+use crate::ring::Ring;
+use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
+use crate::wake::Wake;
+use crate::{clock, Engine, EngineInfo, SubmitError};
+
+/// Configuration of a [`DsaEngine`].
+#[derive(Debug, Clone)]
+pub struct DsaConfig {
+    /// Capacity of each channel's submission queue, in batches.
+    pub queue_depth: usize,
+    /// Largest descriptor the mover should build (capped at the queues' maximum transfer).
+    pub descriptor_bytes: usize,
+    /// How long an idle completion thread spins before it parks.
+    pub spin: Duration,
+    /// Kernels for durable completion records.
+    pub persist: Persist,
+}
+
+impl Default for DsaConfig {
+    fn default() -> Self {
+        DsaConfig {
+            queue_depth: 64,
+            descriptor_bytes: 1 << 20,
+            spin: Duration::from_micros(50),
+            persist: Persist::detect(),
+        }
+    }
+}
+
+/// Counters of one channel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DsaStats {
+    /// Submissions a full shared queue refused (each retried).
+    pub retries: u64,
+    /// Hardware submissions made (work or batch descriptors).
+    pub submissions: u64,
+    /// Most submissions outstanding at once (never above the queue's size).
+    pub max_in_flight: u64,
+}
+
+struct Channel {
+    ring: Ring<Batch>,
+    record: CompletionRecord,
+    wake: Wake,
+    suspended: AtomicBool,
+    shutdown: AtomicBool,
+    worker: OnceLock<std::thread::Thread>,
+    queue: WorkQueue,
+    portal: Box<dyn Portal>,
+    retries: AtomicU64,
+    submissions: AtomicU64,
+    max_in_flight: AtomicU64,
+}
+
+impl Channel {
+    fn kick(&self) {
+        if self.wake.notify() {
+            if let Some(t) = self.worker.get() {
+                t.unpark();
+            }
+        }
+    }
+}
+
+/// DSA work queues as the contract's channels (see the module docs).
+pub struct DsaEngine {
+    channels: Vec<Arc<Channel>>,
+    workers: Vec<JoinHandle<()>>,
+    config: DsaConfig,
+}
+
+impl DsaEngine {
+    /// Opens the portals of `queues` (from [`crate::dsa::discover`]): a dedicated queue's
+    /// mapped portal with `MOVDIR64B`, a shared queue's with `ENQCMD`, either through
+    /// `write(2)` where the CPU lacks the instruction. Not exercised against a device here.
+    pub fn open(queues: &[WorkQueue], config: DsaConfig) -> std::io::Result<DsaEngine> {
+        let mut with = Vec::new();
+        for q in queues {
+            let instr = match q.mode {
+                Mode::Dedicated => Instr::Movdir64b,
+                Mode::Shared => Instr::Enqcmd,
+            };
+            let portal: Box<dyn Portal> = match MappedPortal::open(&q.dev_path, instr) {
+                Ok(p) => Box::new(p),
+                Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                    Box::new(WritePortal::open(&q.dev_path)?)
+                }
+                Err(e) => return Err(e),
+            };
+            with.push((q.clone(), portal));
+        }
+        DsaEngine::start(with, config)
+    }
+
+    /// Starts one channel per (queue, portal): the queue's limits, and the portal its
+    /// descriptors go through (a real one from [`DsaEngine::open`], or a device model's).
+    pub fn start(
+        queues: Vec<(WorkQueue, Box<dyn Portal>)>,
+        config: DsaConfig,
+    ) -> std::io::Result<DsaEngine> {
+        if queues.is_empty() || config.queue_depth == 0 || config.descriptor_bytes == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "dsa engine: queues, queue_depth and descriptor_bytes must be at least 1",
+            ));
+        }
+        let (mut channels, mut workers) = (Vec::new(), Vec::new());
+        for (i, (queue, portal)) in queues.into_iter().enumerate() {
+            let ch = Arc::new(Channel {
+                ring: Ring::new(config.queue_depth),
+                record: CompletionRecord::default(),
+                wake: Wake::new(),
+                suspended: AtomicBool::new(false),
+                shutdown: AtomicBool::new(false),
+                worker: OnceLock::new(),
+                queue,
+                portal,
+                retries: AtomicU64::new(0),
+                submissions: AtomicU64::new(0),
+                max_in_flight: AtomicU64::new(0),
+            });
+            let (c, cfg) = (ch.clone(), config.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("switchyard-dsa{i}"))
+                .spawn(move || run(&c, &cfg))?;
+            let _ = ch.worker.set(handle.thread().clone());
+            channels.push(ch);
+            workers.push(handle);
+        }
+        Ok(DsaEngine {
+            channels,
+            workers,
+            config,
+        })
+    }
+
+    /// Channel `channel`'s counters.
+    pub fn stats(&self, channel: usize) -> DsaStats {
+        let ch = &self.channels[channel];
+        DsaStats {
+            retries: ch.retries.load(Ordering::Relaxed),
+            submissions: ch.submissions.load(Ordering::Relaxed),
+            max_in_flight: ch.max_in_flight.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Engine for DsaEngine {
+    fn info(&self) -> EngineInfo {
+        let max = self
+            .channels
+            .iter()
+            .map(|c| c.queue.max_transfer_size)
+            .min()
+            .unwrap_or(0);
+        EngineInfo {
+            name: "dsa",
+            channels: self.channels.len(),
+            queue_depth: self.config.queue_depth,
+            descriptor_bytes: (self.config.descriptor_bytes as u64).min(max).max(1) as usize,
+            uses_cpu_cores: false,
+        }
+    }
+
+    unsafe fn try_submit(&self, channel: usize, batch: Batch) -> Result<u64, SubmitError> {
+        let Some(ch) = self.channels.get(channel) else {
+            return Err(SubmitError::NoSuchChannel(batch));
+        };
+        if ch.suspended.load(Ordering::Acquire) {
+            return Err(SubmitError::Suspended(batch));
+        }
+        let batch = batch.closed_to_helpers();
+        match ch.ring.push(batch) {
+            Ok(pos) => {
+                ch.kick();
+                Ok(pos)
+            }
+            Err(b) => Err(SubmitError::Full(b)),
+        }
+    }
+
+    fn queue_depth(&self, channel: usize) -> usize {
+        let ch = &self.channels[channel];
+        let finished = ch.record.seq();
+        ch.ring.pushed().saturating_sub(finished) as usize
+    }
+
+    fn record(&self, channel: usize) -> RecordSnapshot {
+        self.channels[channel].record.snapshot()
+    }
+
+    fn suspend(&self, channel: usize) {
+        self.channels[channel]
+            .suspended
+            .store(true, Ordering::Release);
+    }
+
+    fn resume(&self, channel: usize) {
+        let ch = &self.channels[channel];
+        ch.suspended.store(false, Ordering::Release);
+        ch.kick();
+    }
+
+    fn is_suspended(&self, channel: usize) -> bool {
+        self.channels[channel].suspended.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for DsaEngine {
+    fn drop(&mut self) {
+        // The threads finish what is queued and in flight first: the device may still write
+        // into the chunks' records, which they own.
+        for ch in &self.channels {
+            ch.shutdown.store(true, Ordering::Release);
+            ch.suspended.store(false, Ordering::Release);
+            ch.kick();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
+        }
+    }
+}
+
+/// A batch the completion thread has taken from the ring.
+struct Running {
+    batch: Batch,
+    position: u64,
+    pieces: Vec<Piece>,
+    /// The next piece to submit.
+    next: usize,
+    chunk: Option<Chunk>,
+    done: u64,
+    /// How it ended, once it has.
+    ended: Option<(Status, u64)>,
+}
+
+impl Running {
+    /// Claims `batch` (completion rule 1) and cuts what the engine runs into pieces.
+    fn start(batch: Batch, position: u64, max_transfer: u64) -> Running {
+        let mut r = Running {
+            batch,
+            position,
+            pieces: Vec::new(),
+            next: 0,
+            chunk: None,
+            done: 0,
+            ended: None,
+        };
+        let c = &r.batch.completion;
+        if !c.begin(clock::now_ns()) {
+            r.ended = Some((Status::Cancelled, 0));
+            return r;
+        }
+        // Helpers are kept out since submission; any that entered before took descriptors
+        // from the back: the engine runs the front they left (completion rules 6 and 7).
+        let mut front = 0;
+        while c.claim_front().is_some() {
+            front += 1;
+        }
+        c.close();
+        r.pieces = pieces(r.batch.descriptors(), front, max_transfer);
+        if r.pieces.is_empty() {
+            r.ended = Some((Status::Success, r.batch.len() as u64));
+        }
+        r
+    }
+
+    /// Submits the next chunk if none is in flight; true if it did.
+    fn submit_next(&mut self, ch: &Channel) -> bool {
+        if self.ended.is_some() || self.chunk.is_some() {
+            return false;
+        }
+        let max_batch = ch.queue.max_batch_size.max(1) as usize;
+        let end = (self.next + max_batch).min(self.pieces.len());
+        let chunk = Chunk::new(&self.batch, self.pieces[self.next..end].to_vec());
+        // SAFETY: the chunk's descriptors and records live in `self.chunk` until its final
+        // record is written (we never drop a chunk in flight: see `DsaEngine::drop`); the
+        // buffers they name are valid until the batch's outcome is published
+        // (`Engine::try_submit`'s contract).
+        match unsafe { ch.portal.submit(&chunk.submission()) } {
+            Ok(()) => {
+                ch.submissions.fetch_add(1, Ordering::Relaxed);
+                self.next = end;
+                self.chunk = Some(chunk);
+                true
+            }
+            Err(Refused::Full) => {
+                ch.retries.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+            Err(Refused::Failed) => {
+                self.ended = Some((Status::Error, self.done));
+                false
+            }
+        }
+    }
+
+    /// Takes the chunk in flight if the device finished it; true if it did.
+    fn poll(&mut self) -> bool {
+        let Some(chunk) = self.chunk.as_ref().filter(|c| c.finished()) else {
+            return false;
+        };
+        let (status, bytes) = chunk.outcome();
+        self.chunk = None;
+        self.done += bytes;
+        if status != Status::Success {
+            self.ended = Some((status, self.done));
+        } else if self.next == self.pieces.len() {
+            // Success covers what helpers did before the batch was closed to them.
+            self.ended = Some((Status::Success, self.batch.len() as u64));
+        }
+        true
+    }
+}
+
+/// Publishes a finished batch as the `threads` worker does: durable record, channel record,
+/// then the batch's completion (completion rules 3 and 5).
+fn publish(ch: &Channel, cfg: &DsaConfig, r: Running) {
+    let (status, bytes) = r.ended.expect("published batches have ended");
+    if let Some(d) = &r.batch.durable {
+        d.finished(&cfg.persist, r.position, status);
+    }
+    ch.record.advance(status, bytes);
+    if status != Status::Cancelled {
+        r.batch.completion.finish(status, bytes, clock::now_ns());
+    }
+}
+
+fn run(ch: &Channel, cfg: &DsaConfig) {
+    let credits = (ch.queue.size as usize).max(1);
+    let mut open: VecDeque<Running> = VecDeque::new();
+    let mut quiet = 0u32;
+    loop {
+        ch.wake.awake();
+        let mut progress = false;
+        for r in open.iter_mut() {
+            progress |= r.poll();
+        }
+        while open.front().is_some_and(|r| r.ended.is_some()) {
+            publish(ch, cfg, open.pop_front().expect("front"));
+            progress = true;
+        }
+        let mut in_flight = open.iter().filter(|r| r.chunk.is_some()).count();
+        for r in open.iter_mut() {
+            if in_flight >= credits {
+                break;
+            }
+            if r.submit_next(ch) {
+                in_flight += 1;
+                progress = true;
+            }
+        }
+        while in_flight < credits && !ch.suspended.load(Ordering::Acquire) {
+            let Some((position, batch)) = ch.ring.pop() else {
+                break;
+            };
+            let mut r = Running::start(batch, position, ch.queue.max_transfer_size);
+            if r.submit_next(ch) {
+                in_flight += 1;
+            }
+            open.push_back(r);
+            progress = true;
+        }
+        ch.max_in_flight
+            .fetch_max(in_flight as u64, Ordering::Relaxed);
+        if !open.is_empty() {
+            // Work in flight: a bounded spin on the records, then yield the core between looks.
+            quiet = if progress { 0 } else { quiet + 1 };
+            if quiet < 256 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+            continue;
+        }
+        if ch.shutdown.load(Ordering::Acquire) && ch.ring.is_empty() {
+            return;
+        }
+        if !progress {
+            idle(ch, cfg);
+        }
+    }
+}
+
+/// Nothing queued or in flight: spins for `cfg.spin` watching the ring, then parks.
+fn idle(ch: &Channel, cfg: &DsaConfig) {
+    let ready = || {
+        (!ch.ring.is_empty() && !ch.suspended.load(Ordering::Relaxed))
+            || ch.shutdown.load(Ordering::Relaxed)
+    };
+    let began = Instant::now();
+    while began.elapsed() < cfg.spin {
+        for _ in 0..64 {
+            if ready() {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+    if ch.wake.sleep() {
+        std::thread::park();
+    }
+}
