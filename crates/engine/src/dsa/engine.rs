@@ -7,7 +7,9 @@
 //! 1. starts queued batches in order while the queue has credits (descriptors outstanding
 //!    below the queue's size: a dedicated queue drops what overflows it without telling), cuts
 //!    each into chunks (`chunk.rs`) and submits one chunk per batch at a time through the
-//!    channel's [`Portal`], retrying a shared queue that reports itself full;
+//!    channel's [`Portal`], retrying a shared queue that reports itself full; it takes the
+//!    next batch from the ring only once the previous one reached the queue, so while a shared
+//!    queue is full the batches wait in the ring (cancellable, and filling it: back-pressure);
 //! 2. polls the records of the chunks in flight (a bounded spin with a pause, then yielding its
 //!    core between looks; `UMWAIT` would let it doze where the CPU has `waitpkg`, which no host
 //!    here has, so it is not used), submits the next chunk of a batch whose chunk succeeded;
@@ -389,7 +391,13 @@ fn run(ch: &Channel, cfg: &DsaConfig) {
                 progress = true;
             }
         }
-        while in_flight < credits && !ch.suspended.load(Ordering::Acquire) {
+        // A batch leaves the ring only once every batch taken before it reached the queue: a
+        // full shared queue keeps the rest in the ring, where they can still be cancelled and
+        // where they fill it, so submitters see `Full`.
+        while in_flight < credits
+            && !ch.suspended.load(Ordering::Acquire)
+            && open.iter().all(|r| r.next > 0 || r.ended.is_some())
+        {
             let Some((position, batch)) = ch.ring.pop() else {
                 break;
             };
