@@ -1,11 +1,17 @@
 //! The engine contract, one suite run against every engine: the `threads` engine (the
 //! reference) and the DSA engine over the device model (`dsa::model`, feature `testing`).
 //! Each test is written once, generic over a constructor ([`Make`]).
+//!
+//! The same suite runs on real DSA work queues (two enabled user queues, see `docs/dsa.md`)
+//! with `cargo test -p switchyard-engine --test contract -- --ignored`; no host here has one.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use switchyard_engine::dsa::descriptor::HwDesc;
 use switchyard_engine::dsa::model::{ModelConfig, ModelDevice};
-use switchyard_engine::dsa::{DsaConfig, DsaEngine, Mode, Portal};
+use switchyard_engine::dsa::{DsaConfig, DsaEngine, Mode, Portal, Refused};
 use switchyard_engine::{
     Batch, Descriptor, DurableRecord, Engine, FaultPlan, Flags, Op, Status, SubmitError,
     ThreadsConfig, ThreadsEngine,
@@ -16,6 +22,7 @@ use switchyard_engine::{
 struct Rig {
     engine: Box<dyn Engine>,
     models: Vec<ModelDevice>,
+    gate: Option<Arc<AtomicBool>>,
     stalled: bool,
 }
 
@@ -26,7 +33,26 @@ impl Rig {
             for m in &self.models {
                 m.release(m.work_queue().size as usize);
             }
+            if let Some(g) = &self.gate {
+                g.store(false, Ordering::Release);
+            }
         }
+    }
+}
+
+/// A real queue's portal that answers "full" while its gate is closed (a stalled hardware rig).
+struct Gate {
+    inner: Box<dyn Portal>,
+    closed: Arc<AtomicBool>,
+}
+
+impl Portal for Gate {
+    unsafe fn submit(&self, desc: &HwDesc) -> Result<(), Refused> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Refused::Full);
+        }
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.inner.submit(desc) }
     }
 }
 
@@ -53,6 +79,7 @@ fn threads(channels: usize, depth: usize, stalled: bool) -> Rig {
     Rig {
         engine: Box::new(ThreadsEngine::start(cfg).unwrap()),
         models: Vec::new(),
+        gate: None,
         stalled: false,
     }
 }
@@ -83,6 +110,42 @@ fn dsa(channels: usize, depth: usize, stalled: bool) -> Rig {
     Rig {
         engine: Box::new(DsaEngine::start(queues, cfg).unwrap()),
         models,
+        gate: None,
+        stalled,
+    }
+}
+
+/// The DSA engine on this host's enabled user work queues (the first `channels` of them).
+fn hardware(channels: usize, depth: usize, stalled: bool) -> Rig {
+    let queues = switchyard_engine::dsa::discover(
+        std::path::Path::new(switchyard_engine::dsa::sysfs::SYSFS_ROOT),
+        std::path::Path::new(switchyard_engine::dsa::sysfs::DEV_ROOT),
+    )
+    .unwrap_or_else(|missing| panic!("{missing}"));
+    assert!(
+        queues.len() >= channels,
+        "this test needs {channels} enabled user work queues"
+    );
+    let gate = Arc::new(AtomicBool::new(stalled));
+    let with = queues[..channels]
+        .iter()
+        .map(|q| {
+            let one = DsaEngine::portal(q).unwrap();
+            let p: Box<dyn Portal> = Box::new(Gate {
+                inner: one,
+                closed: gate.clone(),
+            });
+            (q.clone(), p)
+        })
+        .collect();
+    let cfg = DsaConfig {
+        queue_depth: depth,
+        ..DsaConfig::default()
+    };
+    Rig {
+        engine: Box::new(DsaEngine::start(with, cfg).unwrap()),
+        models: Vec::new(),
+        gate: Some(gate),
         stalled,
     }
 }
@@ -335,6 +398,13 @@ macro_rules! suite {
         }
         mod dsa_engine_on_the_model {
             $(#[test] fn $test() { super::$test(super::dsa) })*
+        }
+        mod dsa_engine_on_hardware {
+            $(
+                #[test]
+                #[ignore = "needs DSA work queues set up with accel-config (docs/dsa.md)"]
+                fn $test() { super::$test(super::hardware) }
+            )*
         }
     };
 }

@@ -22,10 +22,21 @@
 //!    costs no CPU.
 //!
 //! Batches are closed to helpers ([`crate::Probe::help`]): DSA executes a batch without asking
-//! which descriptors a helper took. Budgets ([`Engine::set_budget`]) are not supported: a
-//! queue's bandwidth is the device's to share (its groups, engines and read buffers, set with
-//! `accel-config`), and pausing between descriptors would need the thread to hold back
-//! submissions it cannot see the device's progress on; the engine says so by returning `false`.
+//! which descriptors a helper took.
+//!
+//! Budgets ([`Engine::set_budget`]) are not supported yet, and the engine says so by returning
+//! `false`: a budget pauses a channel *between descriptors*, while the device runs a submitted
+//! chunk to its end without pausing, so the completion thread would have to meter chunks
+//! before submitting them (cutting them to the epoch's remaining bytes). Until then a queue's
+//! share of the device is set in hardware, with `accel-config` (its group's engines and read
+//! buffers, its priority).
+//!
+//! The completion thread runs on an application core while batches are in flight (a spin of
+//! a few hundred looks at the records, then a yield between looks), and never while the
+//! engine is idle; [`EngineInfo::uses_cpu_cores`] is `false` because the copying itself is
+//! the device's. Dropping the engine waits for every batch in flight and queued: a device that
+//! never writes a record (a dedicated queue that dropped a descriptor, which the credits
+//! prevent) or a shared queue that stays full would make the drop wait for ever.
 
 use std::collections::VecDeque;
 use std::sync::OnceLock;
@@ -37,6 +48,7 @@ use switchyard_media::Persist;
 use crate::completion::{CompletionRecord, RecordSnapshot, Status};
 use crate::descriptor::Batch;
 use crate::dsa::chunk::{pieces, Chunk, Piece};
+use crate::dsa::descriptor::opcode;
 use crate::dsa::portal::{Instr, MappedPortal, Portal, Refused, WritePortal};
 use crate::dsa::sysfs::{Mode, WorkQueue};
 use crate::ring::Ring;
@@ -113,24 +125,44 @@ pub struct DsaEngine {
 impl DsaEngine {
     /// Opens the portals of `queues` (from [`crate::dsa::discover`]): a dedicated queue's
     /// mapped portal with `MOVDIR64B`, a shared queue's with `ENQCMD`, either through
-    /// `write(2)` where the CPU lacks the instruction. Not exercised against a device here.
+    /// `write(2)` where the CPU lacks the instruction. Fails if a queue's device lacks an
+    /// operation the contract needs (batch, memmove, fill, compare, cache flush) or a portal
+    /// cannot be opened. Not exercised against a device here.
     pub fn open(queues: &[WorkQueue], config: DsaConfig) -> std::io::Result<DsaEngine> {
         let mut with = Vec::new();
         for q in queues {
-            let instr = match q.mode {
-                Mode::Dedicated => Instr::Movdir64b,
-                Mode::Shared => Instr::Enqcmd,
-            };
-            let portal: Box<dyn Portal> = match MappedPortal::open(&q.dev_path, instr) {
-                Ok(p) => Box::new(p),
-                Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-                    Box::new(WritePortal::open(&q.dev_path)?)
-                }
-                Err(e) => return Err(e),
-            };
-            with.push((q.clone(), portal));
+            with.push((q.clone(), DsaEngine::portal(q)?));
         }
         DsaEngine::start(with, config)
+    }
+
+    /// The portal [`DsaEngine::open`] uses for `q`, after checking that its device runs every
+    /// operation the contract needs.
+    pub fn portal(q: &WorkQueue) -> std::io::Result<Box<dyn Portal>> {
+        let needed = [
+            (opcode::BATCH, "batch"),
+            (opcode::MEMMOVE, "memmove"),
+            (opcode::MEMFILL, "memfill"),
+            (opcode::COMPARE, "compare"),
+            (opcode::CFLUSH, "cache flush"),
+        ];
+        if let Some((_, what)) = needed.iter().find(|(op, _)| !q.supports(*op)) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                format!("{} ({}) cannot run {what}", q.name, q.device),
+            ));
+        }
+        let instr = match q.mode {
+            Mode::Dedicated => Instr::Movdir64b,
+            Mode::Shared => Instr::Enqcmd,
+        };
+        Ok(match MappedPortal::open(&q.dev_path, instr) {
+            Ok(p) => Box::new(p),
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                Box::new(WritePortal::open(&q.dev_path)?)
+            }
+            Err(e) => return Err(e),
+        })
     }
 
     /// Starts one channel per (queue, portal): the queue's limits, and the portal its

@@ -37,9 +37,6 @@ pub trait Portal: Send + Sync {
     /// Every address in `desc` (buffers, descriptor list, completion records) must stay valid
     /// until its completion record is written.
     unsafe fn submit(&self, desc: &HwDesc) -> Result<(), Refused>;
-
-    /// Whether the queue reports a full queue ([`Refused::Full`]) rather than dropping descriptors.
-    fn reports_full(&self) -> bool;
 }
 
 /// Whether the CPU executes `MOVDIR64B` (CPUID leaf 7, ECX bit 28).
@@ -200,10 +197,6 @@ impl Portal for MappedPortal {
         }
         Ok(())
     }
-
-    fn reports_full(&self) -> bool {
-        self.instr == Instr::Enqcmd
-    }
 }
 
 /// Submission by `write(2)` on the queue's character device.
@@ -232,9 +225,5 @@ impl Portal for WritePortal {
             Some(libc::EAGAIN | libc::EBUSY | libc::EINTR) => Err(Refused::Full),
             _ => Err(Refused::Failed),
         }
-    }
-
-    fn reports_full(&self) -> bool {
-        true
     }
 }

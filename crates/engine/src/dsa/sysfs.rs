@@ -63,12 +63,12 @@ impl fmt::Display for Missing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "no DSA work queue for user space: {}. With a DSA device bound to the idxd \
-             driver, set one up with accel-config, e.g.\n  \
+            "no DSA work queue for user space: {}\n\
+             With a DSA device bound to the idxd driver, set one up with accel-config, e.g.\n  \
              accel-config config-engine dsa0/engine0.0 --group-id=0\n  \
-             accel-config config-wq dsa0/wq0.0 --group-id=0 --mode=dedicated --size=16 \
-             --priority=10 --type=user --name=switchyard --max-batch-size=32 \
-             --max-transfer-size=2097152\n  \
+             accel-config config-wq dsa0/wq0.0 --group-id=0 --mode=dedicated --wq-size=16 \
+             --priority=10 --type=user --name=switchyard --block-on-fault=0 \
+             --max-batch-size=32 --max-transfer-size=2097152\n  \
              accel-config enable-device dsa0\n  \
              accel-config enable-wq dsa0/wq0.0\n\
              and give the user read-write access to /dev/dsa/wq0.0",

@@ -284,10 +284,6 @@ impl Portal for ModelPortal {
         s.wake();
         Ok(())
     }
-
-    fn reports_full(&self) -> bool {
-        self.shared.config.mode == Mode::Shared
-    }
 }
 
 /// The model's thread: takes descriptors from the slots in order and runs them.
