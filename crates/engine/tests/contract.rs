@@ -40,6 +40,14 @@ impl Rig {
     }
 }
 
+impl Drop for Rig {
+    /// A test that failed while its rig was stalled must not leave the engine's drop waiting
+    /// for a queue that never frees.
+    fn drop(&mut self) {
+        self.unstall();
+    }
+}
+
 /// A real queue's portal that answers "full" while its gate is closed (a stalled hardware rig).
 struct Gate {
     inner: Box<dyn Portal>,

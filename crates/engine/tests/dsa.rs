@@ -68,6 +68,44 @@ fn a_page_fault_is_a_partial_completion_the_submitter_finishes_on_the_cpu() {
 }
 
 #[test]
+fn a_fault_in_a_later_chunk_reports_the_prefix_of_every_chunk_before_it() {
+    // Chunks of at most two pieces of at most 4 KiB: ten 4 KiB copies make five chunks.
+    let r = rig(ModelConfig {
+        max_transfer_size: 4096,
+        max_batch_size: 2,
+        ..ModelConfig::default()
+    });
+    let src = pattern(10 * 4096, 5);
+    let mut dst = vec![0u8; src.len()];
+    // The source of the seventh copy is absent from its 100th byte: a read fault in chunk 4.
+    r.model.mark_absent(src[6 * 4096 + 100..].as_ptr(), 1);
+    let descs = (0..10)
+        .map(|i| {
+            copy(
+                dst[i * 4096..].as_mut_ptr(),
+                src[i * 4096..].as_ptr(),
+                4096,
+                Flags::NONE,
+            )
+        })
+        .collect();
+    let (b, mut t) = Batch::new(descs);
+    // SAFETY: the buffers outlive the wait below.
+    unsafe { r.engine.try_submit(0, b) }.unwrap();
+    let o = t.wait(1000);
+    assert_eq!(
+        (o.status, o.bytes_completed),
+        (Status::Partial, 6 * 4096 + 100)
+    );
+    assert_eq!(&dst[..6 * 4096 + 100], &src[..6 * 4096 + 100]);
+    assert!(
+        dst[8 * 4096..].iter().all(|&x| x == 0),
+        "no chunk after the fault ran"
+    );
+    assert_eq!(r.engine.stats(0).submissions, 4);
+}
+
+#[test]
 fn a_full_shared_queue_is_retried_until_it_takes_the_batch() {
     let r = rig(ModelConfig {
         mode: Mode::Shared,
