@@ -104,13 +104,18 @@ impl Chunk {
         }
     }
 
+    /// The record the device writes last for this chunk.
+    pub(crate) fn final_record(&self) -> &HwCompletion {
+        if self.descs.len() == 1 {
+            &self.records[0]
+        } else {
+            &self.batch_record
+        }
+    }
+
     /// Whether the device has finished the chunk (its final record is written).
     pub(crate) fn finished(&self) -> bool {
-        if self.descs.len() == 1 {
-            self.records[0].written().is_some()
-        } else {
-            self.batch_record.written().is_some()
-        }
+        self.final_record().written().is_some()
     }
 
     /// The chunk's outcome once [`Chunk::finished`]: `Success` and its bytes, or the status

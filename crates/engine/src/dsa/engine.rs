@@ -10,9 +10,10 @@
 //!    channel's [`Portal`], retrying a shared queue that reports itself full; it takes the
 //!    next batch from the ring only once the previous one reached the queue, so while a shared
 //!    queue is full the batches wait in the ring (cancellable, and filling it: back-pressure);
-//! 2. polls the records of the chunks in flight (a bounded spin with a pause, then yielding its
-//!    core between looks; `UMWAIT` would let it doze where the CPU has `waitpkg`, which no host
-//!    here has, so it is not used), submits the next chunk of a batch whose chunk succeeded;
+//! 2. polls the records of the chunks in flight (a bounded spin with a pause, then between
+//!    looks a doze on the oldest chunk's record: `UMWAIT` where the CPU has `waitpkg`, which
+//!    no host here has, else a yield of its core; see [`crate::dsa::wait`]), and submits the
+//!    next chunk of a batch whose chunk succeeded;
 //! 3. publishes finished batches **in queue order**: the durable record if the batch names one,
 //!    the channel's [`CompletionRecord`], then the batch's completion (completion rules 3 and
 //!    5), exactly as the `threads` worker does. A page fault is [`crate::Status::Partial`]
@@ -32,7 +33,7 @@
 //! buffers, its priority).
 //!
 //! The completion thread runs on an application core while batches are in flight (a spin of
-//! a few hundred looks at the records, then a yield between looks), and never while the
+//! a few hundred looks at the records, then a doze or a yield between looks), and never while the
 //! engine is idle; [`EngineInfo::uses_cpu_cores`] is `false` because the copying itself is
 //! the device's. Dropping the engine waits for every batch in flight and queued: a device that
 //! never writes a record (a dedicated queue that dropped a descriptor, which the credits
@@ -51,6 +52,7 @@ use crate::dsa::chunk::{pieces, Chunk, Piece};
 use crate::dsa::descriptor::opcode;
 use crate::dsa::portal::{Instr, MappedPortal, Portal, Refused, WritePortal};
 use crate::dsa::sysfs::{Mode, WorkQueue};
+use crate::dsa::wait;
 use crate::ring::Ring;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
 use crate::wake::Wake;
@@ -443,10 +445,13 @@ fn run(ch: &Channel, cfg: &DsaConfig) {
         ch.max_in_flight
             .fetch_max(in_flight as u64, Ordering::Relaxed);
         if !open.is_empty() {
-            // Work in flight: a bounded spin on the records, then yield the core between looks.
+            // Work in flight: a bounded spin on the records, then a doze on the oldest chunk's
+            // record (UMWAIT where the CPU has waitpkg, else a yield of the core) between looks.
             quiet = if progress { 0 } else { quiet + 1 };
             if quiet < 256 {
                 std::hint::spin_loop();
+            } else if let Some(c) = open.iter().find_map(|r| r.chunk.as_ref()) {
+                wait::doze(&c.final_record().status);
             } else {
                 std::thread::yield_now();
             }

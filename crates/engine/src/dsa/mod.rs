@@ -6,7 +6,8 @@
 //! - [`sysfs`]: discovery of enabled user work queues ([`discover`]), and what is missing
 //!   when there is none, with the `accel-config` commands that set one up;
 //! - [`portal`]: how descriptors reach a queue (`MOVDIR64B`, `ENQCMD`, `write(2)`);
-//! - [`DsaEngine`]: channels are work queues; completion by polling completion records;
+//! - [`DsaEngine`]: channels are work queues; completion by polling completion records, with
+//!   [`wait`]'s `UMWAIT` where the CPU has `waitpkg`;
 //! - `model` (tests and the `testing` feature only): a device model that enforces the
 //!   specification, on which every test of this engine runs.
 //!
@@ -25,6 +26,7 @@ pub mod portal;
 pub mod sysfs;
 #[cfg(test)]
 mod tests;
+pub mod wait;
 
 pub use engine::{DsaConfig, DsaEngine, DsaStats};
 pub use portal::{Portal, Refused};

@@ -50,7 +50,7 @@ pub fn cpu_has_enqcmd() -> bool {
 }
 
 #[cfg(target_arch = "x86_64")]
-fn leaf7_ecx() -> u32 {
+pub(crate) fn leaf7_ecx() -> u32 {
     #[allow(unused_unsafe)]
     // SAFETY: CPUID is available on every x86_64 CPU and has no side effects.
     let r = unsafe { std::arch::x86_64::__cpuid_count(7, 0) };
@@ -58,7 +58,7 @@ fn leaf7_ecx() -> u32 {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-fn leaf7_ecx() -> u32 {
+pub(crate) fn leaf7_ecx() -> u32 {
     0
 }
 

@@ -171,3 +171,16 @@ fn batch_rules_fences_and_check_result() {
     assert!(c[32..].iter().all(|&x| x == 0));
     assert_eq!(m.rejected(), 1);
 }
+
+#[test]
+fn a_doze_on_a_record_returns() {
+    if !crate::dsa::wait::cpu_has_waitpkg() {
+        eprintln!("this CPU lacks waitpkg: the doze yields instead of UMWAIT (skipped)");
+    }
+    let r = HwCompletion::default();
+    let began = Instant::now();
+    crate::dsa::wait::doze(&r.status);
+    r.status.store(status::SUCCESS, Ordering::Release);
+    crate::dsa::wait::doze(&r.status);
+    assert!(began.elapsed() < Duration::from_secs(1));
+}
