@@ -304,6 +304,8 @@ struct Running {
     /// The next piece to submit.
     next: usize,
     chunk: Option<Chunk>,
+    /// The next chunk, built and refused by a full queue: retried as it is.
+    refused: Option<Chunk>,
     done: u64,
     /// How it ended, once it has.
     ended: Option<(Status, u64)>,
@@ -318,6 +320,7 @@ impl Running {
             pieces: Vec::new(),
             next: 0,
             chunk: None,
+            refused: None,
             done: 0,
             ended: None,
         };
@@ -347,7 +350,10 @@ impl Running {
         }
         let max_batch = ch.queue.max_batch_size.max(1) as usize;
         let end = (self.next + max_batch).min(self.pieces.len());
-        let chunk = Chunk::new(&self.batch, self.pieces[self.next..end].to_vec());
+        let chunk = self
+            .refused
+            .take()
+            .unwrap_or_else(|| Chunk::new(&self.batch, self.pieces[self.next..end].to_vec()));
         // SAFETY: the chunk's descriptors and records live in `self.chunk` until its final
         // record is written (we never drop a chunk in flight: see `DsaEngine::drop`); the
         // buffers they name are valid until the batch's outcome is published
@@ -361,6 +367,7 @@ impl Running {
             }
             Err(Refused::Full) => {
                 ch.retries.fetch_add(1, Ordering::Relaxed);
+                self.refused = Some(chunk);
                 false
             }
             Err(Refused::Failed) => {
