@@ -219,7 +219,8 @@ pub struct Decoded {
 /// Maps a written completion record of a descriptor of `len` bytes to the contract: success
 /// (a compare with a nonzero result is a [`Status::Mismatch`] at `bytes_completed`), a page
 /// fault without blocking is [`Status::Partial`] with `bytes_completed` done, anything else is
-/// [`Status::Error`] with `bytes_completed` done (0 for a descriptor the device rejected).
+/// [`Status::Error`] with nothing counted as done. The faulting address stays in the record:
+/// the contract's outcome needs only the prefix, which says where the submitter resumes.
 pub fn decode(code: u8, record: &HwCompletion, opcode: u8, len: u64) -> Decoded {
     let bytes = u64::from(record.bytes_completed.load(Ordering::Relaxed)).min(len);
     match code {

@@ -22,6 +22,14 @@
 //! 4. parks when nothing is queued or in flight (a submission wakes it), so an idle engine
 //!    costs no CPU.
 //!
+//! Unlike a `threads` worker, which runs a channel's batches strictly one after another,
+//! several batches of a channel may be on the device at once (as many as the queue has
+//! entries), and the device may run them concurrently on its engines. They still *finish* in
+//! queue order (the channel's record and the batches' completions are published in order), and
+//! the descriptors of one batch keep the contract's order (its chunks run one after another,
+//! its fences hold). A submitter whose batch reads what an earlier batch wrote waits for that
+//! batch's completion first.
+//!
 //! Batches are closed to helpers ([`crate::Probe::help`]): DSA executes a batch without asking
 //! which descriptors a helper took.
 //!
