@@ -302,3 +302,15 @@ proptest! {
         prop_assert_eq!(&dst[offset..], &src[offset..]);
     }
 }
+
+#[test]
+fn a_queue_whose_device_lacks_an_operation_is_refused() {
+    let model = ModelDevice::start(ModelConfig::default());
+    let mut q = model.work_queue();
+    q.op_cap[0] &= !(1 << 0x05);
+    let err = DsaEngine::portal(&q).err().expect("compare is missing");
+    assert_eq!(err.kind(), std::io::ErrorKind::Unsupported);
+    assert!(err.to_string().contains("cannot run compare"), "{err}");
+    let err = DsaEngine::open(&[q], DsaConfig::default()).err().unwrap();
+    assert!(err.to_string().contains("wq0.0 (dsa0)"), "{err}");
+}
