@@ -13,9 +13,10 @@
 //!
 //! **What was verified where.** Everything here was tested on the model only: no DSA device
 //! was available. `MOVDIR64B` was executed for real (into the model's emulated portal page,
-//! which is ordinary memory) on hosts whose CPU has it; `ENQCMD`, the mapped portals of real
-//! queues and the `write(2)` path are compiled but were never executed. `docs/dsa.md` lists
-//! what a user with a DSA device runs to set a queue up and check the engine on it.
+//! and through the production mapped portal into a file standing in for a queue's device) on
+//! hosts whose CPU has it, and the `write(2)` portal on such a file; `ENQCMD`, `UMWAIT` and the
+//! portals of real queues were never executed. `docs/dsa.md` lists what a user with a DSA
+//! device runs to set a queue up and check the engine on it.
 
 mod chunk;
 pub mod descriptor;

@@ -10,8 +10,9 @@
 //!   and CPUs where user space cannot use the instructions (the kernel submits it).
 //!
 //! Both instructions are detected at run time ([`cpu_has_movdir64b`], [`cpu_has_enqcmd`]).
-//! None of these was exercised against a DSA device here: `MOVDIR64B` runs for real only into
-//! the device model's emulated portal (ordinary memory), and `ENQCMD` is compiled but never
+//! None of these was exercised against a DSA device here: `MOVDIR64B` runs for real into the
+//! device model's emulated portal and, through [`MappedPortal`], into a mapped file standing in
+//! for a queue's device; [`WritePortal`] writes such a file; `ENQCMD` is compiled but never
 //! executed (no host available had it).
 
 use std::os::fd::{AsRawFd, OwnedFd};
