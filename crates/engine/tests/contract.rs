@@ -13,7 +13,7 @@ use switchyard_engine::dsa::descriptor::HwDesc;
 use switchyard_engine::dsa::model::{ModelConfig, ModelDevice};
 use switchyard_engine::dsa::{DsaConfig, DsaEngine, Mode, Portal, Refused};
 use switchyard_engine::{
-    Batch, Descriptor, DurableRecord, Engine, FaultPlan, Flags, Op, Status, SubmitError,
+    Batch, Budget, Descriptor, DurableRecord, Engine, FaultPlan, Flags, Op, Status, SubmitError,
     ThreadsConfig, ThreadsEngine,
 };
 
@@ -399,6 +399,51 @@ fn concurrent_submitters_get_distinct_positions_and_all_finish(make: Make) {
     assert_eq!(e.record(0).seq + e.record(1).seq, 200);
 }
 
+fn a_budgeted_channel_pauses_and_keeps_accepting(make: Make) {
+    let rig = make(1, 8, false);
+    let e = &rig.engine;
+    let epoch = Duration::from_millis(2);
+    let budget = Budget {
+        bytes: 65536,
+        epoch_ns: epoch.as_nanos() as u64,
+        lapses_ns: 0,
+    };
+    assert!(e.set_budget(0, Some(budget)));
+    assert_eq!(e.budget(0), Some(budget));
+    let src = pattern(1 << 20, 3);
+    let mut dst = vec![0u8; src.len()];
+    let small = pattern(4096, 4);
+    let mut small_dst = vec![0u8; 4096];
+    let begin = Instant::now();
+    let (a, mut ta) = Batch::new(copies(&mut dst, &src, 65536, Flags::NONE));
+    // SAFETY: every buffer outlives the waits below and nothing else touches them.
+    unsafe { e.try_submit(0, a) }.unwrap();
+    std::thread::sleep(epoch);
+    let (b, mut tb) = Batch::new(copies(&mut small_dst, &small, 4096, Flags::NONE));
+    // SAFETY: as above.
+    unsafe { e.try_submit(0, b) }.expect("a paused channel accepts work");
+    assert!(!e.is_suspended(0));
+    assert_eq!(ta.wait(1000).status, Status::Success);
+    assert_eq!(tb.wait(1000).status, Status::Success);
+    // 1 MiB + 4 KiB at 64 KiB per 2 ms epoch is 16 epochs' budget and a little: less the
+    // first epoch (begun before the submission) and the last, which a channel may overshoot
+    // by less than one piece (the DSA engine's pieces are 16 KiB here), at least 14 epochs
+    // pass. A channel slowed by a loaded host may not pause in every epoch.
+    assert!(begin.elapsed() >= epoch * 14, "{:?}", begin.elapsed());
+    assert_eq!((&dst, &small_dst), (&src, &small));
+    let paused = e.pauses(0);
+    assert!(paused.epochs >= 7 && paused.ns > 0, "{paused:?}");
+    e.set_budget(0, None);
+    assert_eq!(e.budget(0), None);
+    dst.fill(0);
+    let (c, mut tc) = Batch::new(copies(&mut dst, &src, 65536, Flags::NONE));
+    // SAFETY: as above.
+    unsafe { e.try_submit(0, c) }.unwrap();
+    assert_eq!(tc.wait(1000).status, Status::Success);
+    assert_eq!(dst, src);
+    assert_eq!(e.pauses(0).epochs, paused.epochs);
+}
+
 macro_rules! suite {
     ($($test:ident),* $(,)?) => {
         mod threads_engine {
@@ -426,4 +471,5 @@ suite!(
     empty_and_zero_length_batches_succeed,
     a_durable_record_covers_finished_batches,
     concurrent_submitters_get_distinct_positions_and_all_finish,
+    a_budgeted_channel_pauses_and_keeps_accepting,
 );

@@ -33,12 +33,16 @@
 //! Batches are closed to helpers ([`crate::Probe::help`]): DSA executes a batch without asking
 //! which descriptors a helper took.
 //!
-//! Budgets ([`Engine::set_budget`]) are not supported yet, and the engine says so by returning
-//! `false`: a budget pauses a channel *between descriptors*, while the device runs a submitted
-//! chunk to its end without pausing, so the completion thread would have to meter chunks
-//! before submitting them (cutting them to the epoch's remaining bytes). Until then a queue's
-//! share of the device is set in hardware, with `accel-config` (its group's engines and read
-//! buffers, its priority).
+//! **Budgets** ([`Engine::set_budget`]): a budget pauses a channel *between descriptors*, and
+//! the device runs a submitted chunk to its end without pausing, so a budgeted channel submits
+//! chunks of one piece (at most one contract descriptor, at most the queue's maximum transfer)
+//! and meters each before submitting it with the `threads` engine's meter
+//! ([`crate::budget`]). While the epoch's budget is spent the completion thread keeps polling
+//! what is in flight, submits nothing more, and sleeps to the next epoch when nothing is in
+//! flight; the ring keeps accepting. So a channel overshoots an epoch's budget by less than
+//! one piece, as the `threads` engine does by less than one descriptor. (A queue's share of
+//! the device can also be set in hardware, with `accel-config`: its group's engines and read
+//! buffers, its priority.)
 //!
 //! The completion thread runs on an application core while batches are in flight (a spin of
 //! a few hundred looks at the records, then a doze or a yield between looks), and never while the
@@ -54,6 +58,7 @@ use std::time::{Duration, Instant};
 
 use switchyard_media::Persist;
 
+use crate::budget::{Budget, BudgetCell, Meter};
 use crate::completion::{CompletionRecord, RecordSnapshot, Status};
 use crate::descriptor::Batch;
 use crate::dsa::chunk::{pieces, Chunk, Piece};
@@ -64,7 +69,7 @@ use crate::dsa::wait;
 use crate::ring::Ring;
 use crate::sync::{Arc, AtomicBool, AtomicU64, Ordering};
 use crate::wake::Wake;
-use crate::{clock, Engine, EngineInfo, SubmitError};
+use crate::{clock, Engine, EngineInfo, Pauses, SubmitError};
 
 /// Configuration of a [`DsaEngine`].
 #[derive(Debug, Clone)]
@@ -113,6 +118,9 @@ struct Channel {
     retries: AtomicU64,
     submissions: AtomicU64,
     max_in_flight: AtomicU64,
+    budget: BudgetCell,
+    paused_epochs: AtomicU64,
+    paused_ns: AtomicU64,
 }
 
 impl Channel {
@@ -201,6 +209,9 @@ impl DsaEngine {
                 retries: AtomicU64::new(0),
                 submissions: AtomicU64::new(0),
                 max_in_flight: AtomicU64::new(0),
+                budget: BudgetCell::default(),
+                paused_epochs: AtomicU64::new(0),
+                paused_ns: AtomicU64::new(0),
             });
             let (c, cfg) = (ch.clone(), config.clone());
             let handle = std::thread::Builder::new()
@@ -287,6 +298,84 @@ impl Engine for DsaEngine {
     fn is_suspended(&self, channel: usize) -> bool {
         self.channels[channel].suspended.load(Ordering::Acquire)
     }
+
+    fn set_budget(&self, channel: usize, budget: Option<Budget>) -> bool {
+        let ch = &self.channels[channel];
+        ch.budget.set(budget);
+        ch.kick();
+        true
+    }
+
+    fn renew_budget(&self, channel: usize, lapses_ns: u64) {
+        self.channels[channel].budget.renew(lapses_ns);
+    }
+
+    fn budget(&self, channel: usize) -> Option<Budget> {
+        self.channels[channel].budget.get()
+    }
+
+    fn pauses(&self, channel: usize) -> Pauses {
+        let ch = &self.channels[channel];
+        Pauses {
+            epochs: ch.paused_epochs.load(Ordering::Relaxed),
+            ns: ch.paused_ns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A channel's budget between chunks (see the module docs).
+#[derive(Default)]
+struct Pacer {
+    meter: Meter,
+    /// While paused: since when, and the epoch boundary that ends the pause.
+    paused: Option<(u64, u64)>,
+}
+
+impl Pacer {
+    /// Pieces a chunk may hold: one under a budget, so the meter sees every piece.
+    fn max_pieces(&self, ch: &Channel) -> usize {
+        if ch.budget.get().is_some() {
+            1
+        } else {
+            ch.queue.max_batch_size.max(1) as usize
+        }
+    }
+
+    /// Whether a chunk of `len` bytes may be submitted now (it is then charged to the epoch).
+    fn admit(&mut self, ch: &Channel, len: u64) -> bool {
+        let now = clock::now_ns();
+        let verdict = match ch.budget.get() {
+            Some(b) if !b.lapsed(now) => self.meter.admit(b, len, now),
+            _ => Ok(()),
+        };
+        match verdict {
+            Ok(()) => {
+                if let Some((since, _)) = self.paused.take() {
+                    ch.paused_ns.fetch_add(now - since, Ordering::Relaxed);
+                }
+                true
+            }
+            Err(until) => {
+                let since = self.paused.map_or(now, |(since, _)| since);
+                self.paused = Some((since, until));
+                ch.paused_epochs
+                    .store(self.meter.paused_epochs, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+
+    /// Nothing in flight and the budget spent: sleeps towards the epoch's end (at most 1 ms at
+    /// a time, so a lifted budget, a suspension or shutdown is seen soon).
+    fn rest(&self) {
+        let Some((_, until)) = self.paused else {
+            return std::thread::yield_now();
+        };
+        let left = until.saturating_sub(clock::now_ns()).min(1_000_000);
+        if left > 0 {
+            std::thread::sleep(Duration::from_nanos(left));
+        }
+    }
 }
 
 impl Drop for DsaEngine {
@@ -351,17 +440,24 @@ impl Running {
         r
     }
 
-    /// Submits the next chunk if none is in flight; true if it did.
-    fn submit_next(&mut self, ch: &Channel) -> bool {
+    /// Submits the next chunk if none is in flight and the budget admits it; true if it did.
+    fn submit_next(&mut self, ch: &Channel, pacer: &mut Pacer) -> bool {
         if self.ended.is_some() || self.chunk.is_some() {
             return false;
         }
-        let max_batch = ch.queue.max_batch_size.max(1) as usize;
-        let end = (self.next + max_batch).min(self.pieces.len());
-        let chunk = self
-            .refused
-            .take()
-            .unwrap_or_else(|| Chunk::new(&self.batch, self.pieces[self.next..end].to_vec()));
+        let chunk = match self.refused.take() {
+            Some(c) => c,
+            None => {
+                let end = (self.next + pacer.max_pieces(ch)).min(self.pieces.len());
+                let pieces = self.pieces[self.next..end].to_vec();
+                let len = pieces.iter().map(|p| u64::from(p.len)).sum();
+                if !pacer.admit(ch, len) {
+                    return false;
+                }
+                Chunk::new(&self.batch, pieces)
+            }
+        };
+        let end = self.next + chunk.pieces.len();
         // SAFETY: the chunk's descriptors and records live in `self.chunk` until its final
         // record is written (we never drop a chunk in flight: see `DsaEngine::drop`); the
         // buffers they name are valid until the batch's outcome is published
@@ -420,6 +516,7 @@ fn run(ch: &Channel, cfg: &DsaConfig) {
     let credits = (ch.queue.size as usize).max(1);
     let mut open: VecDeque<Running> = VecDeque::new();
     let mut quiet = 0u32;
+    let mut pacer = Pacer::default();
     loop {
         ch.wake.awake();
         let mut progress = false;
@@ -435,7 +532,7 @@ fn run(ch: &Channel, cfg: &DsaConfig) {
             if in_flight >= credits {
                 break;
             }
-            if r.submit_next(ch) {
+            if r.submit_next(ch, &mut pacer) {
                 in_flight += 1;
                 progress = true;
             }
@@ -451,7 +548,7 @@ fn run(ch: &Channel, cfg: &DsaConfig) {
                 break;
             };
             let mut r = Running::start(batch, position, ch.queue.max_transfer_size);
-            if r.submit_next(ch) {
+            if r.submit_next(ch, &mut pacer) {
                 in_flight += 1;
             }
             open.push_back(r);
@@ -468,7 +565,7 @@ fn run(ch: &Channel, cfg: &DsaConfig) {
             } else if let Some(c) = open.iter().find_map(|r| r.chunk.as_ref()) {
                 wait::doze(&c.final_record().status);
             } else {
-                std::thread::yield_now();
+                pacer.rest();
             }
             continue;
         }
