@@ -22,8 +22,8 @@
 //!   keep its batches closed to helpers.
 //!
 //! The [`threads`] engine (worker threads as channels) implements it and is the default
-//! everywhere. Hardware engines (DSA, I/OAT) will implement [`Engine`] behind detection; none
-//! is compiled in until it can be tested on hardware.
+//! everywhere. The [`dsa`] engine implements it on Intel DSA work queues; it is proven on a
+//! device model (feature `testing`), not yet on hardware, and nothing selects it yet.
 //!
 //! The protocols shared between threads — the ring, the completion records, the wake word,
 //! helping —
@@ -39,6 +39,8 @@ pub mod clock;
 mod completion;
 pub mod cpus;
 mod descriptor;
+#[cfg(not(loom))]
+pub mod dsa;
 #[cfg(not(loom))]
 pub mod durable;
 #[cfg(feature = "testing")]
