@@ -552,16 +552,18 @@ fn mount_times(
     let block = [0x3Cu8; 4096];
     for i in 0..files {
         let fd = fs.open(&format!("/d{}/f{i}", i % 100), OpenFlags::CREATE, 0o644)?;
-        fs.write(fd, &block)?;
+        fs.write(fd, &block)
+            .with_context(|| format!("writing file {i} of the mount-timing store"))?;
         fs.close(fd)?;
     }
     // The file as it is while mounted: what a crash leaves.
     std::fs::copy(&clean, &crashed)?;
-    fs.unmount()?;
+    fs.unmount().context("unmounting the mount-timing store")?;
     let time = |path: &Path, quick: bool| -> anyhow::Result<f64> {
         let region = Region::open(path, 0, cfg.persist())?;
         let t0 = Instant::now();
-        let store = Store::mount(region, mover.clone())?;
+        let store = Store::mount(region, mover.clone())
+            .with_context(|| format!("mounting {}", path.display()))?;
         let ms = t0.elapsed().as_secs_f64() * 1000.0;
         if store.mounted_quickly() != quick {
             bail!("{} mounted with the wrong path", path.display());

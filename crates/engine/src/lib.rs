@@ -28,7 +28,7 @@
 //! The protocols shared between threads — the ring, the completion records, the wake word,
 //! helping —
 //! are model-checked with loom (`RUSTFLAGS="--cfg loom" cargo test -p switchyard-engine
-//! --release --test loom`).
+//! --release --lib loom`, as `scripts/test.sh` runs it).
 
 #![warn(missing_docs)]
 // Under loom only the protocol modules are built; the threads engine that uses the rest is not.

@@ -49,6 +49,8 @@ pub struct Allocator {
     deferred: Mutex<Vec<Extent>>,
     /// Blocks in `deferred`.
     deferred_blocks: AtomicU64,
+    /// Blocks a sync under way took from `deferred` and has not given back yet.
+    releasing: AtomicU64,
 
     /// Called when an allocation finds too few free blocks while freed ones are deferred
     /// (a sync, which hands them back); the allocation is then tried once more.
@@ -139,6 +141,7 @@ impl Allocator {
             deferring: AtomicBool::new(false),
             deferred: Mutex::default(),
             deferred_blocks: AtomicU64::new(0),
+            releasing: AtomicU64::new(0),
 
             on_short: OnceLock::new(),
         }
@@ -160,8 +163,13 @@ impl Allocator {
     /// The extents freed since the last call (page media): the caller releases them once the
     /// changes that freed them are durable.
     pub fn take_deferred(&self) -> Vec<Extent> {
-        let batch = std::mem::take(&mut *self.deferred.lock());
+        let mut deferred = self.deferred.lock();
+        let batch = std::mem::take(&mut *deferred);
         let n: u64 = batch.iter().map(|e| e.len).sum();
+        // Counted as on their way back before the list lets go of them: an allocation that
+        // finds the list empty sees them here (`alloc`).
+        self.releasing.fetch_add(n, Ordering::Relaxed);
+        drop(deferred);
         self.deferred_blocks.fetch_sub(n, Ordering::Relaxed);
         // Counted as free until given back, so the count never dips in between.
         self.free.fetch_add(n, Ordering::Relaxed);
@@ -175,6 +183,7 @@ impl Allocator {
         self.free.fetch_sub(n, Ordering::Relaxed);
         self.deferred_blocks.fetch_add(n, Ordering::Relaxed);
         self.deferred.lock().extend(batch);
+        self.releasing.fetch_sub(n, Ordering::Relaxed);
     }
 
     /// Frees extents [`Allocator::take_deferred`] returned.
@@ -182,6 +191,7 @@ impl Allocator {
         for e in batch {
             self.free.fetch_sub(e.len, Ordering::Relaxed);
             self.free_now(e);
+            self.releasing.fetch_sub(e.len, Ordering::Relaxed);
         }
     }
 
@@ -192,10 +202,12 @@ impl Allocator {
     }
 
     /// Takes `n` blocks, as few extents as the free space allows (one if possible). ENOSPC
-    /// (and nothing taken) if fewer than `n` are free.
+    /// (and nothing taken) if fewer than `n` are free, counting those a sync will give back:
+    /// on page media an allocation that runs short while freed blocks wait for a sync — or
+    /// are held by a sync under way — syncs (`on_short`) and tries again.
     pub fn alloc(&self, n: u64) -> Result<Vec<Extent>, Errno> {
         match self.try_alloc(n) {
-            Err(Errno::ENOSPC) if !self.deferred.lock().is_empty() => {
+            Err(Errno::ENOSPC) if self.frees_pending() => {
                 if let Some(sync) = self.on_short.get() {
                     sync();
                 }
@@ -203,6 +215,12 @@ impl Allocator {
             }
             r => r,
         }
+    }
+
+    /// Whether freed blocks wait for a sync, or are held by a sync under way.
+    fn frees_pending(&self) -> bool {
+        let deferred = self.deferred.lock();
+        !deferred.is_empty() || self.releasing.load(Ordering::Relaxed) > 0
     }
 
     fn try_alloc(&self, n: u64) -> Result<Vec<Extent>, Errno> {

@@ -167,7 +167,7 @@ impl Writeback {
             true,
             Some(Box::new(move || {
                 if let Some(wb) = weak.upgrade() {
-                    let _ = wb.sync();
+                    let _ = wb.sync_for_space();
                 }
             })),
         );
@@ -232,6 +232,19 @@ impl Writeback {
         }
         let _one = self.syncing.lock();
         self.sync_locked(true).inspect_err(|_| {
+            self.failed.store(true, Ordering::Relaxed);
+        })
+    }
+
+    /// A sync for an allocation that ran short: waits for a sync under way (which gives back
+    /// the blocks it took), then syncs whatever is durable already, so that every block freed
+    /// before the call is free again when it returns.
+    fn sync_for_space(&self) -> Result<(), Errno> {
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(Errno::EIO);
+        }
+        let _one = self.syncing.lock();
+        self.sync_locked(false).inspect_err(|_| {
             self.failed.store(true, Ordering::Relaxed);
         })
     }
