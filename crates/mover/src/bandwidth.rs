@@ -83,7 +83,23 @@ pub struct DirectionEstimates {
     pub engine: [Ewma; BINS],
     /// Delay from submission to the engine starting, ns.
     pub startup_ns: Ewma,
+    /// Turnaround rate per size bin of a request the engine was given whole: its bytes over
+    /// the time from submission to completion, whoever copied them (start-up delay, a worker
+    /// preempted mid-copy and helpers all show), bytes/ns. Followed quickly
+    /// ([`TURNAROUND`]): an asynchronous copy's decision reads it ([`crate::Mover::decide`]).
+    pub turnaround: [Ewma; BINS],
 }
+
+/// How the turnaround estimates move: a quarter of the way to each sample, clamped to within
+/// 16× of the estimate, so that a worker starved by another process shows within a few
+/// requests and its recovery within a few probes.
+pub const TURNAROUND: EstimatesConfig = EstimatesConfig {
+    weight: 0.25,
+    outlier_factor: 16.0,
+    sample_every: 1,
+    bulk_sample_every: 1,
+    bulk_bytes: 0,
+};
 
 /// All estimates.
 #[derive(Debug)]
@@ -104,6 +120,8 @@ impl Default for Bandwidth {
             cpu: std::array::from_fn(|_| Ewma::new(8.0)),
             engine: std::array::from_fn(|_| Ewma::new(8.0)),
             startup_ns: Ewma::new(5_000.0),
+            // Until measured, an engine copy's turnaround is taken as twice the CPU's time.
+            turnaround: std::array::from_fn(|_| Ewma::new(4.0)),
         };
         Bandwidth {
             dirs: [d(), d(), d()],
@@ -127,6 +145,9 @@ impl Bandwidth {
                 m.set(t.get());
             }
             mine.startup_ns.set(theirs.startup_ns.get());
+            for (m, t) in mine.turnaround.iter().zip(&theirs.turnaround) {
+                m.set(t.get());
+            }
         }
     }
 

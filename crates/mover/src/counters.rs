@@ -54,7 +54,7 @@ counters! {
     fallback_queue_full: "Bulk requests sent to the CPU because the channel queue was full or suspended.",
     fallback_latency: "Latency-critical requests kept off a busy channel.",
     fallback_queue_depth: "Asynchronous reads copied by the CPU because every channel had 2 or more batches queued (EasyIO's read admission, Listing 2).",
-    fallback_engine_slow: "Asynchronous requests copied by the CPU because the engine, as measured now (its start-up delay and its rate), would finish them later than the CPU — later than twice the CPU's time when the caller's runtime has other tasks to run meanwhile (a helper thread starved by another process, a busy device). One in 50 ms goes to the engine anyway (counted as explored) to measure it again.",
+    fallback_engine_slow: "Asynchronous requests copied by the CPU because the engine, as measured now (its turnaround for the size: submission to completion), would finish them later than the CPU — later than twice the CPU's time when the caller's runtime has other tasks to run meanwhile (a helper thread starved by another process, a busy device). One in 50 ms goes to the engine anyway (counted as explored) to measure it again.",
     no_engine_share: "Bulk synchronous requests the CPU copied whole because the split estimates gave the engine less than a page.",
     reclaimed: "Split engine shares the CPU took back because the engine had not started them by the time the CPU finished its own share.",
     taken_back: "Latency tenants' synchronous engine copies the caller took back and copied itself because no worker had started them by the time the CPU would have finished.",

@@ -206,8 +206,8 @@ impl Mover {
     ///    asynchronous submitter (`sync` false) does not wait: it counts towards M but is
     ///    admitted by the channel's queue depth instead ([`Mover::submit_recorded`]: EasyIO
     ///    §4.4 for reads), so that tasks on one core keep several copies in flight;
-    /// 6. an asynchronous request that the engine, as measured right now (its start-up delay
-    ///    and its rate for the size), would finish later than the CPU copies it → CPU: a task
+    /// 6. an asynchronous request that the engine, as measured right now (its turnaround for
+    ///    the size), would finish later than the CPU copies it → CPU: a task
     ///    that waits on a slower engine runs slower than it would copying. When the caller's
     ///    runtime has other tasks to run meanwhile ([`crate::beside`]) the engine may take up
     ///    to twice the CPU's time (the core computes while it copies). One such request in
@@ -396,17 +396,18 @@ impl Mover {
         self.claim_engine(len - head, head, hints, sync)
     }
 
-    /// Whether the engine, as the live estimates measure it now (its start-up delay — a
-    /// starved helper thread's shows there first — plus `len` bytes at its rate for the
-    /// size), would finish an asynchronous copy later than the CPU would, allowing twice the
-    /// CPU's time when the caller's runtime has other tasks to run meanwhile. False for one
+    /// Whether the engine, as the live estimates measure it now (the turnaround of the
+    /// requests of this size it was given: submission to completion, so a starved helper
+    /// thread's start-up delay and preemptions show), would finish an asynchronous copy
+    /// later than the CPU would, allowing twice the CPU's time when the caller's runtime has
+    /// other tasks to run meanwhile. False for one
     /// request every [`ENGINE_PROBE_NS`] (counted as explored): the estimates only move with
     /// copies the engine finishes, so a path never taken could never be found faster again.
     fn engine_slower(&self, len: usize, dir: Direction) -> bool {
         let e = self.bandwidth.of(dir);
         let b = bin(len);
         let cpu_ns = len as f64 / e.cpu[b].get();
-        let engine_ns = e.startup_ns.get() + len as f64 / e.engine[b].get();
+        let engine_ns = len as f64 / e.turnaround[b].get();
         let allowance = if beside::tasks_beside() > 0 {
             OVERLAP_ALLOWANCE
         } else {

@@ -8,7 +8,7 @@ use switchyard_engine::{clock, Batch, DurableRecord, Flags, Outcome, Status, Sub
 use switchyard_media::CopyMode;
 
 use crate::adapt::{Arm, Explore};
-use crate::bandwidth::{bin, sample_cpu_copy, Bandwidth, MIN_SAMPLED};
+use crate::bandwidth::{bin, sample_cpu_copy, Bandwidth, MIN_SAMPLED, TURNAROUND};
 use crate::config::Policy;
 use crate::counters::Counter;
 use crate::decide::{Decision, Part, Path, Reason, SyncDecision};
@@ -494,6 +494,15 @@ impl Mover {
         report.engine_bytes += done - helped;
         report.cpu_bytes += helped;
         let engine_len = f.len - helped;
+        if o.status == Status::Success
+            && f.len >= MIN_SAMPLED
+            && matches!(f.decision.path, Path::Engine { .. })
+            && !self.class(&f.hints).is_bulk()
+        {
+            let took = o.finished_ns.saturating_sub(f.submitted_ns).max(1) as f64;
+            self.bandwidth.of(f.hints.direction).turnaround[bin(f.len)]
+                .update(f.len as f64 / took, &TURNAROUND);
+        }
         // A bulk tenant's batch ran under its budget: its pauses say nothing of the engine.
         if o.status == Status::Success
             && engine_len >= MIN_SAMPLED
