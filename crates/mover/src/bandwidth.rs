@@ -50,6 +50,16 @@ impl Ewma {
         f64::from_bits(self.0.load(Ordering::Relaxed))
     }
 
+    /// Folds in a sample as [`Ewma::update`] does, or takes it whole if nothing was measured
+    /// yet (the value is 0).
+    pub fn update_or_start(&self, sample: f64, e: &EstimatesConfig) {
+        if self.get() > 0.0 {
+            self.update(sample, e);
+        } else {
+            self.set(sample);
+        }
+    }
+
     /// Replaces the value (a measured prior, from a profile).
     pub fn set(&self, v: f64) {
         if v.is_finite() && v > 0.0 {
@@ -85,8 +95,9 @@ pub struct DirectionEstimates {
     pub startup_ns: Ewma,
     /// Turnaround rate per size bin of a request the engine was given whole: its bytes over
     /// the time from submission to completion, whoever copied them (start-up delay, a worker
-    /// preempted mid-copy and helpers all show), bytes/ns. Followed quickly
-    /// ([`TURNAROUND`]): an asynchronous copy's decision reads it ([`crate::Mover::decide`]).
+    /// preempted mid-copy and helpers all show), bytes/ns; 0 until the first sample. Followed
+    /// quickly ([`TURNAROUND`]): an asynchronous copy's decision reads it
+    /// ([`crate::Mover::decide`]).
     pub turnaround: [Ewma; BINS],
 }
 
@@ -120,8 +131,9 @@ impl Default for Bandwidth {
             cpu: std::array::from_fn(|_| Ewma::new(8.0)),
             engine: std::array::from_fn(|_| Ewma::new(8.0)),
             startup_ns: Ewma::new(5_000.0),
-            // Until measured, an engine copy's turnaround is taken as twice the CPU's time.
-            turnaround: std::array::from_fn(|_| Ewma::new(4.0)),
+            // Unmeasured (0) until the first sample: the decision then takes an engine copy's
+            // turnaround as twice the CPU's time.
+            turnaround: std::array::from_fn(|_| Ewma::new(0.0)),
         };
         Bandwidth {
             dirs: [d(), d(), d()],
@@ -146,7 +158,7 @@ impl Bandwidth {
             }
             mine.startup_ns.set(theirs.startup_ns.get());
             for (m, t) in mine.turnaround.iter().zip(&theirs.turnaround) {
-                m.set(t.get());
+                m.0.store(t.0.load(Ordering::Relaxed), Ordering::Relaxed);
             }
         }
     }

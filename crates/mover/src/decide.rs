@@ -407,7 +407,12 @@ impl Mover {
         let e = self.bandwidth.of(dir);
         let b = bin(len);
         let cpu_ns = len as f64 / e.cpu[b].get();
-        let engine_ns = len as f64 / e.turnaround[b].get();
+        let engine_ns = match e.turnaround[b].get() {
+            // Not measured yet: twice the CPU's time, which only a caller with other tasks
+            // to run offloads (a lone one sends a probe).
+            t if t <= 0.0 => 2.0 * cpu_ns,
+            t => len as f64 / t,
+        };
         let allowance = if beside::tasks_beside() > 0 {
             OVERLAP_ALLOWANCE
         } else {

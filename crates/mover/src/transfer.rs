@@ -501,7 +501,7 @@ impl Mover {
         {
             let took = o.finished_ns.saturating_sub(f.submitted_ns).max(1) as f64;
             self.bandwidth.of(f.hints.direction).turnaround[bin(f.len)]
-                .update(f.len as f64 / took, &TURNAROUND);
+                .update_or_start(f.len as f64 / took, &TURNAROUND);
         }
         // A bulk tenant's batch ran under its budget: its pauses say nothing of the engine.
         if o.status == Status::Success
