@@ -47,6 +47,30 @@ pub struct SyncArgs {
     sync_interval_ms: Option<u64>,
 }
 
+/// How writes cross the mount: `mount`'s and `up`'s `--writeback` and `--strict`.
+#[derive(Args, Clone, Copy, Default)]
+pub struct CacheArgs {
+    /// The kernel's writeback cache: a write(2) returns once its bytes are in the page
+    /// cache, and the kernel hands them to the store in large requests later, at the latest
+    /// when the file is closed, fsynced or fdatasynced (which then also reach the disk, as
+    /// --sync says). As on ext4, killing the mount (or a power cut) loses what was written
+    /// and not yet closed or synced; small writes run many times faster. [default: the
+    /// configuration's `fuse.writeback`]
+    #[arg(long, conflicts_with = "strict")]
+    writeback: bool,
+    /// Every write(2) reaches the store before it returns (no writeback cache): it survives
+    /// a crash of the mount at once, at the cost of one request per write(2).
+    #[arg(long)]
+    strict: bool,
+}
+
+impl CacheArgs {
+    /// Whether the writeback cache is on: the flags, else the configuration's `default`.
+    fn writeback(&self, default: bool) -> bool {
+        (default || self.writeback) && !self.strict
+    }
+}
+
 impl SyncArgs {
     /// The policy these flags ask for over the configuration's `c`.
     fn policy(&self, c: &StoreConfig) -> anyhow::Result<SyncPolicy> {
@@ -92,6 +116,8 @@ pub struct MountArgs {
     reserved_percent: Option<u32>,
     #[command(flatten)]
     sync: SyncArgs,
+    #[command(flatten)]
+    cache: CacheArgs,
     /// Mount the store that `switchyard serve` serves at ADDR:PORT (another process, or
     /// another machine) instead of opening a store file: names and attributes come from the
     /// server, data moves one-sided where the transport allows. Several machines and
@@ -103,7 +129,7 @@ pub struct MountArgs {
     #[arg(
         long,
         value_name = "ADDR:PORT",
-        conflicts_with_all = ["reserved_percent", "sync", "sync_interval_ms"]
+        conflicts_with_all = ["reserved_percent", "sync", "sync_interval_ms", "writeback"]
     )]
     remote: Option<String>,
     /// The served store's key, for --remote [default: the store file's path with `.key`
@@ -141,6 +167,8 @@ pub struct UpArgs {
     reserved_percent: Option<u32>,
     #[command(flatten)]
     sync: SyncArgs,
+    #[command(flatten)]
+    cache: CacheArgs,
 }
 
 /// `umount` options.
@@ -281,6 +309,8 @@ fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
     let cfg = a.at.mover.load_config()?;
     let fuse_cfg = switchyard_fuse::FuseConfig {
         workers: a.workers.unwrap_or(cfg.fuse.workers),
+        // Other clients change a served store's files: strict, whatever the configuration.
+        writeback: false,
         ..cfg.fuse
     };
     let m = switchyard_fuse::mount_inodes(client, &a.dir, &fuse_cfg, access, read_only)
@@ -425,6 +455,7 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
     let mover = store.shared_mover();
     let fuse_cfg = switchyard_fuse::FuseConfig {
         workers: a.workers.unwrap_or(cfg.fuse.workers),
+        writeback: a.cache.writeback(cfg.fuse.writeback),
         ..cfg.fuse
     };
     let workers = fuse_cfg.effective_workers();
@@ -442,6 +473,7 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
         }
     );
     println!("{}", store_cmd::show_durability(&durability));
+    println!("{}", show_cache(fuse_cfg.writeback));
     if a.allow_other {
         println!("every user may use it (allow_other; the kernel checks each file's permissions)");
     }
@@ -528,11 +560,22 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
             allow_other: a.allow_other,
             reserved_percent: a.reserved_percent,
             sync: a.sync,
+            cache: a.cache,
             remote: None,
             key: None,
         },
         background,
     )
+}
+
+/// The banner's line on how writes cross the mount.
+fn show_cache(writeback: bool) -> &'static str {
+    if writeback {
+        "writes: the kernel's writeback cache (--writeback): a write(2) returns from the page \
+         cache; a file's data is in the store once it is closed or fsynced"
+    } else {
+        "writes: strict (--strict): every write(2) is in the store when it returns"
+    }
 }
 
 /// Checks that this user may mount with `allow_other`: root may; anyone else needs

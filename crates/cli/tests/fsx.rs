@@ -466,3 +466,9 @@ fn random_operations_on_one_file_match_a_model_through_a_remote_mount() {
     let d = tempfile::tempdir().unwrap();
     fsx(Mount::remote(d.path()));
 }
+
+#[test]
+fn random_operations_on_one_file_match_a_model_through_a_writeback_mount() {
+    let d = tempfile::tempdir().unwrap();
+    fsx(Mount::with_args(d.path(), &["--writeback"]));
+}

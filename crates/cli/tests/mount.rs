@@ -34,6 +34,31 @@ fn a_killed_mount_loses_no_write_that_fio_saw_complete() {
     programs::killed_mid_fio(Mount::new, programs::Kill::Mount);
 }
 
+/// The mount with the kernel's writeback cache (`--writeback`).
+fn writeback(work: &Path) -> Mount {
+    Mount::with_args(work, &["--writeback"])
+}
+
+#[test]
+fn posix_operations_and_errnos_through_a_writeback_mount() {
+    programs::posix_operations_and_errnos(writeback);
+}
+
+#[test]
+fn tar_cp_and_git_on_a_writeback_mount() {
+    programs::tar_cp_and_git(writeback);
+}
+
+#[test]
+fn sqlite_builds_a_database_on_a_writeback_mount() {
+    programs::sqlite_transactions(writeback);
+}
+
+#[test]
+fn a_killed_writeback_mount_loses_no_write_whose_fsync_returned() {
+    programs::killed_mid_synced_fio(writeback);
+}
+
 /// `up` on a fresh directory mounts at once with the built-in thresholds, runs the full tune
 /// behind the mount and swaps its profile into the running mount (saving it), with files
 /// written before and after the swap intact; the next `up` reuses the profile.
@@ -178,7 +203,7 @@ fn assert_owner_only(dir: &Path) {
 }
 
 #[test]
-fn bench_mount_runs_every_job_on_the_store_the_floor_and_tmpfs() {
+fn bench_mount_runs_every_job_and_workload_on_both_stores_the_floor_and_tmpfs() {
     let work = tempfile::tempdir().unwrap();
     let out = run(Command::new(bin())
         .args([
@@ -207,9 +232,11 @@ fn bench_mount_runs_every_job_on_the_store_the_floor_and_tmpfs() {
     for j in &lines[..8] {
         for k in [
             "store_gib_s",
+            "store_writeback_gib_s",
             "passthrough_gib_s",
             "tmpfs_gib_s",
             "vs_floor",
+            "writeback_vs_strict",
         ] {
             assert!(j[k].as_f64().unwrap() > 0.0, "{k} in {j}");
         }
@@ -218,6 +245,17 @@ fn bench_mount_runs_every_job_on_the_store_the_floor_and_tmpfs() {
     let s = &lines[8];
     assert!(s["seq_1m_vs_floor_min"][0].as_f64().unwrap() > 0.0);
     assert!(s["randread_4k_vs_floor_min"][0].as_f64().unwrap() > 0.0);
+    // The workloads (dbench too, where it is installed), each with a rate on every system.
+    let workloads = s["workloads"].as_array().unwrap();
+    assert!(workloads.len() >= 3, "{s}");
+    for w in workloads {
+        for k in ["store", "store_writeback", "tmpfs"] {
+            assert!(w[k].as_f64().unwrap() > 0.0, "{k} in {w}");
+        }
+        if w["workload"] != "Dbench" {
+            assert!(w["passthrough"].as_f64().unwrap() > 0.0, "{w}");
+        }
+    }
     // Both mounts are gone and the scratch directory is removed.
     assert!(!std::fs::read_to_string("/proc/self/mounts")
         .unwrap()

@@ -263,18 +263,40 @@ fn tick() {
 
 #[test]
 fn the_mount_follows_posix_for_every_user() {
-    suite(|w| Mount::with_args(w, &["--allow-other"]));
+    suite(|w| Mount::with_args(w, &["--allow-other"]), Writes::Strict);
+}
+
+/// The same suite on a mount with the kernel's writeback cache (`--writeback`), where the
+/// file system drops set-id bits and capabilities on writes, truncates and chowns itself.
+#[test]
+fn the_writeback_mount_follows_posix_for_every_user() {
+    suite(
+        |w| Mount::with_args(w, &["--allow-other", "--writeback"]),
+        Writes::Writeback,
+    );
 }
 
 /// The same suite on a served store mounted through its client (`mount --remote`), with the
 /// server in a process of its own.
 #[test]
 fn the_remote_mount_follows_posix_for_every_user() {
-    suite(|w| Mount::remote_with(w, &["--allow-other"]));
+    suite(
+        |w| Mount::remote_with(w, &["--allow-other"]),
+        Writes::Strict,
+    );
 }
 
-/// Every rule, on the mount `start` makes for every user.
-fn suite(start: fn(&Path) -> Mount) {
+/// How a mount's writes reach its file system.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Writes {
+    /// Each write(2) is a request.
+    Strict,
+    /// The kernel's writeback cache: the file system sees writes later.
+    Writeback,
+}
+
+/// Every rule, on the mount `start` makes for every user, whose writes go as `writes` says.
+fn suite(start: fn(&Path) -> Mount, writes: Writes) {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
     assert_eq!(
@@ -301,7 +323,7 @@ fn suite(start: fn(&Path) -> Mount) {
     special_files(&mut s, &m.dir);
     xattrs(&mut s, &m.dir);
     acls(&mut s, &m.dir);
-    fallocate(&mut s, &m.dir);
+    fallocate(&mut s, &m.dir, writes);
     private(&mut s, &m);
     let m = m.remount();
     special_files_after_remount(&mut s, &m.dir);
@@ -1664,7 +1686,7 @@ fn falloc(f: &std::fs::File, mode: libc::c_int, off: i64, len: i64) -> Result<()
 /// PUNCH_HOLE without KEEP_SIZE, and modes not built, give EOPNOTSUPP; a descriptor not open
 /// for writing gives EBADF. st_blocks counts allocated space, so holes take none, and
 /// lseek's SEEK_DATA and SEEK_HOLE find them.
-fn fallocate(s: &mut Suite, root: &Path) {
+fn fallocate(s: &mut Suite, root: &Path, writes: Writes) {
     use std::io::{Read, Seek, SeekFrom};
     use std::os::unix::fs::MetadataExt;
     let d = root.join("falloc");
@@ -1710,7 +1732,7 @@ fn fallocate(s: &mut Suite, root: &Path) {
     want[4096..4096 + (32 << 10)].fill(0);
     s.check("a punched hole reads as zeros", back == want, true);
     // lseek(2): SEEK_DATA and SEEK_HOLE find the punched hole (pages 1-8) and the end.
-    seek_data_and_hole(s, &f);
+    seek_data_and_hole(s, &f, writes);
     s.check(
         "ZERO_RANGE over a partial page zeros exactly the range",
         falloc(&f, libc::FALLOC_FL_ZERO_RANGE, 100, 50).map(|()| {
@@ -1750,9 +1772,24 @@ fn lseek(f: &std::fs::File, off: i64, whence: libc::c_int) -> Result<i64, i32> {
 }
 
 /// SEEK_DATA and SEEK_HOLE find the data of `f` (64 KiB with pages 1-8 punched), its hole
-/// and its end.
-fn seek_data_and_hole(s: &mut Suite, f: &std::fs::File) {
+/// and its end. With the writeback cache the file system cannot see the pages the kernel
+/// holds dirty, so the kernel answers itself, as lseek(2) allows: the whole file is data, and
+/// the only hole is its end.
+fn seek_data_and_hole(s: &mut Suite, f: &std::fs::File, writes: Writes) {
     let seek = |off: i64, whence: libc::c_int| lseek(f, off, whence);
+    if writes == Writes::Writeback {
+        s.check(
+            "SEEK_DATA and SEEK_HOLE through the writeback cache: all data, the end a hole",
+            [
+                seek(0, libc::SEEK_DATA),
+                seek(0, libc::SEEK_HOLE),
+                seek(5000, libc::SEEK_DATA),
+                seek(64 << 10, libc::SEEK_DATA),
+            ],
+            [Ok(0), Ok(64 << 10), Ok(5000), Err(libc::ENXIO)],
+        );
+        return;
+    }
     s.check(
         "SEEK_DATA and SEEK_HOLE find data, a punched hole and the end",
         [

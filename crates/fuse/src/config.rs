@@ -7,6 +7,7 @@
 //! workers = 0                # request threads; 0 = one per core, at least 2
 //! attr_ttl_ms = 1000         # how long the kernel caches attributes and names
 //! max_io = 1048576           # largest read or write request the kernel sends
+//! writeback = false          # the kernel's writeback cache: writes gathered in the page cache
 //! ```
 
 use schemars::JsonSchema;
@@ -24,6 +25,15 @@ pub struct FuseConfig {
     pub attr_ttl_ms: u64,
     /// Largest read or write request the kernel sends, bytes (4 KiB to 1 MiB).
     pub max_io: u32,
+    /// The kernel's writeback cache (`mount --writeback`): a `write(2)` returns once its
+    /// bytes are in the page cache, and the kernel sends them to the store in large
+    /// requests later, at the latest when the file is closed or synced. A file's data is in
+    /// the store once `close`, `fsync` or `fdatasync` returns (and on a disk once the sync
+    /// returns), as on ext4; killing the mount loses what was written and not yet closed or
+    /// synced. Off (strict): every `write(2)` reaches the store before it returns. A served
+    /// store (`mount --remote`) is always strict: other clients change its files, and the
+    /// kernel would keep its own idea of their sizes.
+    pub writeback: bool,
 }
 
 impl Default for FuseConfig {
@@ -33,6 +43,7 @@ impl Default for FuseConfig {
             workers: 0,
             attr_ttl_ms: 1000,
             max_io: 1 << 20,
+            writeback: false,
         }
     }
 }

@@ -58,6 +58,8 @@ pub struct Replies {
     pub ttl: Duration,
     /// Largest read or write request the kernel sends.
     pub max_io: u32,
+    /// Whether the kernel's writeback cache is on ([`FuseConfig::writeback`]).
+    pub writeback: bool,
 }
 
 impl Replies {
@@ -66,6 +68,7 @@ impl Replies {
         Replies {
             ttl: Duration::from_millis(c.attr_ttl_ms),
             max_io: c.max_io,
+            writeback: c.writeback,
         }
     }
 }
@@ -200,11 +203,18 @@ impl Mount {
 }
 
 /// What every file system mounted here asks of the kernel at `init`: large requests (a 1 MiB
-/// write is one request) and nanosecond timestamps.
-pub fn configure(config: &mut KernelConfig, replies: Replies) {
+/// write is one request), nanosecond timestamps, lookups and listings of one directory in
+/// parallel (the file systems here lock per inode, not per mount), and the writeback cache
+/// where `replies` asks for it. Whether the kernel granted the writeback cache.
+pub fn configure(config: &mut KernelConfig, replies: Replies) -> bool {
     let _ = config.set_max_write(replies.max_io);
     let _ = config.set_max_readahead(replies.max_io);
     let _ = config.set_time_granularity(Duration::from_nanos(1));
+    let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
+    replies.writeback
+        && config
+            .add_capabilities(fuser::InitFlags::FUSE_WRITEBACK_CACHE)
+            .is_ok()
 }
 
 /// The page-cache policy of an open file: `O_DIRECT` bypasses the cache; every other open

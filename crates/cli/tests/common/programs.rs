@@ -245,11 +245,25 @@ pub enum Kill {
 /// the store is clean (fsck) and every 4K block fio saw complete is there, with fio's
 /// checksum and offset.
 pub fn killed_mid_fio(start: fn(&Path) -> Mount, kill: Kill) {
+    killed_mid(start, kill, false);
+}
+
+/// fio writes with verification, each write fsynced, on a mount until it is SIGKILLed
+/// mid-job; after recovery the store is clean (fsck) and every 4K block whose fsync fio saw
+/// return is there, with fio's checksum and offset (what a mount with the kernel's writeback
+/// cache promises: a write is in the store once it is synced or closed).
+pub fn killed_mid_synced_fio(start: fn(&Path) -> Mount) {
+    killed_mid(start, Kill::Mount, true);
+}
+
+/// [`killed_mid_fio`], with an fsync after every write where `synced`.
+fn killed_mid(start: fn(&Path) -> Mount, kill: Kill, synced: bool) {
     let work = tempfile::tempdir().unwrap();
     let mut m = start(work.path());
     let dir = m.dir.clone();
     let fio = std::thread::spawn(move || {
         Command::new("fio")
+            .arg(if synced { "--fsync=1" } else { "--fsync=0" })
             .args([
                 "--name=killed",
                 &format!("--directory={}", dir.display()),
@@ -286,11 +300,16 @@ pub fn killed_mid_fio(start: fn(&Path) -> Mount, kill: Kill) {
     let text = String::from_utf8_lossy(&out.stdout);
     let v: serde_json::Value = serde_json::from_str(&text[text.find('{').expect("fio JSON")..])
         .expect("fio JSON after its error");
-    let done = v["jobs"][0]["write"]["io_bytes"].as_u64().unwrap();
+    let mut done = v["jobs"][0]["write"]["io_bytes"].as_u64().unwrap();
     assert!(
         done > 0 && done < 256 << 20,
         "fio wrote {done} bytes before the kill"
     );
+    if synced {
+        // fio counts a write when it returns, before its fsync: the last one it counted
+        // may not have been synced.
+        done -= 4096;
+    }
     if let Some(mut c) = m.child.take() {
         c.kill().unwrap();
         c.wait().unwrap();

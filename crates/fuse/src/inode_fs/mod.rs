@@ -17,8 +17,8 @@ use fuser::{
 use parking_lot::Mutex;
 use switchyard_mover::qos::{self, Classes};
 use switchyard_store::{
-    Errno, Falloc, Inodes, Owner, RecordLock, Rename, Seek, SetAttr, Stat, XattrMode, S_IFDIR,
-    S_IFLNK, S_IFMT,
+    Errno, Falloc, Inodes, Owner, RecordLock, Rename, SetAttr, Stat, XattrMode, S_IFDIR, S_IFLNK,
+    S_IFMT,
 };
 
 use crate::{configure, open_flags, FuseConfig, Replies};
@@ -28,6 +28,7 @@ mod data;
 mod kernel;
 mod listing;
 mod locks;
+mod privileges;
 mod tenants;
 
 use kernel::{empty, errno, file_attr, handle, ns, owner, xattr_reply};
@@ -58,12 +59,29 @@ pub struct InodeFs<I: Inodes> {
     tenants: Option<tenants::Tenants>,
     /// `F_SETLKW` calls waiting for a lock.
     lock_waits: Arc<locks::Waits>,
+    /// What the kernel granted at `init`.
+    granted: Granted,
+}
+
+/// What the kernel granted at `init`, of what a mount may ask for beyond the basics.
+#[derive(Debug, Clone, Copy, Default)]
+struct Granted {
+    /// The writeback cache: the kernel gathers writes in its page cache, places appends
+    /// itself (it knows the size), and sends its cached pages through any handle open for
+    /// writing.
+    writeback: bool,
+    /// Set-id bits and capabilities are this file system's to drop (`FUSE_HANDLE_KILLPRIV_V2`,
+    /// see [`privileges`]).
+    kill_privileges: bool,
 }
 
 impl<I: Inodes> InodeFs<I> {
     /// Serves `inodes`, telling the kernel what `config` says.
     pub fn new(inodes: Arc<I>, config: &FuseConfig) -> InodeFs<I> {
-        let replies = Replies::of(config);
+        let mut replies = Replies::of(config);
+        // Others change a served store's files: the kernel must not keep its own idea of
+        // their sizes, which it does with the writeback cache.
+        replies.writeback &= !inodes.shared();
         InodeFs {
             cache_ttl: if inodes.shared() {
                 Duration::ZERO
@@ -77,6 +95,7 @@ impl<I: Inodes> InodeFs<I> {
             next_dir: AtomicU64::new(1),
             tenants: None,
             lock_waits: Arc::default(),
+            granted: Granted::default(),
         }
     }
 
@@ -91,6 +110,14 @@ impl<I: Inodes> InodeFs<I> {
     /// The file handle of an open of `ino` by `req` with `flags`: its tenant in it.
     fn handle(&self, req: &Request, ino: u64, flags: i32) -> FileHandle {
         let t = self.tenants.as_ref().map_or(0, |t| t.of(req.uid(), ino));
+        // With the writeback cache the kernel places appends itself, and writes back its
+        // pages through any handle open for writing, an append handle's too: every write
+        // goes where its offset says.
+        let flags = if self.granted.writeback {
+            flags & !libc::O_APPEND
+        } else {
+            flags
+        };
         tenants::with_tenant(handle(flags), t)
     }
 
@@ -113,28 +140,6 @@ impl<I: Inodes> InodeFs<I> {
         } else {
             open_flags(OpenFlags(flags), current)
         }
-    }
-
-    /// Clears S_ISUID, and S_ISGID where the group may execute, before a write by anyone
-    /// but root, as inode(7) and write(2) say (the kernel does this itself for writes
-    /// through the page cache, not for uncached ones).
-    fn clear_set_id(&self, req: &Request, ino: u64) -> Result<(), Errno> {
-        if req.uid() == 0 {
-            return Ok(());
-        }
-        let mode = self.inodes.stat(ino)?.attr.mode;
-        let mut kill = mode & 0o4000;
-        if mode & 0o2010 == 0o2010 {
-            kill |= 0o2000;
-        }
-        if kill != 0 {
-            let set = SetAttr {
-                mode: Some(mode & 0o7777 & !kill),
-                ..SetAttr::default()
-            };
-            self.inodes.setattr(ino, set)?;
-        }
-        Ok(())
     }
 
     /// Replies with an entry the kernel will count as one lookup of its inode: `r` comes
@@ -161,7 +166,13 @@ impl<I: Inodes> InodeFs<I> {
 impl<I: Inodes> Filesystem for InodeFs<I> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Large requests: a 1 MiB write is one request, one commit.
-        configure(config, self.replies);
+        self.granted.writeback = configure(config, self.replies);
+        // Without it the kernel asks for `security.capability` before every write (a
+        // request each); with it, it asks once per inode and attribute refresh, and this
+        // file system drops set-id bits and capabilities where the kernel says.
+        self.granted.kill_privileges = config
+            .add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2)
+            .is_ok();
         // POSIX ACLs: the kernel checks them (it reads an inode's access ACL for a caller
         // who is not its owner) and the store keeps them and the mode in step; the umask is
         // the store's to apply, since a directory's default ACL overrides it.
@@ -203,7 +214,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -225,7 +236,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
                 TimeOrNow::Now => ns(SystemTime::now()),
             })
         };
-        let s = SetAttr {
+        let mut s = SetAttr {
             mode,
             uid,
             gid,
@@ -233,6 +244,9 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
             atime: at(atime),
             mtime: at(mtime),
         };
+        if let Err(e) = self.privileges_on_setattr(req, ino.0, &mut s) {
+            return reply.error(errno(e));
+        }
         match self.inodes.setattr(ino.0, s) {
             Ok(s) => reply.attr(&self.cache_ttl, &file_attr(ino.0, &s)),
             Err(e) => reply.error(errno(e)),
@@ -392,13 +406,14 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<fuser::LockOwner>,
         reply: ReplyWrite,
     ) {
         let _tenant = qos::enter(tenants::tenant(fh));
-        let r = self.write_data(req, ino.0, fh, offset, data, flags.0);
+        let kill = write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID);
+        let r = self.write_data(req, ino.0, fh, (offset, data), flags.0, kill);
         match r {
             Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(errno(e)),
@@ -587,18 +602,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let to = match whence {
-            libc::SEEK_DATA => Seek::Data,
-            libc::SEEK_HOLE => Seek::Hole,
-            _ => return reply.error(fuser::Errno::EINVAL),
-        };
-        let Ok(off) = u64::try_from(offset) else {
-            return reply.error(fuser::Errno::ENXIO);
-        };
-        match self.inodes.seek(ino.0, off, to) {
-            Ok(at) => reply.offset(at as i64),
-            Err(e) => reply.error(errno(e)),
-        }
+        self.seek_data(ino.0, offset, whence, reply);
     }
 
     fn setxattr(

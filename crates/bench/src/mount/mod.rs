@@ -1,9 +1,13 @@
 //! `switchyard bench mount`: the store through FUSE against FUSE's own cost, in one run.
 //!
-//! The same fio jobs run on three file systems, in interleaved rounds whose order rotates:
+//! The same fio jobs, and then the workloads of [`workloads`] (dbench, one-byte writes, 4 KiB
+//! appends, create/stat/unlink), run on four file systems, in interleaved rounds whose order
+//! rotates:
 //!
-//! - `store`: the store mounted with FUSE in this process (as `switchyard mount` does), its
-//!   region a file in the scratch directory;
+//! - `store`: the store mounted with FUSE in this process (as `switchyard mount --strict`
+//!   does), its region a file in the scratch directory;
+//! - `store-writeback`: a second store mounted the same way with the kernel's writeback cache
+//!   (`switchyard mount --writeback`);
 //! - `passthrough`: a minimal FUSE file system that forwards every request to a directory of
 //!   the scratch file system — same library, mount options, request sizes, workers and
 //!   page-cache policy as the store's mount. This is the FUSE floor: what any FUSE file
@@ -13,8 +17,9 @@
 //! Each job runs buffered (the page cache serves repeated reads; writes go through to the
 //! file system) and with `O_DIRECT` (every request reaches the file system). The figures are
 //! each system's median GiB/s and fio's median completion latency, store ÷ passthrough (the
-//! store's own cost on top of FUSE) and passthrough ÷ tmpfs (FUSE's cost), each the median
-//! of ratios paired within a round.
+//! store's own cost on top of FUSE), passthrough ÷ tmpfs (FUSE's cost) and writeback ÷
+//! strict, each the median of ratios paired within a round; for the workloads, each system's
+//! median rate and each mode of the store ÷ tmpfs.
 //!
 //! The store's region is written through once before it is formatted, as a long-running
 //! store's region would be: on a memory file system the first touch of a page costs a page
@@ -32,9 +37,12 @@ use switchyard_media::Region;
 use switchyard_mover::Mover;
 use switchyard_store::{Owner, Store};
 
+mod workloads;
+
 use crate::fio;
 use crate::measure::{emit, scratch_dir, Measured, Rounds};
 use switchyard_options::size;
+use workloads::Workload;
 
 /// `bench mount` options.
 #[derive(Args)]
@@ -90,7 +98,12 @@ impl Shape {
     }
 }
 
-const SYSTEMS: [&str; 3] = ["store", "passthrough", "tmpfs"];
+const SYSTEMS: [&str; 4] = ["store", "store-writeback", "passthrough", "tmpfs"];
+/// Indices into [`SYSTEMS`].
+const STORE: usize = 0;
+const WRITEBACK: usize = 1;
+const FLOOR: usize = 2;
+const TMPFS: usize = 3;
 
 /// One job: every system's medians and the paired ratios.
 #[derive(Debug, Clone, Serialize)]
@@ -98,15 +111,35 @@ struct Record {
     #[serde(flatten)]
     shape: Shape,
     store_gib_s: f64,
+    store_writeback_gib_s: f64,
     passthrough_gib_s: f64,
     tmpfs_gib_s: f64,
     store_p50_us: f64,
+    store_writeback_p50_us: f64,
     passthrough_p50_us: f64,
     tmpfs_p50_us: f64,
     /// Median over rounds of store ÷ passthrough in the same round.
     vs_floor: f64,
     /// Median over rounds of passthrough ÷ tmpfs in the same round.
     floor_vs_tmpfs: f64,
+    /// Median over rounds of the writeback store ÷ the strict one in the same round.
+    writeback_vs_strict: f64,
+}
+
+/// One workload: every system's median rate and the store's ÷ tmpfs's.
+#[derive(Debug, Clone, Serialize)]
+struct WorkloadRecord {
+    workload: Workload,
+    unit: &'static str,
+    store: f64,
+    store_writeback: f64,
+    /// The FUSE floor's rate, where it runs the workload.
+    passthrough: Option<f64>,
+    tmpfs: f64,
+    /// Median over rounds of the strict store ÷ tmpfs in the same round.
+    strict_vs_tmpfs: f64,
+    /// Median over rounds of the writeback store ÷ tmpfs in the same round.
+    writeback_vs_tmpfs: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -116,6 +149,42 @@ struct Summary {
     seq_1m_vs_floor_min: Option<(f64, String)>,
     /// Worst store ÷ passthrough over 4K random reads, buffered and direct.
     randread_4k_vs_floor_min: Option<(f64, String)>,
+    /// The workloads on every system.
+    workloads: Vec<WorkloadRecord>,
+}
+
+/// Why dbench's figures are missing.
+const NO_DBENCH: &str = "; no dbench (apt-get install dbench): its workload is left out";
+
+/// What the options ask for, checked.
+struct Plan {
+    rounds: usize,
+    secs: f64,
+    file_size: u64,
+    jobs: usize,
+    fuse_cfg: switchyard_fuse::FuseConfig,
+}
+
+impl Plan {
+    fn of(a: &MountBenchArgs) -> anyhow::Result<Plan> {
+        let p = Plan {
+            rounds: a.rounds.unwrap_or(3).max(1),
+            secs: a.seconds.unwrap_or(if a.quick { 1.0 } else { 2.0 }),
+            file_size: a.file_size.unwrap_or(256 << 20),
+            jobs: a.jobs.unwrap_or(1),
+            fuse_cfg: switchyard_fuse::FuseConfig {
+                workers: a.workers.unwrap_or(0),
+                ..Default::default()
+            },
+        };
+        if p.jobs == 0 || p.fuse_cfg.effective_workers() == 0 || p.secs <= 0.0 {
+            bail!("--jobs, --workers and --seconds must be positive");
+        }
+        if p.file_size < 1 << 20 || !p.file_size.is_multiple_of(4096) {
+            bail!("--file-size must be a multiple of 4K and at least 1M");
+        }
+        Ok(p)
+    }
 }
 
 /// Runs the benchmark.
@@ -124,52 +193,58 @@ pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
     let Some(fio_version) = fio::version() else {
         bail!("fio is needed for this benchmark: install it (Debian: apt-get install fio)");
     };
-    let rounds = a.rounds.unwrap_or(3).max(1);
-    let secs = a.seconds.unwrap_or(if a.quick { 1.0 } else { 2.0 });
-    let file_size = a.file_size.unwrap_or(256 << 20);
-    let jobs = a.jobs.unwrap_or(1);
-    let fuse_cfg = switchyard_fuse::FuseConfig {
-        workers: a.workers.unwrap_or(0),
-        ..Default::default()
-    };
+    let Plan {
+        rounds,
+        secs,
+        file_size,
+        jobs,
+        fuse_cfg,
+    } = Plan::of(a)?;
     let workers = fuse_cfg.effective_workers();
-    if jobs == 0 || workers == 0 || secs <= 0.0 {
-        bail!("--jobs, --workers and --seconds must be positive");
-    }
-    if file_size < 1 << 20 || !file_size.is_multiple_of(4096) {
-        bail!("--file-size must be a multiple of 4K and at least 1M");
-    }
     let shapes = shapes(a.quick);
-    let (work, [tmpfs, backing, mnt_store, mnt_pass]) = scratch(&dir)?;
+    let (work, [tmpfs, backing, mnt_store, mnt_writeback, mnt_pass]) = scratch(&dir)?;
 
     let cfg = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
     let mover = Arc::new(Mover::start(&cfg)?);
-    // The files, a copy-on-write copy of each, and room for logs.
-    let region_len = (2 * jobs as u64 * file_size + (256 << 20)).next_multiple_of(2 << 20);
-    let region_path = work.path().join("store.region");
+    // The files, a copy-on-write copy of each, and room for logs and the workloads.
+    let region_len = (2 * jobs as u64 * file_size + (512 << 20)).next_multiple_of(2 << 20);
+    let dbench = workloads::dbench_load().is_some();
     eprintln!(
-        "scratch in {}; {} of region written through; {rounds} rounds × {secs} s per system \
-         and job; {} per fio job, {jobs} job(s); {workers} FUSE workers; {fio_version}",
+        "scratch in {}; 2 stores of {} of region written through; {rounds} rounds × {secs} s \
+         per system and job; {} per fio job, {jobs} job(s); {workers} FUSE workers; \
+         {fio_version}{}",
         work.path().display(),
         size::show(region_len),
         size::show(file_size),
+        if dbench { "" } else { NO_DBENCH }
     );
-    touch(&region_path, region_len)?;
-    let region = Region::create(&region_path, region_len, cfg.persist())?;
-    let store = Store::format(region, mover, Owner::current())?;
-    let store_mount =
-        switchyard_fuse::mount(store, &mnt_store, &fuse_cfg, switchyard_fuse::Access::Owner)
-            .with_context(|| format!("mounting the store on {}", mnt_store.display()))?;
+    let mut stores = Vec::new();
+    for (mnt, writeback) in [(&mnt_store, false), (&mnt_writeback, true)] {
+        let region_path = work.path().join(format!("store-{}.region", stores.len()));
+        let c = switchyard_fuse::FuseConfig {
+            writeback,
+            ..fuse_cfg.clone()
+        };
+        stores.push(mount_store(
+            &region_path,
+            region_len,
+            &cfg,
+            &mover,
+            mnt,
+            &c,
+        )?);
+    }
     let pass_mount = crate::passthrough::mount_passthrough(backing, &mnt_pass, &fuse_cfg)
         .with_context(|| format!("mounting the passthrough on {}", mnt_pass.display()))?;
-    let dirs = [mnt_store.as_path(), mnt_pass.as_path(), tmpfs.as_path()];
+    let dirs = [
+        mnt_store.as_path(),
+        mnt_writeback.as_path(),
+        mnt_pass.as_path(),
+        tmpfs.as_path(),
+    ];
 
-    let bar = indicatif::ProgressBar::new(shapes.len() as u64 + 1);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} jobs {msg} ({eta} left)")
-            .expect("template")
-            .progress_chars("=> "),
-    );
+    let workloads = Workload::all(dbench);
+    let bar = progress((shapes.len() + workloads.len()) as u64 + 1);
     bar.set_message("laying out fio's files");
     for d in dirs {
         layout(d, file_size, jobs)?;
@@ -181,30 +256,117 @@ pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
         let got = Rounds::run(SYSTEMS.len(), rounds, |i| {
             fio_job(dirs[i], *shape, file_size, jobs, secs)
         })?;
-        records.push(Record {
-            shape: *shape,
-            store_gib_s: got.gib_s(0),
-            passthrough_gib_s: got.gib_s(1),
-            tmpfs_gib_s: got.gib_s(2),
-            store_p50_us: got.p50_us(0),
-            passthrough_p50_us: got.p50_us(1),
-            tmpfs_p50_us: got.p50_us(2),
-            vs_floor: got.ratio(0, 1),
-            floor_vs_tmpfs: got.ratio(1, 2),
-        });
+        records.push(Record::of(*shape, &got));
+        bar.inc(1);
+    }
+    let mut rates = Vec::new();
+    for w in workloads {
+        bar.set_message(w.label());
+        rates.push(workload(w, &dirs, rounds, secs)?);
         bar.inc(1);
     }
     bar.finish_and_clear();
     pass_mount.unmount().context("unmounting the passthrough")?;
-    store_mount.unmount().context("unmounting the store")?;
+    for m in stores {
+        m.unmount().context("unmounting a store")?;
+    }
 
-    let summary = summarise(&records);
+    let summary = summarise(&records, rates);
     emit(a.json, &records, &summary, print_table)
 }
 
+/// A progress bar of `n` steps.
+fn progress(n: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(n);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} jobs {msg} ({eta} left)")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+impl Record {
+    /// The figures of `shape` from every system's rounds.
+    fn of(shape: Shape, got: &Rounds) -> Record {
+        Record {
+            shape,
+            store_gib_s: got.gib_s(STORE),
+            store_writeback_gib_s: got.gib_s(WRITEBACK),
+            passthrough_gib_s: got.gib_s(FLOOR),
+            tmpfs_gib_s: got.gib_s(TMPFS),
+            store_p50_us: got.p50_us(STORE),
+            store_writeback_p50_us: got.p50_us(WRITEBACK),
+            passthrough_p50_us: got.p50_us(FLOOR),
+            tmpfs_p50_us: got.p50_us(TMPFS),
+            vs_floor: got.ratio(STORE, FLOOR),
+            floor_vs_tmpfs: got.ratio(FLOOR, TMPFS),
+            writeback_vs_strict: got.ratio(WRITEBACK, STORE),
+        }
+    }
+}
+
+/// A store formatted on a region of `len` bytes at `path` (written through first), with
+/// `cfg`'s persistence and `mover`, mounted on `mnt` with `fuse`.
+fn mount_store(
+    path: &Path,
+    len: u64,
+    cfg: &switchyard_mover::Config,
+    mover: &Arc<Mover>,
+    mnt: &Path,
+    fuse: &switchyard_fuse::FuseConfig,
+) -> anyhow::Result<switchyard_fuse::Mount> {
+    touch(path, len)?;
+    let region = Region::create(path, len, cfg.persist())?;
+    let store = Store::format(region, mover.clone(), Owner::current())?;
+    switchyard_fuse::mount(store, mnt, fuse, switchyard_fuse::Access::Owner)
+        .with_context(|| format!("mounting a store on {}", mnt.display()))
+}
+
+/// `w` on every system in `dirs`, `rounds` rounds of `secs` seconds.
+fn workload(
+    w: Workload,
+    dirs: &[&Path; 4],
+    rounds: usize,
+    secs: f64,
+) -> anyhow::Result<WorkloadRecord> {
+    let got = switchyard_mover::lab::rotated(SYSTEMS.len(), rounds, |i| {
+        if i == FLOOR && !w.on_the_floor() {
+            return Ok(None);
+        }
+        w.run(dirs[i], secs)
+            .map(Some)
+            .with_context(|| format!("{} on {}", w.label(), SYSTEMS[i]))
+    })?;
+    let ratio = |a: usize, b: usize| {
+        let mut v: Vec<f64> = got[a]
+            .iter()
+            .zip(&got[b])
+            .filter_map(|(x, y)| Some((*x)? / (*y)?))
+            .collect();
+        crate::measure::median(&mut v)
+    };
+    let (strict_vs_tmpfs, writeback_vs_tmpfs) = (ratio(STORE, TMPFS), ratio(WRITEBACK, TMPFS));
+    let rate = |i: usize| {
+        let mut v: Option<Vec<f64>> = got[i].iter().copied().collect();
+        v.as_mut().map(|v| crate::measure::median(v))
+    };
+    Ok(WorkloadRecord {
+        workload: w,
+        unit: w.unit(),
+        store: rate(STORE).unwrap_or_default(),
+        store_writeback: rate(WRITEBACK).unwrap_or_default(),
+        passthrough: rate(FLOOR),
+        tmpfs: rate(TMPFS).unwrap_or_default(),
+        strict_vs_tmpfs,
+        writeback_vs_tmpfs,
+    })
+}
+
 /// A scratch directory in `dir`, and in it the directories of tmpfs's files, of the
-/// passthrough's backing files, and the two mount points.
-fn scratch(dir: &Path) -> anyhow::Result<(tempfile::TempDir, [PathBuf; 4])> {
+/// passthrough's backing files, and the three mount points (strict store, writeback store,
+/// passthrough).
+fn scratch(dir: &Path) -> anyhow::Result<(tempfile::TempDir, [PathBuf; 5])> {
     let work = tempfile::Builder::new()
         .prefix("switchyard-bench-mount.")
         .tempdir_in(dir)
@@ -218,6 +380,7 @@ fn scratch(dir: &Path) -> anyhow::Result<(tempfile::TempDir, [PathBuf; 4])> {
         sub("tmpfs")?,
         sub("backing")?,
         sub("mnt-store")?,
+        sub("mnt-writeback")?,
         sub("mnt-pass")?,
     ];
     Ok((work, dirs))
@@ -309,7 +472,7 @@ fn fio_job(
     .run(&[], &[])
 }
 
-fn summarise(records: &[Record]) -> Summary {
+fn summarise(records: &[Record], workloads: Vec<WorkloadRecord>) -> Summary {
     let worst = |pick: &dyn Fn(&Shape) -> bool| {
         records
             .iter()
@@ -321,34 +484,60 @@ fn summarise(records: &[Record]) -> Summary {
         summary: true,
         seq_1m_vs_floor_min: worst(&|s| matches!(s.rw, "read" | "write") && s.bs == 1 << 20),
         randread_4k_vs_floor_min: worst(&|s| s.rw == "randread" && s.bs == 4 << 10),
+        workloads,
     }
 }
 
 fn print_table(records: &[Record], s: &Summary) {
     println!(
-        "{:<22} {:>12} {:>12} {:>12} {:>9} {:>9} {:>9} {:>10} {:>10}",
-        "job",
-        "store GiB/s",
-        "pass GiB/s",
-        "tmpfs GiB/s",
+        "{:<22} {:>9} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10} {:>8}",
+        "job (GiB/s, p50 µs)",
+        "store",
+        "wback",
+        "pass",
+        "tmpfs",
         "store µs",
+        "wback µs",
         "pass µs",
         "tmpfs µs",
         "store÷pass",
-        "pass÷tmpfs"
+        "pass÷tmpfs",
+        "wb÷strict"
     );
     for r in records {
         println!(
-            "{:<22} {:>12.2} {:>12.2} {:>12.2} {:>9.1} {:>9.1} {:>9.1} {:>10.3} {:>10.3}",
+            "{:<22} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>10.3} \
+             {:>10.3} {:>8.3}",
             r.shape.label(),
             r.store_gib_s,
+            r.store_writeback_gib_s,
             r.passthrough_gib_s,
             r.tmpfs_gib_s,
             r.store_p50_us,
+            r.store_writeback_p50_us,
             r.passthrough_p50_us,
             r.tmpfs_p50_us,
             r.vs_floor,
             r.floor_vs_tmpfs,
+            r.writeback_vs_strict,
+        );
+    }
+    println!();
+    println!(
+        "{:<20} {:>9} {:>11} {:>11} {:>11} {:>11} {:>13} {:>16}",
+        "workload", "unit", "store", "wback", "pass", "tmpfs", "strict÷tmpfs", "writeback÷tmpfs"
+    );
+    for w in &s.workloads {
+        println!(
+            "{:<20} {:>9} {:>11.1} {:>11.1} {:>11} {:>11.1} {:>13.3} {:>16.3}",
+            w.workload.label(),
+            w.unit,
+            w.store,
+            w.store_writeback,
+            w.passthrough.map_or("-".into(), |p| format!("{p:.1}")),
+            w.tmpfs,
+            w.strict_vs_tmpfs,
+            w.writeback_vs_tmpfs
         );
     }
     println!();
