@@ -55,7 +55,7 @@ pub struct CacheArgs {
     /// when the file is closed, fsynced or fdatasynced (which then also reach the disk, as
     /// --sync says). As on ext4, killing the mount (or a power cut) loses what was written
     /// and not yet closed or synced; small writes run many times faster. [default: the
-    /// configuration's `fuse.writeback`]
+    /// configuration's `fuse.writeback`; unset, on for `up` and off for `mount`]
     #[arg(long, conflicts_with = "strict")]
     writeback: bool,
     /// Every write(2) reaches the store before it returns (no writeback cache): it survives
@@ -65,9 +65,13 @@ pub struct CacheArgs {
 }
 
 impl CacheArgs {
-    /// Whether the writeback cache is on: the flags, else the configuration's `default`.
-    fn writeback(&self, default: bool) -> bool {
-        (default || self.writeback) && !self.strict
+    /// Whether the writeback cache is on: the flags, else the configuration's `configured`,
+    /// else `default`.
+    fn writeback(&self, configured: Option<bool>, default: bool) -> bool {
+        if self.strict || self.writeback {
+            return self.writeback;
+        }
+        configured.unwrap_or(default)
     }
 }
 
@@ -136,6 +140,9 @@ pub struct MountArgs {
     /// added, as `serve` makes it].
     #[arg(long, requires = "remote")]
     key: Option<PathBuf>,
+    /// Whether this is `up`'s mount (whose writes default to the writeback cache).
+    #[arg(skip)]
+    up: bool,
 }
 
 /// `up` options.
@@ -310,7 +317,7 @@ fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
     let fuse_cfg = switchyard_fuse::FuseConfig {
         workers: a.workers.unwrap_or(cfg.fuse.workers),
         // Other clients change a served store's files: strict, whatever the configuration.
-        writeback: false,
+        writeback: Some(false),
         ..cfg.fuse
     };
     let m = switchyard_fuse::mount_inodes(client, &a.dir, &fuse_cfg, access, read_only)
@@ -455,7 +462,7 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
     let mover = store.shared_mover();
     let fuse_cfg = switchyard_fuse::FuseConfig {
         workers: a.workers.unwrap_or(cfg.fuse.workers),
-        writeback: a.cache.writeback(cfg.fuse.writeback),
+        writeback: Some(a.cache.writeback(cfg.fuse.writeback, a.up)),
         ..cfg.fuse
     };
     let workers = fuse_cfg.effective_workers();
@@ -473,7 +480,7 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
         }
     );
     println!("{}", store_cmd::show_durability(&durability));
-    println!("{}", show_cache(fuse_cfg.writeback));
+    println!("{}", show_cache(fuse_cfg.writeback == Some(true)));
     if a.allow_other {
         println!("every user may use it (allow_other; the kernel checks each file's permissions)");
     }
@@ -563,6 +570,7 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
             cache: a.cache,
             remote: None,
             key: None,
+            up: true,
         },
         background,
     )

@@ -7,7 +7,7 @@
 //! workers = 0                # request threads; 0 = one per core, at least 2
 //! attr_ttl_ms = 1000         # how long the kernel caches attributes and names
 //! max_io = 1048576           # largest read or write request the kernel sends
-//! writeback = false          # the kernel's writeback cache: writes gathered in the page cache
+//! # writeback = true         # the kernel's writeback cache; unset: on for `up`, off for `mount`
 //! ```
 
 use schemars::JsonSchema;
@@ -25,7 +25,8 @@ pub struct FuseConfig {
     pub attr_ttl_ms: u64,
     /// Largest read or write request the kernel sends, bytes (4 KiB to 1 MiB).
     pub max_io: u32,
-    /// The kernel's writeback cache (`mount --writeback`): a `write(2)` returns once its
+    /// The kernel's writeback cache (`--writeback`; unset: on for `up`, off for `mount` and
+    /// for a served store): a `write(2)` returns once its
     /// bytes are in the page cache, and the kernel sends them to the store in large
     /// requests later, at the latest when the file is closed or synced. A file's data is in
     /// the store once `close`, `fsync` or `fdatasync` returns (and on a disk once the sync
@@ -33,7 +34,8 @@ pub struct FuseConfig {
     /// synced. Off (strict): every `write(2)` reaches the store before it returns. A served
     /// store (`mount --remote`) is always strict: other clients change its files, and the
     /// kernel would keep its own idea of their sizes.
-    pub writeback: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub writeback: Option<bool>,
 }
 
 impl Default for FuseConfig {
@@ -43,7 +45,7 @@ impl Default for FuseConfig {
             workers: 0,
             attr_ttl_ms: 1000,
             max_io: 1 << 20,
-            writeback: false,
+            writeback: None,
         }
     }
 }

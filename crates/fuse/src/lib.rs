@@ -4,9 +4,9 @@
 //! One front end, [`InodeFs`], serves any [`Inodes`]: the store in this process, or a served
 //! store through its client. FUSE inode numbers are the store's inode numbers (the root is 1
 //! in both), held for as long as the kernel knows them. Every request goes straight to the
-//! inode API; nothing is buffered here, so the store's semantics hold through the mount: a
-//! `write` that returned to the program is in the store, and survives what the store's medium
-//! says it survives once it returns ([`Store::granularity`]).
+//! inode API; nothing is buffered here, so the store's semantics hold through the mount: in
+//! strict mode a `write` that returned to the program is in the store, and survives what the
+//! store's medium says it survives once it returns ([`Store::granularity`]).
 //!
 //! Syncs, for a store file on a disk (page-cache media), where only a sync reaches the disk:
 //! `fsync` and `fdatasync` of a file or a directory (`FUSE_FSYNC`, `FUSE_FSYNCDIR`) call the
@@ -19,8 +19,12 @@
 //! periodic sync, or its sync before every operation (`--sync always`), covers the rest, and
 //! unmounting syncs everything.
 //!
-//! Page cache, consciously: writes are write-through (the kernel's writeback cache is not
-//! enabled), so each `write(2)` reaches the store before it returns. Reads may be served from
+//! Page cache, consciously: by default writes are write-through (strict), so each `write(2)`
+//! reaches the store before it returns. With [`FuseConfig::writeback`] the kernel's writeback
+//! cache gathers writes and hands them to the store when it writes back, at the latest when
+//! the file is closed or synced ([`InodeFs`] then ignores `O_APPEND` on handles and leaves
+//! `SEEK_DATA`/`SEEK_HOLE` to the kernel, which cannot be wrong about pages it holds dirty);
+//! never for a served store, whose files others change. Reads may be served from
 //! the page cache (`FOPEN_KEEP_CACHE`) when the open finds the cache current: always for the
 //! store in this process (every change goes through this mount), and for a served store when
 //! no one changed the file since this mount's previous open of it (close-to-open). A file
@@ -68,7 +72,7 @@ impl Replies {
         Replies {
             ttl: Duration::from_millis(c.attr_ttl_ms),
             max_io: c.max_io,
-            writeback: c.writeback,
+            writeback: c.writeback == Some(true),
         }
     }
 }

@@ -222,7 +222,7 @@ pub fn run(a: &MountBenchArgs) -> anyhow::Result<()> {
     for (mnt, writeback) in [(&mnt_store, false), (&mnt_writeback, true)] {
         let region_path = work.path().join(format!("store-{}.region", stores.len()));
         let c = switchyard_fuse::FuseConfig {
-            writeback,
+            writeback: Some(writeback),
             ..fuse_cfg.clone()
         };
         stores.push(mount_store(

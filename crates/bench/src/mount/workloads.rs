@@ -119,8 +119,12 @@ fn dbench(dir: &Path, secs: f64) -> anyhow::Result<f64> {
         .with_context(|| format!("no throughput in dbench's output: {text}"))
 }
 
+/// The most a writes workload writes to its file (a page-cache copy runs at GB/s, and the
+/// file systems are small).
+const MAX_FILE: u64 = 64 << 20;
+
 /// `write(2)`s of `size` bytes to a new file in `dir` (opened `O_APPEND` where `append`) for
-/// `until`: writes per second.
+/// `until`, or until the file holds [`MAX_FILE`] bytes: writes per second.
 fn writes(dir: &Path, size: usize, append: bool, until: Duration) -> anyhow::Result<f64> {
     let path = dir.join("file");
     let mut f = std::fs::OpenOptions::new()
@@ -138,7 +142,7 @@ fn writes(dir: &Path, size: usize, append: bool, until: Duration) -> anyhow::Res
             f.write_all(&buf).context("writing")?;
         }
         n += 256;
-        if t0.elapsed() >= until {
+        if t0.elapsed() >= until || n * size as u64 >= MAX_FILE {
             break;
         }
     }

@@ -58,6 +58,27 @@ pub(super) fn file_attr(ino: u64, s: &Stat) -> FileAttr {
     }
 }
 
+/// The attributes of a negative entry: inode 0 tells the kernel the name is not there.
+pub(super) fn negative() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
 pub(super) fn owner(req: &Request) -> Owner {
     Owner {
         uid: req.uid(),

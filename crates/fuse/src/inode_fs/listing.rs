@@ -1,15 +1,19 @@
-//! Directory listings: a snapshot of a directory taken at `opendir`, read by `readdir` at
-//! the kernel's offsets, and dropped at `releasedir`.
+//! Directory listings: a snapshot of a directory taken at `opendir`, read by `readdir` (or
+//! `readdirplus`, each entry with its attributes, so that `ls -l` and `find` need no lookup
+//! per name) at the kernel's offsets, and dropped at `releasedir`.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use fuser::{FileHandle, FileType, FopenFlags, INodeNo, ReplyDirectory, ReplyEmpty, ReplyOpen};
+use fuser::{
+    FileHandle, FileType, FopenFlags, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus,
+    ReplyEmpty, ReplyOpen,
+};
 use switchyard_store::{DirEntry, Inodes};
 
-use super::kernel::{errno, kind};
+use super::kernel::{errno, file_attr, kind};
 use super::InodeFs;
 
 /// A directory as `opendir` found it.
@@ -56,6 +60,63 @@ impl<I: Inodes> InodeFs<I> {
             let name = OsStr::from_bytes(&e.name);
             if reply.add(INodeNo(e.ino), i as u64 + 3, kind(e.kind), name) {
                 break;
+            }
+        }
+        reply.ok();
+    }
+
+    /// `readdirplus`: [`InodeFs::list`] with each entry's attributes, looked up now (the
+    /// kernel counts each entry but "." and ".." as a lookup, as a lookup's reply is). An
+    /// entry removed since the snapshot is left out.
+    pub(super) fn list_plus(
+        &self,
+        ino: u64,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(list) = self.dirs.lock().get(&fh.0).cloned() else {
+            return reply.error(fuser::Errno::EBADF);
+        };
+        let dots = [(ino, "."), (list.parent, "..")];
+        for (i, &(n, name)) in dots.iter().enumerate().skip(offset as usize) {
+            // The kernel takes no lookup for these; their attributes go unused.
+            let Ok(s) = self.inodes.stat(n) else { continue };
+            let attr = file_attr(n, &s);
+            let generation = Generation(s.generation);
+            if reply.add(
+                INodeNo(n),
+                i as u64 + 1,
+                name,
+                &self.cache_ttl,
+                &attr,
+                generation,
+            ) {
+                return reply.ok();
+            }
+        }
+        let skip = (offset as usize).saturating_sub(2);
+        for (i, e) in list.entries.iter().enumerate().skip(skip) {
+            let Ok((n, s)) = self.inodes.lookup(ino, &e.name) else {
+                continue;
+            };
+            let attr = file_attr(n, &s);
+            let name = OsStr::from_bytes(&e.name);
+            let full = reply.add(
+                INodeNo(n),
+                i as u64 + 3,
+                name,
+                &self.cache_ttl,
+                &attr,
+                Generation(s.generation),
+            );
+            if full {
+                // Not sent: the kernel never counts it.
+                self.inodes.forget(n, 1);
+                break;
+            }
+            if let Some(t) = &self.tenants {
+                t.seen(ino, &e.name, n);
             }
         }
         reply.ok();

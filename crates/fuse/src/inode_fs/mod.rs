@@ -21,16 +21,18 @@ use switchyard_store::{
     S_IFMT,
 };
 
-use crate::{configure, open_flags, FuseConfig, Replies};
+use crate::{open_flags, FuseConfig, Replies};
 
 mod create;
 mod data;
+mod init;
 mod kernel;
 mod listing;
 mod locks;
 mod privileges;
 mod tenants;
 
+use init::Granted;
 use kernel::{empty, errno, file_attr, handle, ns, owner, xattr_reply};
 use listing::Listing;
 
@@ -61,18 +63,6 @@ pub struct InodeFs<I: Inodes> {
     lock_waits: Arc<locks::Waits>,
     /// What the kernel granted at `init`.
     granted: Granted,
-}
-
-/// What the kernel granted at `init`, of what a mount may ask for beyond the basics.
-#[derive(Debug, Clone, Copy, Default)]
-struct Granted {
-    /// The writeback cache: the kernel gathers writes in its page cache, places appends
-    /// itself (it knows the size), and sends its cached pages through any handle open for
-    /// writing.
-    writeback: bool,
-    /// Set-id bits and capabilities are this file system's to drop (`FUSE_HANDLE_KILLPRIV_V2`,
-    /// see [`privileges`]).
-    kill_privileges: bool,
 }
 
 impl<I: Inodes> InodeFs<I> {
@@ -165,36 +155,20 @@ impl<I: Inodes> InodeFs<I> {
 
 impl<I: Inodes> Filesystem for InodeFs<I> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        // Large requests: a 1 MiB write is one request, one commit.
-        self.granted.writeback = configure(config, self.replies);
-        // Without it the kernel asks for `security.capability` before every write (a
-        // request each); with it, it asks once per inode and attribute refresh, and this
-        // file system drops set-id bits and capabilities where the kernel says.
-        self.granted.kill_privileges = config
-            .add_capabilities(fuser::InitFlags::FUSE_HANDLE_KILLPRIV_V2)
-            .is_ok();
-        // POSIX ACLs: the kernel checks them (it reads an inode's access ACL for a caller
-        // who is not its owner) and the store keeps them and the mode in step; the umask is
-        // the store's to apply, since a directory's default ACL overrides it.
-        let _ = config
-            .add_capabilities(fuser::InitFlags::FUSE_POSIX_ACL | fuser::InitFlags::FUSE_DONT_MASK);
-        if self.inodes.record_locks() {
-            // POSIX record locks go to the inodes (shared by every client), not the kernel's
-            // own table (this mount's alone).
-            let _ = config.add_capabilities(fuser::InitFlags::FUSE_POSIX_LOCKS);
-        }
-        if self.inodes.shared() {
-            // Every read asks for the attributes (never cached, see `cache_ttl`), and cached
-            // pages go when the size or mtime moved: a file held open (a database) sees
-            // another client's writes once it holds the lock that orders them.
-            let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
-        }
+        self.granted = self.ask(config);
         Ok(())
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let name = name.as_bytes();
-        self.entry(reply, (parent.0, name), self.inodes.lookup(parent.0, name));
+        match self.inodes.lookup(parent.0, name) {
+            // A name that is not there stays not there until this mount makes it (nothing
+            // else changes these inodes): the kernel may cache its absence too.
+            Err(e) if e == Errno::ENOENT && !self.cache_ttl.is_zero() => {
+                reply.entry(&self.cache_ttl, &kernel::negative(), Generation(0))
+            }
+            r => self.entry(reply, (parent.0, name), r),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -428,14 +402,18 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         lock_owner: fuser::LockOwner,
         reply: ReplyEmpty,
     ) {
-        // Every write reached the inodes when it returned: nothing is left to flush, and a
-        // close syncs nothing (as on ext4: durability against a power cut is fsync's, the
+        // Every write reached the inodes when it returned (with the writeback cache, the
+        // kernel writes its pages back before it sends this): nothing is left to flush, and
+        // a close syncs nothing (as on ext4: durability against a power cut is fsync's, the
         // periodic sync's or `sync = "always"`'s). A close drops the closing process's record
-        // locks on the file, as POSIX says.
-        if self.inodes.record_locks() {
-            self.inodes.release_locks(ino.0, lock_owner.0);
-            self.lock_waits.flushed(ino.0, lock_owner.0);
+        // locks on the file, as POSIX says: where the inodes keep them. Where the kernel
+        // does, there is nothing to do here, and ENOSYS tells the kernel not to send flushes
+        // again (a request saved per close).
+        if !self.inodes.record_locks() {
+            return reply.error(fuser::Errno::ENOSYS);
         }
+        self.inodes.release_locks(ino.0, lock_owner.0);
+        self.lock_waits.flushed(ino.0, lock_owner.0);
         reply.ok();
     }
 
@@ -539,6 +517,17 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         reply: ReplyDirectory,
     ) {
         self.list(ino.0, fh, offset, reply);
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: fuser::ReplyDirectoryPlus,
+    ) {
+        self.list_plus(ino.0, fh, offset, reply);
     }
 
     fn releasedir(
