@@ -56,15 +56,13 @@ pub struct StartedEngine {
 
 /// What `config` chooses on this machine (DSA work queues from the kernel's sysfs tree).
 pub fn choose(config: &Config) -> Result<Choice, ConfigError> {
-    let found = if config.engine.kind == "threads" {
-        Err(Missing {
-            reason: "not looked for".into(),
-        })
-    } else {
-        dsa::discover(
+    let found = match config.engine.kind.as_str() {
+        "dsa" | "auto" => dsa::discover(
             Path::new(dsa::sysfs::SYSFS_ROOT),
             Path::new(dsa::sysfs::DEV_ROOT),
-        )
+        ),
+        // `threads` (and a kind that does not exist) looks for no device.
+        _ => Ok(Vec::new()),
     };
     choose_from(config, found)
 }
