@@ -164,9 +164,10 @@ pub fn run(a: &AioArgs) -> anyhow::Result<()> {
 /// The table of p50 and p99 by size and variant, and the ratios.
 fn print_table(records: &[Record], s: &Summary) {
     println!(
-        "asynchronous write latency, every copy on the engine ({} × {} channel), {} rounds × \
-         {} writes",
-        s.setup.engine.kind, s.setup.engine.channels, s.rounds, s.writes
+        "asynchronous write latency, every copy on the engine ({}), {} rounds × {} writes",
+        s.setup.engine_line(),
+        s.rounds,
+        s.writes
     );
     println!(
         "{:>8}  {:>12} {:>12}  {:>12} {:>12}  {:>10}",

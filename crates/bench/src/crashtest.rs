@@ -23,6 +23,11 @@ pub struct CrashArgs {
     /// while their metadata commits.
     #[arg(long = "async")]
     asynchronous: bool,
+    /// Where the workloads' copies go: `threads` (the CPU; with --async a delayed threads
+    /// engine) or `dsa-model` (every copy through the DSA engine on its device model, a test
+    /// double: durable writes as descriptors with destination readback).
+    #[arg(long, value_name = "threads|dsa-model", default_value = "threads", value_parser = ["threads", "dsa-model"])]
+    engine: String,
 }
 
 /// Runs the crash-state harness.
@@ -34,6 +39,9 @@ pub fn run(a: &CrashArgs) -> anyhow::Result<()> {
     };
     opts.seed = a.seed;
     opts.inject_missing_flush = a.inject_missing_flush;
+    if a.engine == crash::CrashEngine::DsaModel.name() {
+        opts.engine = crash::CrashEngine::DsaModel;
+    }
     let bar = indicatif::ProgressBar::new_spinner();
     let progress = |r: &crash::Report| {
         bar.set_message(format!(
@@ -52,8 +60,9 @@ pub fn run(a: &CrashArgs) -> anyhow::Result<()> {
     };
     bar.finish_and_clear();
     println!(
-        "{} workloads, {} crash points, {} distinct crash images ({} during asynchronous \
-         writes), {} violations",
+        "engine: {}; {} workloads, {} crash points, {} distinct crash images ({} during \
+         asynchronous writes), {} violations",
+        opts.engine.name(),
         report.workloads,
         report.crash_points,
         report.images,

@@ -75,7 +75,7 @@ pub fn run(a: &ExploreArgs) -> anyhow::Result<()> {
     let with = |f: &dyn Fn(&mut Config)| {
         let mut c = base.clone();
         f(&mut c);
-        Mover::with_engine(&c, engine.clone(), c.persist())
+        Mover::with_started(&c, &engine, c.persist())
     };
     let split = with(&|c| {
         c.mover.thresholds.to_slow = Locality::uniform(64 * K, 64 * K);

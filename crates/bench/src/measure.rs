@@ -127,8 +127,12 @@ pub fn scratch_region(
 pub struct Setup {
     /// The machine: CPU model, cores, flush instruction, SIMD level.
     pub machine: Machine,
-    /// The engine the movers shared: kind and channels.
+    /// The engine the movers shared: kind and channels (`dsa-model`: the DSA engine on its
+    /// device model, a test double, never hardware).
     pub engine: EngineId,
+    /// Why it was that engine (`switchyard_mover::select`; empty in older output).
+    #[serde(default)]
+    pub engine_reason: String,
     /// The medium measured.
     pub media: Media,
     /// Seconds since the epoch when the run finished.
@@ -143,11 +147,36 @@ impl Setup {
         Setup {
             machine: Machine::this(&region.persist()),
             engine: EngineId::of(config),
+            engine_reason: switchyard_mover::select::choose(config)
+                .map_or_else(|e| e.to_string(), |c| c.reason),
             media: Media::of(region),
             unix_time: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs()),
             quick,
+        }
+    }
+}
+
+impl Setup {
+    /// This setup with the engine `mover` actually ran on (a benchmark that was handed an
+    /// engine, such as the DSA engine on its model, names it rather than the configuration's).
+    pub fn on_engine(mut self, mover: &switchyard_mover::Mover) -> Setup {
+        let info = mover.engine().info();
+        self.engine = EngineId {
+            kind: info.name.into(),
+            channels: info.channels,
+        };
+        self.engine_reason = mover.engine_reason().into();
+        self
+    }
+
+    /// The engine and why, for a benchmark's header: `threads × 1 channels (threads: …)`.
+    pub fn engine_line(&self) -> String {
+        if self.engine_reason.is_empty() {
+            self.engine.to_string()
+        } else {
+            format!("{} — {}", self.engine, self.engine_reason)
         }
     }
 }

@@ -481,6 +481,7 @@ fn mount_tuning(a: &MountArgs, tune: Option<BackgroundTune>) -> anyhow::Result<(
     );
     println!("{}", store_cmd::show_durability(&durability));
     println!("{}", show_cache(fuse_cfg.writeback == Some(true)));
+    println!("engine: {}", mover.engine_reason());
     if a.allow_other {
         println!("every user may use it (allow_other; the kernel checks each file's permissions)");
     }
@@ -538,7 +539,8 @@ pub fn up(a: &UpArgs) -> anyhow::Result<()> {
             tune::describe(p)
         );
     } else {
-        let cfg = switchyard_config::Config::load_or_default(common.config.as_deref())?.mover;
+        let mut cfg = switchyard_config::Config::load_or_default(common.config.as_deref())?.mover;
+        common.apply_engine(&mut cfg)?;
         let dir =
             a.at.store
                 .parent()

@@ -94,6 +94,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<()> {
             std::process::id()
         );
         println!("{}", crate::store_cmd::show_durability(&durability));
+        println!("engine: {}", store.shared_mover().engine_reason());
     });
     stop.store(true, Ordering::Relaxed);
     let _ = saver.join();

@@ -139,7 +139,7 @@ pub fn run(a: &StatArgs) -> anyhow::Result<()> {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &serde_json::json!({ "flush": p.flush.name(), "simd": p.simd.name(), "config": cfg, "durability": durability, "last_run": saved, "served": saved_remote(&switchyard_options::counters::remote_path(&a.at.store))? })
+                &serde_json::json!({ "flush": p.flush.name(), "simd": p.simd.name(), "engine": engine_json(&cfg.mover), "config": cfg, "durability": durability, "last_run": saved, "served": saved_remote(&switchyard_options::counters::remote_path(&a.at.store))? })
             )?
         );
         return Ok(());
@@ -182,6 +182,15 @@ fn saved(path: &Path) -> anyhow::Result<Option<Saved>> {
     })
 }
 
+/// The engine `cfg` chooses on this machine and why, for `stat --json`: `kind`, `channels`
+/// and `reason`, or `error` where it cannot start.
+fn engine_json(cfg: &switchyard_mover::Config) -> serde_json::Value {
+    match switchyard_mover::select::choose(cfg) {
+        Ok(c) => serde_json::json!({ "kind": c.kind, "channels": c.channels, "reason": c.reason }),
+        Err(e) => serde_json::json!({ "kind": cfg.engine.kind, "error": e.to_string() }),
+    }
+}
+
 /// The media's kernels, the engine and policy, and the engine profile `cfg` gives.
 fn print_media_and_engine(cfg: &switchyard_mover::Config) {
     let p = cfg.persist();
@@ -195,12 +204,16 @@ fn print_media_and_engine(cfg: &switchyard_mover::Config) {
             n => format!("from {n} B"),
         }
     );
-    println!(
-        "engine: {} with {} channel(s); policy {:?}",
-        cfg.engine.kind,
-        cfg.engine.effective_channels(),
-        cfg.mover.policy
-    );
+    match switchyard_mover::select::choose(cfg) {
+        Ok(c) => println!(
+            "engine: {} with {} channel(s); policy {:?}\n  why: {}",
+            c.kind, c.channels, cfg.mover.policy, c.reason
+        ),
+        Err(e) => println!(
+            "engine: {} cannot start here; policy {:?}\n  why: {e}",
+            cfg.engine.kind, cfg.mover.policy
+        ),
+    }
     match &cfg.applied_profile {
         Some(prof) => println!(
             "engine profile: {}, {}",
@@ -226,6 +239,9 @@ fn print_saved(saved: Option<Saved>, path: &Path) {
                 "counters of the last run (`switchyard {}`, {} s after the epoch, engine {}):",
                 s.command, s.unix_time, s.engine
             );
+            if !s.engine_reason.is_empty() {
+                println!("  engine chosen: {}", s.engine_reason);
+            }
             if let Some(d) = &s.durability {
                 for line in crate::store_cmd::show_durability(d).lines() {
                     println!("  {line}");

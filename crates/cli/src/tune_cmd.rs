@@ -18,6 +18,11 @@ pub struct TuneArgs {
     /// Configuration file (TOML): the engine to profile. Its thresholds are not read.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// The engine to profile: `threads`, `dsa` (fails where no DSA work queue is set up) or
+    /// `auto` (`dsa` where a usable work queue exists, else `threads`). [default: the
+    /// configuration's `engine.kind`, threads]
+    #[arg(long, value_name = "dsa|threads|auto", value_parser = switchyard_options::ENGINES)]
+    engine: Option<String>,
     /// Where to write the profile.
     #[arg(long, default_value = DEFAULT_PROFILE)]
     out: PathBuf,
@@ -36,6 +41,8 @@ pub struct TuneArgs {
 #[derive(Serialize)]
 struct Output<'a> {
     tune: bool,
+    /// Why the profiled engine is that engine (`switchyard_mover::select`).
+    engine_reason: &'a str,
     profile: &'a Profile,
     measurements: &'a Measurements,
     /// The scratch region measured (the profile names the machine, the engine and when).
@@ -44,20 +51,37 @@ struct Output<'a> {
 
 /// Runs `switchyard tune`.
 pub fn run(a: &TuneArgs) -> anyhow::Result<()> {
-    let config = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
+    let mut config = switchyard_config::Config::load_or_default(a.config.as_deref())?.mover;
+    if let Some(kind) = &a.engine {
+        config.engine.kind.clone_from(kind);
+        config.validate()?;
+    }
+    let choice = switchyard_mover::select::choose(&config)?;
+    if !a.json {
+        eprintln!(
+            "engine: {} ({} channel(s)); {}",
+            choice.kind, choice.channels, choice.reason
+        );
+    }
     let (profile, m, media) = tune_to(&config, &a.dir, &a.out, a.quick)?;
     if a.json {
         println!(
             "{}",
             serde_json::to_string(&Output {
                 tune: true,
+                engine_reason: &choice.reason,
                 profile: &profile,
                 measurements: &m,
                 media: &media,
             })?
         );
     } else {
-        println!("wrote {}, {}", a.out.display(), describe(&profile));
+        println!(
+            "wrote {}, {}; engine: {}",
+            a.out.display(),
+            describe(&profile),
+            choice.reason
+        );
     }
     Ok(())
 }

@@ -23,7 +23,8 @@
 //!
 //! The [`threads`] engine (worker threads as channels) implements it and is the default
 //! everywhere. The [`dsa`] engine implements it on Intel DSA work queues; it is proven on a
-//! device model (feature `testing`), not yet on hardware, and nothing selects it yet.
+//! device model (feature `testing`), not yet on hardware; the mover selects it with
+//! `[engine] kind = "dsa"` or `"auto"` (`switchyard_mover::select`).
 //!
 //! The protocols shared between threads — the ring, the completion records, the wake word,
 //! helping —

@@ -28,6 +28,7 @@ mod ops;
 pub mod plan;
 pub mod profile;
 pub mod qos;
+pub mod select;
 mod transfer;
 pub mod tune;
 
@@ -35,7 +36,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
-use switchyard_engine::{Engine, ThreadsEngine};
+use switchyard_engine::Engine;
 use switchyard_media::Persist;
 
 pub use bandwidth::Bandwidth;
@@ -43,6 +44,7 @@ pub use config::{Config, ConfigError, Policy};
 pub use counters::Stats;
 pub use decide::{Decision, Path, Reason};
 pub use hints::{Direction, Hints};
+pub use select::{Choice, StartedEngine};
 pub use transfer::{Detached, Report, Transfer};
 
 /// A request the mover cannot carry out.
@@ -58,14 +60,11 @@ pub enum MoveError {
     },
 }
 
-/// Validates `config` and starts the engine it names (several movers may share it).
-pub fn start_engine(config: &Config) -> Result<Arc<dyn Engine>, ConfigError> {
+/// Validates `config` and starts the engine it names (several movers may share it), with why
+/// it is that engine ([`select`]: `[engine] kind` is `threads`, `dsa` or `auto`).
+pub fn start_engine(config: &Config) -> Result<StartedEngine, ConfigError> {
     config.validate()?;
-    let e = &config.engine;
-    let engine = ThreadsEngine::start(e.threads_config(config.persist())).map_err(|err| {
-        ConfigError::Invalid(format!("engine: cannot start worker threads: {err}"))
-    })?;
-    Ok(Arc::new(engine))
+    select::choose(config)?.start(config)
 }
 
 /// The data mover: scheduler state, the engine, and counters. Share it (`&Mover` is `Sync`).
@@ -95,6 +94,8 @@ pub struct Mover {
     /// The profile in effect, if any (the `profiles_swapped` counter counts swaps).
     pub(crate) profile: std::sync::Mutex<Option<Arc<profile::Profile>>>,
     pub(crate) engine: Arc<dyn Engine>,
+    /// Why it is this engine ([`select::Choice::reason`]).
+    engine_reason: String,
     /// C: engine requests in flight.
     pub(crate) inflight: CachePadded<AtomicUsize>,
     /// S: next channel.
@@ -126,14 +127,24 @@ pub struct Mover {
 impl Mover {
     /// Validates `config`, starts its engine and returns the mover.
     pub fn start(config: &Config) -> Result<Mover, ConfigError> {
-        let engine = start_engine(config)?;
-        Ok(Mover::with_engine(config, engine, config.persist()))
+        let started = start_engine(config)?;
+        Ok(Mover::with_started(config, &started, config.persist()))
     }
 
-    /// A mover over an engine the caller built (tests use fault-injecting engines).
+    /// A mover over an engine [`start_engine`] started (shared with other movers), keeping
+    /// why it is that engine.
+    pub fn with_started(config: &Config, started: &StartedEngine, persist: Persist) -> Mover {
+        let mut m = Mover::with_engine(config, started.engine.clone(), persist);
+        m.engine_reason.clone_from(&started.reason);
+        m
+    }
+
+    /// A mover over an engine the caller built (tests use fault-injecting engines); its
+    /// reason ([`Mover::engine_reason`]) says the caller chose it.
     pub fn with_engine(config: &Config, engine: Arc<dyn Engine>, persist: Persist) -> Mover {
         let m = &config.mover;
         let info = engine.info();
+        let engine_reason = format!("{}: given by the program", info.name);
         let bandwidth = Bandwidth::default();
         if let Some(p) = &config.applied_profile {
             p.seed(&bandwidth);
@@ -177,6 +188,7 @@ impl Mover {
             shifted_min: AtomicUsize::new(persist.shifted_min),
             profile: std::sync::Mutex::new(config.applied_profile.clone()),
             engine,
+            engine_reason,
             inflight: CachePadded::new(AtomicUsize::new(0)),
             rr: CachePadded::new(AtomicUsize::new(0)),
             writers: CachePadded::new(AtomicUsize::new(0)),
@@ -255,6 +267,12 @@ impl Mover {
     /// The engine.
     pub fn engine(&self) -> &dyn Engine {
         &*self.engine
+    }
+
+    /// Why the mover runs on this engine, in one line that starts with the engine's name
+    /// (e.g. `threads (auto): no DSA work queue for user space: …`; see [`select`]).
+    pub fn engine_reason(&self) -> &str {
+        &self.engine_reason
     }
 
     /// The persistence primitives in use (with the kernel thresholds of the profile in

@@ -101,18 +101,25 @@ impl std::fmt::Display for Machine {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EngineId {
-    /// Engine kind (`threads`).
+    /// Engine kind (`threads` or `dsa`).
     pub kind: String,
     /// Channels.
     pub channels: usize,
 }
 
 impl EngineId {
-    /// The engine `config` starts.
+    /// The engine `config` starts on this machine (`auto` resolved: [`crate::select`]); the
+    /// configured kind where it cannot start.
     pub fn of(config: &Config) -> EngineId {
-        EngineId {
-            kind: config.engine.kind.clone(),
-            channels: config.engine.effective_channels(),
+        match crate::select::choose(config) {
+            Ok(c) => EngineId {
+                kind: c.kind.into(),
+                channels: c.channels,
+            },
+            Err(_) => EngineId {
+                kind: config.engine.kind.clone(),
+                channels: config.engine.effective_channels(),
+            },
         }
     }
 }

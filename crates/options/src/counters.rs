@@ -24,6 +24,10 @@ pub struct Saved {
     pub unix_time: u64,
     /// The engine's name.
     pub engine: String,
+    /// Why the run used that engine ([`Mover::engine_reason`]; empty in files saved before
+    /// the engine could be chosen).
+    #[serde(default)]
+    pub engine_reason: String,
     /// The flush instruction in use.
     pub flush: String,
     /// The SIMD kernels in use.
@@ -79,6 +83,7 @@ pub fn save_with(
             .map(|d| d.as_secs())
             .unwrap_or(0),
         engine: mover.engine().info().name.into(),
+        engine_reason: mover.engine_reason().into(),
         flush: mover.persist().flush.name().into(),
         simd: mover.persist().simd.name().into(),
         split_ratio: (split_total > 0).then(|| s.split_engine_bytes as f64 / split_total as f64),

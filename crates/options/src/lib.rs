@@ -34,16 +34,49 @@ pub struct MoverArgs {
     /// Ignore any engine profile: the configuration's (or built-in) thresholds.
     #[arg(long, conflicts_with = "profile")]
     pub no_profile: bool,
+    /// The copy engine: `threads` (worker threads), `dsa` (Intel DSA work queues; fails,
+    /// saying what is missing and how to set a queue up, where there is none) or `auto` (`dsa`
+    /// where a usable work queue exists, else `threads`, saying why). [default: the
+    /// configuration's `engine.kind`, threads]
+    #[arg(long, value_name = "dsa|threads|auto", value_parser = ENGINES)]
+    pub engine: Option<String>,
 }
 
+/// The values of `--engine` ([`switchyard_mover::select::KINDS`]).
+pub const ENGINES: [&str; 3] = switchyard_mover::select::KINDS;
+
 impl MoverArgs {
-    /// The configuration: the file if given, else the defaults, with the engine profile.
+    /// The configuration: the file if given, else the defaults, with `--engine` over its
+    /// `engine.kind`, and the engine profile (which must have been measured with that
+    /// engine).
     pub fn load_config(&self) -> anyhow::Result<Config> {
-        config_with_profile(
-            self.config.as_deref(),
-            self.profile.as_deref(),
-            self.no_profile,
-        )
+        let mut cfg = Config::load_or_default(self.config.as_deref())?;
+        if self.engine.is_some() {
+            self.apply_engine(&mut cfg.mover)?;
+            if let Some(p) = cfg.mover.applied_profile.clone() {
+                p.check(Path::new(&cfg.mover.mover.profile), &cfg.mover)
+                    .map_err(switchyard_mover::ConfigError::from)?;
+            }
+        }
+        let default = PathBuf::from(DEFAULT_PROFILE);
+        Ok(match &self.profile {
+            _ if self.no_profile => cfg,
+            Some(p) => cfg.with_profile(p)?,
+            None if cfg.mover.applied_profile.is_none() && default.exists() => {
+                cfg.with_profile(&default)?
+            }
+            None => cfg,
+        })
+    }
+
+    /// Puts `--engine`, if given, in `mover`'s `engine.kind` (for a command that reads the
+    /// configuration file itself).
+    pub fn apply_engine(&self, mover: &mut switchyard_mover::Config) -> anyhow::Result<()> {
+        if let Some(kind) = &self.engine {
+            mover.engine.kind.clone_from(kind);
+            mover.validate()?;
+        }
+        Ok(())
     }
 }
 

@@ -548,10 +548,9 @@ fn over_rounds(runs: &[Run], f: fn(&Run) -> f64) -> f64 {
 fn print_tables(records: &[Record], s: &Summary) {
     if let Some(setup) = &s.setup {
         println!(
-            "applications on one core, the engine ({} × {} channel) on the other; {} of input \
-             each, {} rounds, async with {} tasks; media: {}",
-            setup.engine.kind,
-            setup.engine.channels,
+            "applications on one core, the engine ({}) on the other; {} of input each, {} \
+             rounds, async with {} tasks; media: {}",
+            setup.engine_line(),
             size::show(s.data),
             s.rounds,
             s.tasks,

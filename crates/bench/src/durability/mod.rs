@@ -443,7 +443,7 @@ fn announce(
          in {}\nstore: sync {}; store_always: sync {}\n{} rounds × {} s per \
          target and workload; {} FUSE workers{}",
         setup.machine,
-        setup.engine,
+        setup.engine_line(),
         setup.media.fs,
         store.region().granularity().name(),
         setup.media.kind,

@@ -267,7 +267,7 @@ pub fn run(a: &MixArgs) -> anyhow::Result<()> {
 
     let (_scratch, region) = scratch_region(&dir, "mix", 256 << 20, base.persist())?;
     let lab = Lab::new(&region);
-    let engine = switchyard_mover::start_engine(&base)?;
+    let engine = switchyard_mover::start_engine(&base)?.engine;
     let policies = policies(&base, &tuned_cfg, a.against.as_deref(), &engine)?;
     let warmup = Duration::from_millis(a.warmup_ms);
 

@@ -398,8 +398,8 @@ pub fn run(a: &QosArgs) -> anyhow::Result<()> {
     let b = Bench {
         region: &region,
         span: region.len(),
-        engine1: switchyard_mover::start_engine(&one)?,
-        engine2: switchyard_mover::start_engine(&two)?,
+        engine1: switchyard_mover::start_engine(&one)?.engine,
+        engine2: switchyard_mover::start_engine(&two)?.engine,
         base,
         rate: a.rate,
         bulk_period: Duration::from_micros(a.bulk_period_us),

@@ -300,6 +300,8 @@ pub fn tune(path: &Path) -> anyhow::Result<TuneRun> {
         profile: Profile,
         measurements: TuneMeasurements,
         media: Option<Media>,
+        #[serde(default)]
+        engine_reason: String,
     }
     let mut vs = records(path, Kind::Tune)?;
     if vs.len() > 1 {
@@ -321,6 +323,7 @@ pub fn tune(path: &Path) -> anyhow::Result<TuneRun> {
     let setup = Setup {
         machine: p.machine.clone(),
         engine: p.engine.clone(),
+        engine_reason: out.engine_reason.clone(),
         media,
         unix_time: p.measured.unix_time,
         quick: p.measured.quick,

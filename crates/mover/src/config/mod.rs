@@ -7,8 +7,10 @@
 //!
 //! ```toml
 //! [engine]
-//! kind = "threads"           # the only engine without DSA/I/OAT hardware
-//! channels = 0               # worker threads; 0 = one per core beyond the first (at least 1)
+//! kind = "threads"           # threads | dsa (Intel DSA work queues) | auto (dsa where a
+//!                            # usable work queue exists, else threads); see `select`
+//! channels = 0               # worker threads; 0 = one per core beyond the first (at least 1);
+//!                            # dsa: work queues to use, 0 = every one found
 //! queue_depth = 64           # batches per channel queue
 //! spin_us = 50               # idle worker busy-spins this long,
 //! linger_us = 1000           # then polls between yields this long, then parks
@@ -119,9 +121,12 @@ pub struct Config {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineConfig {
-    /// Engine kind: `threads`.
+    /// Engine kind: `threads`, `dsa` (Intel DSA work queues; fails where there is none) or
+    /// `auto` (`dsa` where a usable work queue exists, else `threads`); see
+    /// [`crate::select`].
     pub kind: String,
-    /// Channels; 0 = one per core beyond the first, at least 1.
+    /// Channels; 0 = one per core beyond the first, at least 1. For `dsa`, the work queues
+    /// to use; 0 = every one found.
     pub channels: usize,
     /// Batches per channel queue.
     pub queue_depth: usize,
@@ -483,7 +488,11 @@ mod tests {
         assert!(e.contains("threshold"), "{e}");
         let c: Config = toml::from_str("[media]\nflush = \"wbinvd\"\n").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("wbinvd"));
-        let c: Config = toml::from_str("[engine]\nkind = \"dsa\"\n").unwrap();
+        for kind in ["threads", "dsa", "auto"] {
+            let c: Config = toml::from_str(&format!("[engine]\nkind = {kind:?}\n")).unwrap();
+            assert!(c.validate().is_ok(), "{kind}");
+        }
+        let c: Config = toml::from_str("[engine]\nkind = \"ioat\"\n").unwrap();
         assert!(c
             .validate()
             .unwrap_err()

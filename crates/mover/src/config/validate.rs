@@ -29,11 +29,8 @@ impl Config {
 }
 
 fn validate_engine(e: &EngineConfig) -> Result<(), ConfigError> {
-    if e.kind != "threads" {
-        return bad(format!(
-            "engine.kind = {:?}: no such engine on this build (available: \"threads\")",
-            e.kind
-        ));
+    if !crate::select::KINDS.contains(&e.kind.as_str()) {
+        return Err(crate::select::no_such_engine(&e.kind));
     }
     if e.queue_depth == 0 || e.queue_depth > 1 << 16 {
         return bad(format!(

@@ -1,9 +1,6 @@
 //! The tuner's steps (numbered as in the module docs), each a method of [`Tuner`], which holds
 //! what they share: the lab, the paths compared, the effort, progress and the measurements.
 
-use std::sync::Arc;
-
-use switchyard_engine::Engine;
 use switchyard_media::{Persist, Region};
 
 use super::sweep::{self, Path};
@@ -88,7 +85,7 @@ impl<'r, 'p> Tuner<'r, 'p> {
         effort: Effort,
         progress: Progress<'p>,
     ) -> Result<Self, ConfigError> {
-        let engine: Arc<dyn Engine> = crate::start_engine(config)?;
+        let started = crate::start_engine(config)?;
         let persist = config.persist();
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
@@ -103,7 +100,7 @@ impl<'r, 'p> Tuner<'r, 'p> {
             c.mover.concurrency_limit = 0;
             c.mover.cpu_writers = 0;
             c.applied_profile = None;
-            Mover::with_engine(&c, engine.clone(), persist)
+            Mover::with_started(&c, &started, persist)
         };
         let total = DIRS.len() * 2 * (sweep_sizes(&effort).len() + sweep::refine_points(&effort))
             + DIRS.len() * bins().len()

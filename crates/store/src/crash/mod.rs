@@ -34,6 +34,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
+use switchyard_engine::dsa::model::{ModelConfig, ModelEngine};
+use switchyard_engine::dsa::DsaConfig;
 use switchyard_engine::{FaultPlan, ThreadsConfig, ThreadsEngine};
 use switchyard_media::trace::{Event, Recorder};
 use switchyard_media::{Persist, Region};
@@ -73,6 +75,25 @@ fn engine_mover_with(faults: FaultPlan, persist: Persist) -> Arc<Mover> {
     Arc::new(Mover::with_engine(&cfg, Arc::new(engine), persist))
 }
 
+/// A mover that sends every copy to the DSA engine on one device model
+/// (`switchyard_engine::dsa::model`), engine and device writing with `persist`: a durable copy
+/// is a descriptor with destination readback, which the device makes durable (its stores,
+/// flushes and fence, on the model's thread) before it writes the completion record.
+fn dsa_model_mover(persist: Persist) -> Arc<Mover> {
+    let mut cfg = Config::default();
+    cfg.mover.policy = Policy::Engine;
+    let engine = ModelEngine::start(
+        1,
+        &ModelConfig::default(),
+        DsaConfig {
+            persist,
+            ..DsaConfig::default()
+        },
+    )
+    .expect("the DSA engine on its model");
+    Arc::new(Mover::with_engine(&cfg, Arc::new(engine), persist))
+}
+
 /// One CPU-only mover for the stores the harness mounts untraced (sample images, probes).
 fn mover() -> Arc<Mover> {
     static MOVER: std::sync::OnceLock<Arc<Mover>> = std::sync::OnceLock::new();
@@ -104,6 +125,8 @@ pub struct Report {
     pub images: u64,
     /// Of those, images of a crash during an asynchronous write.
     pub async_images: u64,
+    /// Bytes the workloads' engines copied (0 where every copy ran on the CPU).
+    pub engine_bytes: u64,
     /// What went wrong (empty when the store is crash consistent).
     pub violations: Vec<String>,
 }
@@ -131,6 +154,34 @@ pub struct Options {
     /// Inject a commit that does not flush a two-phase write's blocks filled by another
     /// party ([`run`] must report violations).
     pub inject_unflushed_fill: bool,
+    /// Run every ordered pair of operations after the single ones (ACE-style); without them
+    /// a run is the single operations and the random sequences.
+    pub pairs: bool,
+    /// Where the workloads' copies go.
+    pub engine: CrashEngine,
+}
+
+/// Where the workloads of [`run`] and [`run_async`] send their copies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CrashEngine {
+    /// [`run`]: the calling CPU (the trace is one thread's program order); [`run_async`]: a
+    /// threads engine whose worker waits 1 ms before each batch.
+    #[default]
+    Threads,
+    /// Every copy through the DSA engine on its device model (the mover's `engine` policy):
+    /// durable writes are descriptors with destination readback, and the device's stores,
+    /// flushes and fences (on the model's thread) are crash points too.
+    DsaModel,
+}
+
+impl CrashEngine {
+    /// Its name on the command line (`crashtest --engine`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CrashEngine::Threads => "threads",
+            CrashEngine::DsaModel => "dsa-model",
+        }
+    }
 }
 
 impl Default for Options {
@@ -145,6 +196,8 @@ impl Default for Options {
             max_violations: 10,
             inject_unrecorded_orderless: false,
             inject_unflushed_fill: false,
+            pairs: true,
+            engine: CrashEngine::Threads,
         }
     }
 }
@@ -162,14 +215,19 @@ impl Options {
     }
 }
 
-/// Runs every operation alone, every ordered pair (ACE-style, over the small namespace), and
-/// seeded random sequences.
+/// Runs every operation alone, every ordered pair (ACE-style, over the small namespace;
+/// [`Options::pairs`]), and seeded random sequences.
 pub fn run(opts: &Options, progress: impl FnMut(&Report)) -> Report {
-    run_ops(&all_ops(), &cpu_mover, opts, progress)
+    let mover: MakeMover<'_> = match opts.engine {
+        CrashEngine::Threads => &cpu_mover,
+        CrashEngine::DsaModel => &dsa_model_mover,
+    };
+    run_ops(&all_ops(), mover, opts, progress)
 }
 
 /// [`run`] over the asynchronous writes and the operations they meet ([`async_ops`]), on a
-/// store whose copies go to a delayed threads engine.
+/// store whose copies go to a delayed threads engine (or, with [`CrashEngine::DsaModel`], to
+/// the DSA engine on its model).
 pub fn run_async(opts: &Options, progress: impl FnMut(&Report)) -> Report {
     let delayed = |persist| {
         let delay = Duration::from_millis(1);
@@ -181,7 +239,11 @@ pub fn run_async(opts: &Options, progress: impl FnMut(&Report)) -> Report {
             persist,
         )
     };
-    run_ops(&async_ops(), &delayed, opts, progress)
+    let mover: MakeMover<'_> = match opts.engine {
+        CrashEngine::Threads => &delayed,
+        CrashEngine::DsaModel => &dsa_model_mover,
+    };
+    run_ops(&async_ops(), mover, opts, progress)
 }
 
 /// [`run_async`] with the writes made by a bulk tenant whose engine channel runs under a
@@ -232,7 +294,7 @@ fn run_ops(
 ) -> Report {
     let ops = ops.to_vec();
     let mut workloads: Vec<Vec<Op>> = ops.iter().map(|o| vec![o.clone()]).collect();
-    for a in &ops {
+    for a in ops.iter().filter(|_| opts.pairs) {
         for b in &ops {
             workloads.push(vec![a.clone(), b.clone()]);
         }
@@ -298,6 +360,7 @@ pub fn run_workload(
         bounds.push(recorder.events().len());
         states.push(state(&fs).expect("state"));
     }
+    report.engine_bytes += mover.stats().engine_bytes;
     // The clean-unmount stores that follow are not part of the trace.
     let events = recorder.events();
     drop(fs);

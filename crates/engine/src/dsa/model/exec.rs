@@ -3,6 +3,8 @@
 
 use std::sync::atomic::Ordering;
 
+use switchyard_media::CopyMode;
+
 use crate::dsa::descriptor::{flag, opcode, status, HwCompletion, HwDesc};
 use crate::dsa::model::validate::validate;
 use crate::dsa::model::{Shared, FAULT_WRITE};
@@ -104,6 +106,16 @@ fn run_batch(shared: &Shared, b: &HwDesc) -> Ended {
     }
 }
 
+/// How the model writes a descriptor's destination: durably (stores, flushes and a fence by
+/// the device's thread) when it asks for a destination readback, else plain stores.
+fn mode(d: &HwDesc) -> CopyMode {
+    if d.flags() & flag::DRDBK != 0 {
+        CopyMode::Durable
+    } else {
+        CopyMode::Temporal
+    }
+}
+
 /// A valid non-batch descriptor on memory.
 fn operate(shared: &Shared, d: &HwDesc) -> Ended {
     let len = d.size as usize;
@@ -147,13 +159,16 @@ fn operate(shared: &Shared, d: &HwDesc) -> Ended {
     // written (`Portal::submit`'s contract); only the present prefix of `n` bytes is touched.
     unsafe {
         match d.opcode() {
-            opcode::MEMMOVE => std::ptr::copy(src as *const u8, dst as *mut u8, n),
-            opcode::MEMFILL => {
-                let p = d.src.to_le_bytes();
-                for k in 0..n {
-                    *(dst as *mut u8).add(k) = p[k % 8];
-                }
+            // Through the model's kernels, so a traced `Persist` (the crash harness's) records
+            // the device's stores; with `DRDBK` the data is durable before the record is
+            // written, as the destination readback makes it on hardware.
+            opcode::MEMMOVE if src.abs_diff(dst) >= n => {
+                shared
+                    .persist
+                    .copy(dst as *mut u8, src as *const u8, n, mode(d))
             }
+            opcode::MEMMOVE => std::ptr::copy(src as *const u8, dst as *mut u8, n),
+            opcode::MEMFILL => shared.persist.fill(dst as *mut u8, d.src, n, mode(d)),
             opcode::COMPARE => {
                 let (a, b) = (
                     std::slice::from_raw_parts(src as *const u8, n),

@@ -23,8 +23,11 @@
 //! - **drain**: descriptors run one at a time in arrival order, so a drain completes after
 //!   every earlier one.
 
+mod engine;
 mod exec;
 pub(crate) mod validate;
+
+pub use engine::{ModelEngine, MODEL_ENGINE_NAME};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -122,9 +125,15 @@ pub struct ModelDevice {
 impl ModelDevice {
     /// Starts a model of one work queue configured as `config`.
     pub fn start(config: ModelConfig) -> ModelDevice {
+        ModelDevice::start_with(config, Persist::detect())
+    }
+
+    /// [`ModelDevice::start`] whose device writes memory with `persist`'s kernels (a traced
+    /// `Persist` records the device's stores, flushes and fences, as the crash harness needs).
+    pub fn start_with(config: ModelConfig, persist: Persist) -> ModelDevice {
         let shared = Arc::new(Shared {
             config,
-            persist: Persist::detect(),
+            persist,
             page: (0..SLOTS)
                 .map(|_| Slot(std::cell::UnsafeCell::new([0; 64])))
                 .collect(),

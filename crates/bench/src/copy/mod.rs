@@ -20,11 +20,15 @@ use clap::Args;
 use serde::Serialize;
 use switchyard_media::{Region, MIN_REGION};
 use switchyard_mover::lab::DramBuffer;
-use switchyard_mover::{Config, Direction, Hints, Mover, Policy};
+use switchyard_mover::{Config, Direction, Hints, Mover, Policy, StartedEngine};
 
 use crate::measure::{median, Setup};
 use crate::{cpu_time, pmdk::Pmdk};
 use switchyard_options::{size, MoverArgs};
+
+mod table;
+#[cfg(test)]
+mod tests;
 
 /// `bench copy` options.
 #[derive(Args)]
@@ -275,9 +279,28 @@ fn percentile(sorted: &[u32], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0
 }
 
-/// Runs the benchmark.
+/// Runs the benchmark on the engine the configuration (and `--engine`) chooses; fails, saying
+/// what is missing, where that engine cannot start (`--engine dsa` without a work queue).
 pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
     let cfg = a.mover.load_config()?.mover;
+    let started = switchyard_mover::start_engine(&cfg)?;
+    let (records, summary, movers) = measure_on(a, &cfg, &started)?;
+    table::output(a.json, &records, &summary)?;
+    switchyard_options::counters::save(
+        &switchyard_options::counters::path(&a.region),
+        "bench copy",
+        &movers[2],
+    )?;
+    Ok(())
+}
+
+/// Measures every point with the three movers on `started` (and the baselines); the records,
+/// the summary, and the movers (the scheduled one's counters are saved).
+fn measure_on(
+    a: &CopyArgs,
+    cfg: &Config,
+    started: &StartedEngine,
+) -> anyhow::Result<(Vec<Record>, Summary, [Mover; 3])> {
     if a.allow_exposed_store {
         switchyard_options::allow_exposed();
     }
@@ -305,7 +328,7 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
         dram,
         dram_off,
         span: region_len,
-        movers: movers(&cfg)?,
+        movers: movers(cfg, started),
         pmdk,
     });
     let (engine_name, media_name) = names(&b, persist);
@@ -313,7 +336,7 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
     let points = points(&sizes, max_threads);
     let bar = progress(points.len() as u64);
     if !a.json {
-        eprintln!("engine: {engine_name}; media: {media_name}; region {} ({}); DRAM side shifted {shift} B; {} rounds × ≥{} ms (8 ns per byte of request) per path and point", a.region.display(), size::show(region_len as u64), rounds, slice.as_millis());
+        eprintln!("engine: {engine_name} — {}\nmedia: {media_name}; region {} ({}); DRAM side shifted {shift} B; {} rounds × ≥{} ms (8 ns per byte of request) per path and point", b.movers[2].engine_reason(), a.region.display(), size::show(region_len as u64), rounds, slice.as_millis());
     }
     let mut records = Vec::new();
     for &(dir, sz, threads) in &points {
@@ -355,43 +378,24 @@ pub fn run(a: &CopyArgs) -> anyhow::Result<()> {
         bar.inc(1);
     }
     bar.finish_and_clear();
-    let summary = Summary::of(&records, Setup::now(&cfg, &b.region, a.quick));
-    output(a.json, &records, &summary)?;
-    switchyard_options::counters::save(
-        &switchyard_options::counters::path(&a.region),
-        "bench copy",
-        &b.movers[2],
-    )?;
-    Ok(())
-}
-
-/// The records as JSON lines and the summary last (`json`), or the table and the summary.
-fn output(json: bool, records: &[Record], summary: &Summary) -> anyhow::Result<()> {
-    if json {
-        for r in records {
-            println!("{}", serde_json::to_string(r)?);
-        }
-        println!("{}", serde_json::to_string(summary)?);
-    } else {
-        print_table(records);
-        summary.print();
-    }
-    Ok(())
+    let setup = Setup::now(cfg, &b.region, a.quick).on_engine(&b.movers[2]);
+    let summary = Summary::of(&records, setup);
+    let b = Arc::into_inner(b).context("the measuring threads are done")?;
+    Ok((records, summary, b.movers))
 }
 
 /// Movers on one engine: cpu-only, engine-only and scheduled (`auto`).
-fn movers(cfg: &Config) -> anyhow::Result<[Mover; 3]> {
-    let engine = switchyard_mover::start_engine(cfg)?;
+fn movers(cfg: &Config, started: &StartedEngine) -> [Mover; 3] {
     let mover = |p: Policy| {
         let mut c: Config = cfg.clone();
         c.mover.policy = p;
-        Mover::with_engine(&c, engine.clone(), cfg.persist())
+        Mover::with_started(&c, started, cfg.persist())
     };
-    Ok([
+    [
         mover(Policy::Cpu),
         mover(Policy::Engine),
         mover(Policy::Auto),
-    ])
+    ]
 }
 
 /// The request sizes measured and the region's size, checked: room for 4 requests of the
@@ -505,42 +509,6 @@ fn find<'a>(
 ) -> Option<&'a Record> {
     rs.iter()
         .find(|r| r.path == path && r.direction == dir && r.size == size && r.threads == threads)
-}
-
-fn print_table(rs: &[Record]) {
-    println!(
-        "{:<9} {:>5} {:>3} | {:>16} {:>16} {:>16} {:>16} {:>16} | {:>7}",
-        "direction", "size", "thr", "glibc", "pmdk", "cpu", "engine", "scheduled", "sch/best"
-    );
-    println!(
-        "{:<9} {:>5} {:>3} | {:>16} {:>16} {:>16} {:>16} {:>16} |",
-        "", "", "", "GiB/s p50µs", "GiB/s p50µs", "GiB/s p50µs", "GiB/s p50µs", "GiB/s p50µs"
-    );
-    let mut keys: Vec<(&str, u64, usize)> = rs
-        .iter()
-        .map(|r| (r.direction, r.size, r.threads))
-        .collect();
-    keys.dedup();
-    for (dir, sz, t) in keys {
-        let cell = |p: &str| {
-            find(rs, p, dir, sz, t).map_or(format!("{:>16}", "n/a"), |r| {
-                format!("{:>7.2} {:>8.1}", r.gib_per_s, r.p50_us)
-            })
-        };
-        let ratio = sched_vs_best(rs, dir, sz, t).map_or("".into(), |x| format!("{x:.3}"));
-        println!(
-            "{:<9} {:>5} {:>3} | {} {} {} {} {} | {:>7}",
-            dir,
-            size::show(sz),
-            t,
-            cell("glibc"),
-            cell("pmdk"),
-            cell("cpu"),
-            cell("engine"),
-            cell("scheduled"),
-            ratio
-        );
-    }
 }
 
 /// `a` relative to `b`: the median over rounds of the per-round ratio of their GiB/s. The two
