@@ -5,7 +5,7 @@
 //! ```toml
 //! [fuse]
 //! workers = 0                # request threads; 0 = one per core, at least 2
-//! attr_ttl_ms = 1000         # how long the kernel caches attributes and names
+//! attr_ttl_ms = 60000        # how long the kernel caches attributes and names
 //! max_io = 1048576           # largest read or write request the kernel sends
 //! # writeback = true         # the kernel's writeback cache; unset: on for `up`, off for `mount`
 //! ```
@@ -20,8 +20,12 @@ pub struct FuseConfig {
     /// Request worker threads, each with its own `/dev/fuse` descriptor; 0 = one per core,
     /// at least 2.
     pub workers: usize,
-    /// How long the kernel may cache attributes and names it was told, ms. Every change goes
-    /// through the mount, so the caches cannot go stale.
+    /// How long the kernel may cache attributes and names it was told (and that a name is
+    /// not there), ms. Every change goes through the mount, so the caches cannot go stale;
+    /// a minute rather than libfuse's second, so that a `find` or `git status` over a large
+    /// tree that takes longer than a second finds them still valid (`find -ls` over 100,000
+    /// files, the second time: 1.26 s with 1 s, 0.22 s with 60 s; tmpfs 0.20 s). A served
+    /// store's mount caches nothing, whatever this says.
     pub attr_ttl_ms: u64,
     /// Largest read or write request the kernel sends, bytes (4 KiB to 1 MiB).
     pub max_io: u32,
@@ -43,7 +47,7 @@ impl Default for FuseConfig {
     fn default() -> Self {
         FuseConfig {
             workers: 0,
-            attr_ttl_ms: 1000,
+            attr_ttl_ms: 60_000,
             max_io: 1 << 20,
             writeback: None,
         }

@@ -33,6 +33,9 @@ impl<I: Inodes> InodeFs<I> {
             }
             r => r,
         };
+        if self.counts_nothing_open() {
+            return made.map(|(ino, s)| (ino, s, true));
+        }
         made.and_then(|(ino, s)| match self.inodes.open(ino) {
             Ok(current) => Ok((ino, s, current)),
             Err(e) => {

@@ -41,11 +41,11 @@ impl<I: Inodes> InodeFs<I> {
             let _ = config.add_capabilities(fuser::InitFlags::FUSE_POSIX_LOCKS);
         }
         if !self.cache_ttl.is_zero() {
-            // Listings with attributes where the kernel may cache them, when it sees lookups
-            // follow a listing (`ls -l`, `find`).
-            let _ = config.add_capabilities(
-                fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
-            );
+            // Listings with attributes where the kernel may cache them: `ls -l` and `find`
+            // need no lookup per name. Always, not when the kernel sees lookups follow a
+            // listing (`FUSE_READDIRPLUS_AUTO`): a lookup here costs little, a request much
+            // (a cold `find -ls` of 100,000 files took 0.99 s with it, 0.61 s without).
+            let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
         }
         if self.inodes.shared() {
             // Every read asks for the attributes (never cached, see `cache_ttl`), and cached
