@@ -8,7 +8,7 @@
 //! never a crash or a huge allocation (the fuzz target `remote_message` feeds it anything).
 
 use switchyard_store::{
-    DirEntry, Extents, Falloc, RecordLock, Rename, SetAttr, Stat, StatFs, Target, XattrMode,
+    DirEntry, Extents, Falloc, RecordLock, Rename, Seek, SetAttr, Stat, StatFs, Target, XattrMode,
 };
 
 mod reply;
@@ -16,7 +16,7 @@ mod request;
 mod wire;
 
 /// The protocol's version: a client and a server must agree on it.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// Longest byte string a message may carry (names, link targets, data of the in-message data
 /// path): larger requests are cut by the client.
@@ -315,6 +315,17 @@ pub enum Request {
         /// [`MAX_BYTES`].
         ranges: Vec<(u64, u64)>,
     },
+    /// Where `lseek(off, SEEK_DATA)` or `lseek(off, SEEK_HOLE)` lands in a regular file
+    /// ([`switchyard_store::Store::seek`]): the answer is [`Reply::Offset`]. The server walks
+    /// the file's map from `off` only as far as the answer, never the whole file.
+    Seek {
+        /// Inode.
+        ino: u64,
+        /// Where the search starts.
+        off: u64,
+        /// Data or a hole.
+        to: Seek,
+    },
 }
 
 /// What the server answers.
@@ -348,7 +359,8 @@ pub enum Reply {
     Bytes(Vec<u8>),
     /// Space and inode counts.
     StatFs(StatFs),
-    /// A file's runs with its attributes and change word.
+    /// The runs of the range a [`Request::Map`] asked for (clipped to the file's size), with
+    /// the file's attributes and change word.
     Map(Extents),
     /// A preparation and where to put its bytes.
     Prepared {
@@ -366,6 +378,8 @@ pub enum Reply {
     /// The answer to a [`Request::Pull`] whose map is no longer the file's (its change word
     /// moved): no piece was sent.
     Stale,
+    /// An offset in a file (the answer to a [`Request::Seek`]).
+    Offset(u64),
 }
 
 /// [`part_header`]'s kind byte.

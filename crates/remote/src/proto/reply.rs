@@ -72,6 +72,7 @@ impl Reply {
             Reply::Counters(_) => 13,
             Reply::Lock(_) => 14,
             Reply::Stale => 15,
+            Reply::Offset(_) => 16,
         }
     }
 
@@ -128,7 +129,7 @@ impl Reply {
                     w.u64(t.offset).u64(t.region_offset).u64(t.len);
                 }
             }
-            Reply::Written(n) => {
+            Reply::Written(n) | Reply::Offset(n) => {
                 w.u64(*n);
             }
             Reply::Lock(l) => {
@@ -213,6 +214,7 @@ impl Reply {
             }
             14 => Reply::Lock(r.lock()?),
             15 => Reply::Stale,
+            16 => Reply::Offset(r.u64()?),
             _ => return Err(Malformed),
         };
         r.end((seq, reply))

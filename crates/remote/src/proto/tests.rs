@@ -67,7 +67,7 @@ fn request() -> impl Strategy<Value = Request> {
     // Weighted by each family's kinds: every kind is as likely as the next.
     prop_oneof![
         10 => metadata_request(),
-        6 => data_request(),
+        7 => data_request(),
         6 => attribute_or_lock_request(),
     ]
 }
@@ -170,6 +170,11 @@ fn data_request() -> impl Strategy<Value = Request> {
             off,
             len
         }),
+        (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(ino, off, hole)| Request::Seek {
+            ino,
+            off,
+            to: if hole { Seek::Hole } else { Seek::Data },
+        }),
         (any::<u64>(), any::<u64>(), bytes()).prop_map(|(ino, off, data)| Request::Write {
             ino,
             off,
@@ -224,6 +229,7 @@ fn reply() -> impl Strategy<Value = Reply> {
         stat().prop_map(Reply::Stat),
         lock().prop_map(Reply::Lock),
         Just(Reply::Stale),
+        any::<u64>().prop_map(Reply::Offset),
         prop::collection::vec((bytes(), any::<u64>()), 0..5).prop_map(Reply::Counters),
         prop::collection::vec((bytes(), any::<u64>(), any::<u32>()), 0..5).prop_map(|v| {
             Reply::Dir(
@@ -395,4 +401,29 @@ fn a_pull_of_too_many_ranges_is_refused() {
         Request::decode(&pull(MAX_PULL_RANGES + 1).encode(1)),
         Err(Malformed)
     );
+}
+
+/// A seek and its answer, byte for byte (the seeds of the fuzz corpus
+/// `fuzz/corpus/remote_message` hold these): kind 35, sequence number, inode, offset, then 0
+/// for data and 1 for a hole; the answer is kind 16 and the offset.
+#[test]
+fn a_seek_and_its_answer_are_as_documented() {
+    let mut want = vec![35];
+    for v in [7u64, 2, 4096] {
+        want.extend_from_slice(&v.to_le_bytes());
+    }
+    want.push(1);
+    let seek = Request::Seek {
+        ino: 2,
+        off: 4096,
+        to: Seek::Hole,
+    };
+    assert_eq!(seek.encode(7), want);
+    assert_eq!(Request::decode(&want), Ok((7, seek)));
+    *want.last_mut().unwrap() = 2;
+    assert_eq!(Request::decode(&want), Err(Malformed));
+    let mut offset = vec![16];
+    offset.extend_from_slice(&7u64.to_le_bytes());
+    offset.extend_from_slice(&8192u64.to_le_bytes());
+    assert_eq!(Reply::Offset(8192).encode(7), offset);
 }

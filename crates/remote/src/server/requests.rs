@@ -266,6 +266,7 @@ impl<'s> Server<'s, '_, '_> {
         };
         Ok(match req {
             Request::Map { ino, off, len } => Reply::Map(s.extents(ino, off, len)?),
+            Request::Seek { ino, off, to } => Reply::Offset(s.seek(ino, off, to)?),
             Request::Prepare { ino, off, len } => {
                 if len as usize > MAX_BYTES {
                     return Err(Errno::EINVAL);

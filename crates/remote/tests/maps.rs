@@ -1,0 +1,184 @@
+//! What a client fetches of a file's extent map is bounded by its requests, not by the
+//! file: reads fetch the map of a window around them ([`MAP_WINDOW`]), and `SEEK_DATA` /
+//! `SEEK_HOLE` are answered by the server from the offset on ([`Request::Seek`]).
+//!
+//! [`Request::Seek`]: switchyard_remote::proto::Request::Seek
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use switchyard_media::{Persist, Region};
+use switchyard_mover::{Config, Mover};
+use switchyard_remote::{Client, DataPath, Key, MAP_WINDOW};
+use switchyard_store::{Errno, Falloc, Inodes, Owner, Seek, Store, ROOT, S_IFREG};
+
+const GIB: u64 = 1 << 30;
+/// The size of bonnie++'s chunks (its rewrite phase reads one and writes it back).
+const CHUNK: usize = 8 << 10;
+/// Bytes of a map reply with `runs` runs: kind, sequence number, attributes (mode, uid, gid,
+/// nlink; size, three times, parent), change word, count, runs.
+fn map_reply_bytes(runs: u64) -> u64 {
+    1 + 8 + (4 * 4 + 8 * 5) + 8 + 4 + 24 * runs
+}
+
+/// A little generator of offsets and bytes (the test needs no more than that).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+}
+
+fn chunk_of(seed: u64) -> Vec<u8> {
+    (0..CHUNK as u64)
+        .map(|i| (i.wrapping_mul(31) ^ seed) as u8)
+        .collect()
+}
+
+/// bonnie++'s rewrite through a client, on a 1 GiB file whose map has thousands of runs:
+/// every read comes right after a write (which drops the cached map), and each fetches no
+/// more than the map of its window, never the file's (whose reply would be 25 times larger).
+#[test]
+fn map_bytes_per_read_stay_bounded_on_a_1_gib_file() {
+    let srv = common::start_sized(false, Config::default(), Key::random(), GIB + (128 << 20));
+    let c = Client::connect(srv.addr, &srv.key, true).unwrap();
+    if matches!(c.data_path(), DataPath::InMessages(_)) {
+        return; // no one-sided access: nothing is cached, no map is fetched
+    }
+    let (ino, _) = c
+        .make(ROOT, b"big", S_IFREG | 0o644, 0, &[], Owner::current(), 0)
+        .unwrap();
+    let t = Instant::now();
+    c.fallocate(ino, 0, GIB, Falloc::Allocate { keep_size: false })
+        .unwrap();
+    // One page every 256 KiB rewritten: a map of 8192 runs, ~196 KB whole.
+    let mut model = std::collections::HashMap::new();
+    for k in 0..GIB / (256 << 10) {
+        let at = k * (256 << 10);
+        let chunk = chunk_of(k);
+        assert_eq!(c.write(ino, at, &chunk[..4096]).unwrap(), 4096);
+        let mut whole = chunk[..4096].to_vec();
+        whole.resize(CHUNK, 0);
+        model.insert(at, whole);
+    }
+    let filled = t.elapsed();
+    let whole_map = map_reply_bytes(2 * GIB / (256 << 10));
+    let window_map = map_reply_bytes(MAP_WINDOW / 4096 + 1);
+    assert!(whole_map > 20 * window_map);
+
+    let t = Instant::now();
+    let mut rng = Lcg(46);
+    let mut buf = vec![0u8; CHUNK];
+    let (mut most, start) = (0, c.stats());
+    for pair in 0..200u64 {
+        let at = rng.next() % (GIB / CHUNK as u64) * CHUNK as u64;
+        let before = c.stats();
+        assert_eq!(c.read(ino, at, &mut buf).unwrap(), CHUNK);
+        let fetched = c.stats().map_bytes_fetched - before.map_bytes_fetched;
+        assert!(
+            fetched <= window_map,
+            "read {pair} at {at} fetched {fetched} bytes of map (a window's is at most {window_map})"
+        );
+        most = most.max(fetched);
+        let zeros = vec![0u8; CHUNK];
+        let want = model.get(&at).unwrap_or(&zeros);
+        assert!(buf == *want, "read {pair} at {at}: wrong bytes");
+        let chunk = chunk_of(1000 + pair);
+        assert_eq!(c.write(ino, at, &chunk).unwrap(), CHUNK);
+        model.insert(at, chunk);
+    }
+    let end = c.stats();
+    assert!(end.map_fetches - start.map_fetches <= 200, "{end:?}");
+    assert!(end.map_runs_fetched - start.map_runs_fetched <= 200 * (MAP_WINDOW / 4096 + 1));
+    eprintln!(
+        "filled 1 GiB ({} runs) in {filled:?}; 200 read/write pairs in {:?}; most map bytes \
+         per read {most} (whole map ~{whole_map})",
+        2 * GIB / (256 << 10),
+        t.elapsed()
+    );
+}
+
+fn local() -> Store {
+    let region = Region::memory(64 << 20, Persist::detect()).unwrap();
+    let mover = Arc::new(Mover::start(&Config::default()).unwrap());
+    Store::format(region, mover, Owner::current()).unwrap()
+}
+
+/// A sparse file: data, holes, an allocated range with a hole punched in it, and blocks
+/// allocated past its end.
+fn sparse<I: Inodes>(fs: &I) -> u64 {
+    let (ino, _) = fs
+        .make(
+            ROOT,
+            b"sparse",
+            S_IFREG | 0o644,
+            0,
+            &[],
+            Owner::current(),
+            0,
+        )
+        .unwrap();
+    fs.write(ino, 0, &[1u8; 5000]).unwrap();
+    fs.write(ino, 64 << 10, &[2u8; 4096]).unwrap();
+    fs.write(ino, (3 << 20) + 100, &[3u8; 20_000]).unwrap();
+    fs.fallocate(ino, 5 << 20, 1 << 20, Falloc::Allocate { keep_size: false })
+        .unwrap();
+    fs.fallocate(ino, (5 << 20) + 8192, 16384, Falloc::PunchHole)
+        .unwrap();
+    fs.write(ino, 9 << 20, &[4u8; 3]).unwrap();
+    // Blocks past the end (unseen: the file ends in the page at 9 MiB).
+    fs.fallocate(
+        ino,
+        (9 << 20) + 4096,
+        1 << 20,
+        Falloc::Allocate { keep_size: true },
+    )
+    .unwrap();
+    let size = fs.stat(ino).unwrap().attr.size;
+    assert!(size > 9 << 20);
+    ino
+}
+
+/// `SEEK_DATA` and `SEEK_HOLE` through the client land where the store's own do, at every
+/// offset tried (ENXIO included), and fetch no map.
+#[test]
+fn seeks_through_the_client_land_where_the_stores_do() {
+    let srv = common::start(false);
+    let c = Client::connect(srv.addr, &srv.key, true).unwrap();
+    let store = local();
+    let (remote, here) = (sparse(&c), sparse(&store));
+    let size = store.stat(here).unwrap().attr.size;
+    assert_eq!(c.stat(remote).unwrap().attr.size, size);
+    let before = c.stats();
+    let mut offsets: Vec<u64> = (0..size + 8192).step_by(1777).collect();
+    offsets.extend([
+        0,
+        4095,
+        4096,
+        5000,
+        64 << 10,
+        (5 << 20) + 8192,
+        size - 1,
+        size,
+        u64::MAX >> 1,
+    ]);
+    for off in offsets {
+        for to in [Seek::Data, Seek::Hole] {
+            assert_eq!(
+                c.seek(remote, off, to),
+                store.seek(here, off, to).map_err(Errno::from),
+                "{to:?} from {off}"
+            );
+        }
+    }
+    let after = c.stats();
+    assert_eq!(after.map_fetches, before.map_fetches, "{after:?}");
+    assert_eq!(after.map_bytes_fetched, before.map_bytes_fetched);
+}
