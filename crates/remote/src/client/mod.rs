@@ -30,11 +30,11 @@ mod paths;
 mod pull;
 mod wait;
 
+pub use crate::proto::MAP_WINDOW;
 use crate::proto::{Reply, Request, Welcome, PROTOCOL_VERSION};
 pub use aio::Pending;
 use data_path::data_path;
 pub use data_path::DataPath;
-pub use one_sided::MAP_WINDOW;
 use wait::wait_reply;
 
 /// Symlinks followed in one path walk before `ELOOP` (as the local `Fs`).

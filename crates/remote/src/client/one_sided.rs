@@ -4,22 +4,20 @@
 //! writes reserve blocks, put the data into them and commit.
 //!
 //! The map cached per file covers a window, never necessarily the whole file: the read's range
-//! rounded out to [`MAP_WINDOW`]-aligned bounds. A read inside the cached window uses it; a
-//! read outside fetches its own window's map in its place. So the map bytes a read fetches
-//! are bounded by its size plus two windows, whatever the file's size (a file rewritten in
-//! small pieces, whose map is dropped at every write, once cost its whole map per read).
+//! rounded out to [`MAP_WINDOW`](crate::proto::MAP_WINDOW)-aligned bounds
+//! ([`map_window`]). A read inside the cached window uses it; a read outside fetches its own
+//! window's map in its place. So the map bytes a read fetches are bounded by its size plus
+//! two windows, whatever the file's size (a file rewritten in small pieces, whose map is
+//! dropped at every write, once cost its whole map per read). A write inside a message
+//! comes back with the map of its window as it left it ([`Reply::WrittenMap`]): a read
+//! next to it (bonnie++'s rewrite reads the next chunk) sends no request for its map.
 
 use switchyard_store::S_IFDIR;
 use switchyard_store::{Errno, Extents};
 
 use super::pull::PULL_FROM;
 use super::{errno, DataPath, Inner};
-use crate::proto::{Reply, Request};
-
-/// Bytes of a file a fetched map covers at least: a read outside the cached map fetches the
-/// map of the `MAP_WINDOW`-aligned window around it (a larger read, of every window it
-/// touches). Its runs are at most one per page: 256 of 24 bytes for 1 MiB.
-pub const MAP_WINDOW: u64 = 1 << 20;
+use crate::proto::{map_window, Reply, Request};
 
 /// The cached map of a window of a file: the runs of `[off, end)` clipped to the file's
 /// size, with the attributes and change word read with them.
@@ -41,14 +39,6 @@ impl Window {
     }
 }
 
-/// The `MAP_WINDOW`-aligned window around `len` bytes at `off`: `[lo, hi)`.
-fn window_of(off: u64, len: usize) -> (u64, u64) {
-    let lo = off - off % MAP_WINDOW;
-    let end = off.saturating_add(len.max(1) as u64);
-    let hi = end.div_ceil(MAP_WINDOW).saturating_mul(MAP_WINDOW).max(end);
-    (lo, hi)
-}
-
 impl Inner {
     /// Makes the cached map of `ino` one that covers `len` bytes at `off` (the cache is
     /// checked where it is used), fetching the map of their window if it does not; returns
@@ -59,7 +49,7 @@ impl Inner {
             return Ok(n);
         }
         self.stats.cache_misses += 1;
-        let (lo, hi) = window_of(off, len);
+        let (lo, hi) = map_window(off, len as u64);
         let req = Request::Map {
             ino,
             off: lo,
@@ -74,17 +64,24 @@ impl Inner {
             Ok(Reply::Error(e)) => return Err(Errno(e)),
             _ => return Err(Errno::EIO),
         };
+        self.keep_map(ino, (lo, hi), map, bytes);
+        let n = self.maps[&ino].covers(off, len).ok_or(Errno::EIO)?;
+        Ok(n)
+    }
+
+    /// Caches `map`, of the window `[lo, hi)` of `ino`, which came in `bytes` of a reply.
+    pub(super) fn keep_map(&mut self, ino: u64, (lo, hi): (u64, u64), map: Extents, bytes: usize) {
         self.stats.map_fetches += 1;
         self.stats.map_runs_fetched += map.runs.len() as u64;
         self.stats.map_bytes_fetched += bytes as u64;
-        let w = Window {
-            off: lo,
-            end: hi,
-            map,
-        };
-        let n = w.covers(off, len).ok_or(Errno::EIO)?;
-        self.maps.insert(ino, w);
-        Ok(n)
+        self.maps.insert(
+            ino,
+            Window {
+                off: lo,
+                end: hi,
+                map,
+            },
+        );
     }
 
     /// One attempt at a one-sided read on the cached map: `None` if the file changed.

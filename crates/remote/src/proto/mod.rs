@@ -25,6 +25,21 @@ pub const MAX_BYTES: usize = 8 << 20;
 /// Most pieces one [`Request::Pull`] may name.
 pub const MAX_PULL_RANGES: usize = 64;
 
+/// Bytes of a file a client's cached extent map covers at least: a read outside the cached
+/// map asks for the map of the `MAP_WINDOW`-aligned window around it ([`map_window`]), and a
+/// small write's reply carries the map of its own ([`Reply::WrittenMap`]). A window's map
+/// holds at most one run per page: 256 of 24 bytes for 1 MiB.
+pub const MAP_WINDOW: u64 = 1 << 20;
+
+/// The window of a file whose map a client caches for `len` bytes at `off`: `[lo, hi)`, the
+/// range rounded out to [`MAP_WINDOW`] boundaries (at least one window).
+pub fn map_window(off: u64, len: u64) -> (u64, u64) {
+    let lo = off - off % MAP_WINDOW;
+    let end = off.saturating_add(len.max(1));
+    let hi = end.div_ceil(MAP_WINDOW).saturating_mul(MAP_WINDOW).max(end);
+    (lo, hi)
+}
+
 /// A message that does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Malformed;
@@ -196,7 +211,8 @@ pub enum Request {
         /// The preparation.
         id: u64,
     },
-    /// Writes data carried in the request (the in-message data path).
+    /// Writes data carried in the request (the in-message data path, and small writes):
+    /// answered by [`Reply::WrittenMap`] ([`Reply::Written`] where the map could not be read).
     Write {
         /// Inode.
         ino: u64,
@@ -380,6 +396,17 @@ pub enum Reply {
     Stale,
     /// An offset in a file (the answer to a [`Request::Seek`]).
     Offset(u64),
+    /// The answer to a [`Request::Write`]: bytes written, and the map of the window around
+    /// them ([`map_window`]) as the write left it, read under the file's lock with its change
+    /// word. A client that reads there next (bonnie++'s rewrite reads the next chunk) has
+    /// the map without a [`Request::Map`]; one that does not has lost nothing: the map is
+    /// checked by its change word like any other.
+    WrittenMap {
+        /// Bytes written.
+        n: u64,
+        /// The window's runs, with the file's attributes and change word after the write.
+        map: Extents,
+    },
 }
 
 /// [`part_header`]'s kind byte.

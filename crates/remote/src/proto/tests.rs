@@ -221,6 +221,48 @@ fn attribute_or_lock_request() -> impl Strategy<Value = Request> {
     ]
 }
 
+fn extents() -> impl Strategy<Value = Extents> {
+    (
+        attr(),
+        any::<u64>(),
+        prop::collection::vec(any::<(u64, u64, u64)>(), 0..5),
+    )
+        .prop_map(|(attr, change, runs)| Extents {
+            attr,
+            change,
+            runs: runs
+                .into_iter()
+                .map(|(file_offset, region_offset, len)| Run {
+                    file_offset,
+                    region_offset,
+                    len,
+                })
+                .collect(),
+        })
+}
+
+/// Every window is aligned, holds its range, and is as small as that allows.
+#[test]
+fn a_map_window_holds_its_range_rounded_out() {
+    for (off, len) in [
+        (0, 0),
+        (0, 1),
+        (4095, 8192),
+        (MAP_WINDOW - 1, 2),
+        (5 << 20, 3 << 20),
+        (u64::MAX - 5, 9),
+    ] {
+        let (lo, hi) = map_window(off, len);
+        assert_eq!(lo % MAP_WINDOW, 0);
+        assert!(
+            lo <= off && hi >= off.saturating_add(len.max(1)),
+            "{off} {len}"
+        );
+        assert!(off - lo < MAP_WINDOW);
+        assert!(hi == u64::MAX || hi - off.saturating_add(len.max(1)) < MAP_WINDOW);
+    }
+}
+
 fn reply() -> impl Strategy<Value = Reply> {
     prop_oneof![
         any::<i32>().prop_map(Reply::Error),
@@ -238,23 +280,8 @@ fn reply() -> impl Strategy<Value = Reply> {
                     .collect(),
             )
         }),
-        (
-            attr(),
-            any::<u64>(),
-            prop::collection::vec(any::<(u64, u64, u64)>(), 0..5)
-        )
-            .prop_map(|(attr, change, runs)| Reply::Map(Extents {
-                attr,
-                change,
-                runs: runs
-                    .into_iter()
-                    .map(|(file_offset, region_offset, len)| Run {
-                        file_offset,
-                        region_offset,
-                        len
-                    })
-                    .collect(),
-            })),
+        extents().prop_map(Reply::Map),
+        (any::<u64>(), extents()).prop_map(|(n, map)| Reply::WrittenMap { n, map }),
         (
             any::<u64>(),
             prop::collection::vec(any::<(u64, u64, u64)>(), 0..5)

@@ -24,7 +24,7 @@ use switchyard_ucx::{Endpoint, Failures, Node};
 
 use crate::auth::Key;
 use crate::locks::Locks;
-use crate::proto::{Reply, Request, Welcome, MAX_BYTES, PROTOCOL_VERSION};
+use crate::proto::{map_window, Reply, Request, Welcome, MAX_BYTES, PROTOCOL_VERSION};
 use sends::Outgoing;
 
 mod requests;
@@ -387,7 +387,13 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                     self.stats
                         .message_bytes
                         .fetch_add(n as u64, Ordering::Relaxed);
-                    Reply::Written(n as u64)
+                    // With the map of the write's window, so the read that follows (the
+                    // next chunk of a rewrite) asks for none: a window's pages, not the file's.
+                    let (lo, hi) = map_window(off, n as u64);
+                    match self.store.extents(ino, lo, hi - lo) {
+                        Ok(map) => Reply::WrittenMap { n: n as u64, map },
+                        Err(_) => Reply::Written(n as u64),
+                    }
                 }
                 Err(e) => Reply::Error(Errno::from(e).0),
             };
