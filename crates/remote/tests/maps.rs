@@ -120,7 +120,8 @@ fn map_bytes_per_read_stay_bounded_on_a_1_gib_file() {
 }
 
 /// A rewrite in order (read a chunk, write it back, read the next): each write's reply
-/// brings the map of its window, so the read that follows sends no request at all.
+/// brings the file's stat and the map of its window, so the stat and the read that follow
+/// send no request at all; another client's write is seen at once.
 #[test]
 fn a_rewrite_in_order_asks_for_no_map() {
     let srv = common::start(false);
@@ -137,7 +138,10 @@ fn a_rewrite_in_order_asks_for_no_map() {
     let mut buf = vec![0u8; CHUNK];
     for k in 0..(MAP_WINDOW / CHUNK as u64) {
         let at = base + k * CHUNK as u64;
+        // As the kernel does: the attributes (it drops its cached pages if they moved), then
+        // the read.
         let before = c.stats();
+        assert_eq!(c.stat(ino).unwrap().attr.size, old.len() as u64);
         assert_eq!(c.read(ino, at, &mut buf).unwrap(), CHUNK);
         if k > 0 {
             assert_eq!(
@@ -152,6 +156,15 @@ fn a_rewrite_in_order_asks_for_no_map() {
         );
         assert_eq!(c.write(ino, at, &chunk_of(k)).unwrap(), CHUNK);
     }
+    // Another client's write moves the change word: the cached stat and map are dropped.
+    let other = Client::connect(srv.addr, &srv.key, true).unwrap();
+    assert_eq!(other.write(ino, base, &[9u8; 100]).unwrap(), 100);
+    let mut few = [0u8; 100];
+    assert_eq!(c.read(ino, base, &mut few).unwrap(), 100);
+    assert_eq!(few, [9u8; 100]);
+    assert_eq!(other.write(ino, 8 * MAP_WINDOW, &[1]).unwrap(), 1);
+    assert_eq!(c.stat(ino).unwrap().attr.size, 8 * MAP_WINDOW + 1);
+    assert_eq!(other.write(ino, base, &chunk_of(0)[..100]).unwrap(), 100);
     let mut all = vec![0u8; old.len()];
     assert_eq!(c.read(ino, 0, &mut all).unwrap(), old.len());
     for (k, piece) in all[base as usize..][..MAP_WINDOW as usize]

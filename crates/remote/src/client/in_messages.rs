@@ -115,9 +115,11 @@ impl Inner {
             self.send_with(&msg, |b| (Reply::decode(b).map(|(_, r)| r), b.len()))?;
         let n = match reply {
             Ok(Reply::Written(n)) => (n as usize).min(data.len()),
-            Ok(Reply::WrittenMap { n, map }) => {
+            Ok(Reply::WrittenMap { n, stat, map }) => {
                 if self.one_sided() {
-                    // Read under the file's lock after the write: checked by its word when used.
+                    // The map was read under the file's lock after the write, with its word,
+                    // and the stat after that word: both checked by it when used.
+                    self.attrs.insert(ino, (stat, map.change));
                     self.keep_map(ino, map_window(off, n), map, bytes);
                 }
                 (n as usize).min(data.len())

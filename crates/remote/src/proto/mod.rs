@@ -398,12 +398,16 @@ pub enum Reply {
     Offset(u64),
     /// The answer to a [`Request::Write`]: bytes written, and the map of the window around
     /// them ([`map_window`]) as the write left it, read under the file's lock with its change
-    /// word. A client that reads there next (bonnie++'s rewrite reads the next chunk) has
-    /// the map without a [`Request::Map`]; one that does not has lost nothing: the map is
-    /// checked by its change word like any other.
+    /// word, then what the file is (read after that word, so that the word vouches for it as
+    /// a [`Request::Getattr`]'s answer fetched after it). A client that reads there next
+    /// (bonnie++'s rewrite reads the next chunk, and the kernel asks for the attributes
+    /// first) needs neither a [`Request::Map`] nor a [`Request::Getattr`]; one that does not
+    /// has lost nothing: both are checked by the change word like any cached answer.
     WrittenMap {
         /// Bytes written.
         n: u64,
+        /// What the file is after the write.
+        stat: Stat,
         /// The window's runs, with the file's attributes and change word after the write.
         map: Extents,
     },

@@ -119,8 +119,8 @@ impl Reply {
                 w.u64(s.name_max);
             }
             Reply::Map(m) => encode_map(&mut w, m),
-            Reply::WrittenMap { n, map } => {
-                w.u64(*n);
+            Reply::WrittenMap { n, stat, map } => {
+                w.u64(*n).stat(stat);
                 encode_map(&mut w, map);
             }
             Reply::Prepared { id, targets } => {
@@ -217,6 +217,7 @@ impl Reply {
             16 => Reply::Offset(r.u64()?),
             17 => Reply::WrittenMap {
                 n: r.u64()?,
+                stat: r.stat()?,
                 map: decode_map(&mut r)?,
             },
             _ => return Err(Malformed),

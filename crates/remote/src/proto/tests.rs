@@ -281,7 +281,11 @@ fn reply() -> impl Strategy<Value = Reply> {
             )
         }),
         extents().prop_map(Reply::Map),
-        (any::<u64>(), extents()).prop_map(|(n, map)| Reply::WrittenMap { n, map }),
+        (any::<u64>(), stat(), extents()).prop_map(|(n, stat, map)| Reply::WrittenMap {
+            n,
+            stat,
+            map
+        }),
         (
             any::<u64>(),
             prop::collection::vec(any::<(u64, u64, u64)>(), 0..5)

@@ -387,12 +387,18 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                     self.stats
                         .message_bytes
                         .fetch_add(n as u64, Ordering::Relaxed);
-                    // With the map of the write's window, so the read that follows (the
-                    // next chunk of a rewrite) asks for none: a window's pages, not the file's.
+                    // With the map of the write's window and then the file's stat, so the
+                    // read that follows (the next chunk of a rewrite) asks for neither: a
+                    // window's pages, not the file's.
                     let (lo, hi) = map_window(off, n as u64);
-                    match self.store.extents(ino, lo, hi - lo) {
-                        Ok(map) => Reply::WrittenMap { n: n as u64, map },
-                        Err(_) => Reply::Written(n as u64),
+                    let map = self.store.extents(ino, lo, hi - lo);
+                    match map.map(|m| (self.store.stat(ino), m)) {
+                        Ok((Ok(stat), map)) => Reply::WrittenMap {
+                            n: n as u64,
+                            stat,
+                            map,
+                        },
+                        _ => Reply::Written(n as u64),
                     }
                 }
                 Err(e) => Reply::Error(Errno::from(e).0),
