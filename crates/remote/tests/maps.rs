@@ -12,8 +12,10 @@ use std::time::Instant;
 
 use switchyard_media::{Persist, Region};
 use switchyard_mover::{Config, Mover};
+use switchyard_remote::proto::{Reply, Request};
 use switchyard_remote::{Client, DataPath, Key, MAP_WINDOW};
 use switchyard_store::{Errno, Falloc, Inodes, Owner, Seek, Store, ROOT, S_IFREG};
+use switchyard_ucx::Node;
 
 const GIB: u64 = 1 << 30;
 /// The size of bonnie++'s chunks (its rewrite phase reads one and writes it back).
@@ -253,4 +255,37 @@ fn seeks_through_the_client_land_where_the_stores_do() {
     let after = c.stats();
     assert_eq!(after.map_fetches, before.map_fetches, "{after:?}");
     assert_eq!(after.map_bytes_fetched, before.map_bytes_fetched);
+}
+
+/// A write's reply carries its window's map only to a client that caches maps (one that
+/// asked for a map): a client on the in-message path, which never does, gets the bare count.
+#[test]
+fn only_a_client_that_asked_for_a_map_gets_one_with_its_writes() {
+    let srv = common::start(false);
+    let c = Client::connect(srv.addr, &srv.key, true).unwrap();
+    let (ino, _) = c
+        .make(ROOT, b"f", S_IFREG | 0o644, 0, &[], Owner::current(), 0)
+        .unwrap();
+    let node = Node::new().unwrap();
+    let (ctl, _) = common::prove_by_hand(&srv, &node, true);
+    let ask = |req: &[u8]| {
+        node.send(&ctl, &[], req).unwrap();
+        common::next_reply(&node)
+    };
+    assert_eq!(
+        ask(&Request::encode_write(2, ino, 0, b"abc")),
+        Reply::Written(3)
+    );
+    let map = Request::Map {
+        ino,
+        off: 0,
+        len: 1,
+    };
+    assert!(matches!(ask(&map.encode(3)), Reply::Map(_)));
+    let Reply::WrittenMap { n, stat, map } = ask(&Request::encode_write(4, ino, 4096, b"de"))
+    else {
+        panic!("no map with the write")
+    };
+    assert_eq!((n, stat.attr.size, map.attr.size), (2, 4098, 4098));
+    assert_eq!(map.runs.iter().map(|r| r.len).sum::<u64>(), 4098);
 }

@@ -212,7 +212,8 @@ pub enum Request {
         id: u64,
     },
     /// Writes data carried in the request (the in-message data path, and small writes):
-    /// answered by [`Reply::WrittenMap`] ([`Reply::Written`] where the map could not be read).
+    /// answered by [`Reply::WrittenMap`] to a client that has asked for a map (it caches
+    /// them), else (or where the map could not be read) by [`Reply::Written`].
     Write {
         /// Inode.
         ino: u64,
