@@ -8,9 +8,10 @@
 //! ([`map_window`]). A read inside the cached window uses it; a read outside fetches its own
 //! window's map in its place. So the map bytes a read fetches are bounded by its size plus
 //! two windows, whatever the file's size (a file rewritten in small pieces, whose map is
-//! dropped at every write, once cost its whole map per read). A write inside a message
-//! comes back with the map of its window as it left it ([`Reply::WrittenMap`]): a read
-//! next to it (bonnie++'s rewrite reads the next chunk) sends no request for its map.
+//! dropped at every write, once cost its whole map per read). Once this client has asked
+//! for a map, a write inside a message comes back with the map of its window as it left it
+//! and the file's stat ([`Reply::WrittenMap`]): the stat and a read next to it (bonnie++'s
+//! rewrite reads the next chunk) send no request.
 
 use switchyard_store::S_IFDIR;
 use switchyard_store::{Errno, Extents};
