@@ -9,7 +9,9 @@
 //!   nothing else of the region) and a small table of change words with UCX, and answers
 //!   metadata requests ([`proto`]).
 //! - [`Client`]: paths, descriptors and errnos like the local `Fs`. It caches lookups,
-//!   attributes and extent maps; a read on a cached map is one-sided gets of the data blocks
+//!   attributes and the extent map of a window of each file around its reads
+//!   ([`MAP_WINDOW`]: what a read fetches is bounded by its size, not the file's); a read on
+//!   a cached map is one-sided gets of the data blocks
 //!   followed by an 8-byte get of the file's change word ([`switchyard_store::Changes`]): if
 //!   the word moved, the map is fetched again and the read repeated, so a racing reader
 //!   never returns bytes the file did not hold. A write reserves copy-on-write blocks by RPC
@@ -63,7 +65,7 @@ pub mod server;
 mod signals;
 
 pub use auth::Key;
-pub use client::{Client, ClientStats, DataPath, Pending};
+pub use client::{Client, ClientStats, DataPath, Pending, MAP_WINDOW};
 pub use server::{serve, ServeOptions, ServerStats};
 
 /// Keeps message-sized allocations (up to [`proto::MAX_BYTES`]) on the heap for reuse, for

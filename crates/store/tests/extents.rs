@@ -52,6 +52,17 @@ proptest! {
         let got = fs.pread(fd, &mut want, off).unwrap();
         want.truncate(got);
         prop_assert_eq!(read_in_place(fs.store(), ino, off, len).0, want);
+        // The runs lie in the range, in order, and each is as long as the blocks allow: runs
+        // that follow each other in the file do not also follow each other in the region.
+        let runs = fs.store().extents(ino, off, len).unwrap().runs;
+        for r in &runs {
+            prop_assert!(r.len > 0 && r.file_offset >= off && r.file_offset + r.len <= off + len);
+        }
+        for w in runs.windows(2) {
+            let end = w[0].file_offset + w[0].len;
+            prop_assert!(end <= w[1].file_offset);
+            prop_assert!(end < w[1].file_offset || w[0].region_offset + w[0].len != w[1].region_offset);
+        }
     }
 }
 

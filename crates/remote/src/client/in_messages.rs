@@ -5,7 +5,7 @@
 use switchyard_store::{Errno, MAX_FILE_SIZE};
 
 use super::Inner;
-use crate::proto::{Reply, Request, MAX_BYTES};
+use crate::proto::{map_window, Reply, Request, MAX_BYTES};
 
 impl Inner {
     /// Appends `data` at the end of `ino` atomically (inside messages, one piece each
@@ -111,8 +111,20 @@ impl Inner {
     ) -> Result<usize, Errno> {
         self.seq += 1;
         let msg = Request::encode_write(self.seq, ino, off, data);
-        let n = match self.call_encoded(&msg)? {
-            Reply::Written(n) => (n as usize).min(data.len()),
+        let (reply, bytes) =
+            self.send_with(&msg, |b| (Reply::decode(b).map(|(_, r)| r), b.len()))?;
+        let n = match reply {
+            Ok(Reply::Written(n)) => (n as usize).min(data.len()),
+            Ok(Reply::WrittenMap { n, stat, map }) => {
+                if self.one_sided() {
+                    // The map was read under the file's lock after the write, with its word,
+                    // and the stat after that word: both checked by it when used.
+                    self.attrs.insert(ino, (stat, map.change));
+                    self.keep_map(ino, map_window(off, n), map, bytes);
+                }
+                (n as usize).min(data.len())
+            }
+            Ok(Reply::Error(e)) => return Err(Errno(e)),
             _ => return Err(Errno::EIO),
         };
         self.stats.message_bytes += n as u64;

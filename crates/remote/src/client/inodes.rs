@@ -170,17 +170,12 @@ impl Inodes for Client {
     }
 
     fn seek(&self, ino: u64, off: u64, to: Seek) -> Result<u64, Errno> {
-        // The server's map of the file from `off` on, now (one request; not the cached map,
-        // which is checked only by one-sided readers).
-        self.with(|i| {
-            match i.call(&Request::Map {
-                ino,
-                off,
-                len: u64::MAX,
-            })? {
-                Reply::Map(m) => m.seek(off, to),
-                _ => Err(Errno::EIO),
-            }
+        // The server's answer, now (one request, whose cost is the runs it walks from
+        // `off`, not the file's map; not the cached map, which is checked only by one-sided
+        // readers and covers a window).
+        self.with(|i| match i.call(&Request::Seek { ino, off, to })? {
+            Reply::Offset(at) => Ok(at),
+            _ => Err(Errno::EIO),
         })
     }
 

@@ -2,7 +2,9 @@
 //!
 //! Caches are checked, never trusted: a cached name is used while its directory's change
 //! word is the one read before the lookup; cached attributes and extent maps while their
-//! file's word is the one they came with. A word is one 8-byte one-sided get. On the
+//! file's word is the one they came with. A cached extent map covers a window of its file
+//! around the reads that fetched it, not the whole file ([`one_sided`]), so what a read
+//! fetches does not grow with the file. A word is one 8-byte one-sided get. On the
 //! in-message data path (no one-sided access) nothing is cached: every call asks the server.
 
 use std::collections::{BTreeMap, HashMap};
@@ -11,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use switchyard_store::{
-    Attr, DirEntry, Errno, Extents, Fd, Files, OpenFlags, Owner, Rename, SetAttr, Stat, StatFs,
-    Whence, S_IFDIR, S_IFLNK,
+    Attr, DirEntry, Errno, Fd, Files, OpenFlags, Owner, Rename, SetAttr, Stat, StatFs, Whence,
+    S_IFDIR, S_IFLNK,
 };
 use switchyard_ucx::{Endpoint, Failures, Node, RKey};
 
@@ -28,6 +30,7 @@ mod paths;
 mod pull;
 mod wait;
 
+pub use crate::proto::MAP_WINDOW;
 use crate::proto::{Reply, Request, Welcome, PROTOCOL_VERSION};
 pub use aio::Pending;
 use data_path::data_path;
@@ -56,6 +59,14 @@ pub struct ClientStats {
     pub cache_misses: u64,
     /// Reads repeated because the file changed under them.
     pub read_retries: u64,
+    /// Extent maps fetched (each of a window of a file around a read, never necessarily
+    /// the whole file).
+    pub map_fetches: u64,
+    /// Runs those maps held.
+    pub map_runs_fetched: u64,
+    /// Bytes of the replies that carried them: bounded per read by its size plus two
+    /// windows of the map cache, whatever the file's size.
+    pub map_bytes_fetched: u64,
 }
 
 impl ClientStats {
@@ -68,6 +79,9 @@ impl ClientStats {
             ("cache_hits", self.cache_hits),
             ("cache_misses", self.cache_misses),
             ("read_retries", self.read_retries),
+            ("map_fetches", self.map_fetches),
+            ("map_runs_fetched", self.map_runs_fetched),
+            ("map_bytes_fetched", self.map_bytes_fetched),
         ]
     }
 }
@@ -125,8 +139,8 @@ struct Inner {
     /// the server is asked for a hold only when the front end has none, and told once the
     /// front end forgot them all.
     holds: HashMap<u64, (u64, u64)>,
-    /// Inode → its whole extent map (with the change word read with it).
-    maps: HashMap<u64, Extents>,
+    /// Inode → the extent map of a window of it (with the change word read with it).
+    maps: HashMap<u64, one_sided::Window>,
     fds: BTreeMap<u32, Open>,
     next_fd: u32,
     stats: ClientStats,

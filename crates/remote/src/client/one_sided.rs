@@ -1,34 +1,88 @@
 //! The one-sided data path ([`DataPath::OneSided`], and the gets and puts of
-//! [`DataPath::Pulled`]): reads get the blocks of the file's cached extent map straight from
-//! the server's memory and check the file's change word afterwards; writes reserve blocks,
-//! put the data into them and commit.
+//! [`DataPath::Pulled`]): reads get the blocks of the cached extent map of a window of the
+//! file straight from the server's memory and check the file's change word afterwards;
+//! writes reserve blocks, put the data into them and commit.
+//!
+//! The map cached per file covers a window, never necessarily the whole file: the read's range
+//! rounded out to [`MAP_WINDOW`](crate::proto::MAP_WINDOW)-aligned bounds
+//! ([`map_window`]). A read inside the cached window uses it; a read outside fetches its own
+//! window's map in its place. So the map bytes a read fetches are bounded by its size plus
+//! two windows, whatever the file's size (a file rewritten in small pieces, whose map is
+//! dropped at every write, once cost its whole map per read). Once this client has asked
+//! for a map, a write inside a message comes back with the map of its window as it left it
+//! and the file's stat ([`Reply::WrittenMap`]): the stat and a read next to it (bonnie++'s
+//! rewrite reads the next chunk) send no request.
 
 use switchyard_store::S_IFDIR;
 use switchyard_store::{Errno, Extents};
 
 use super::pull::PULL_FROM;
 use super::{errno, DataPath, Inner};
-use crate::proto::{Reply, Request};
+use crate::proto::{map_window, Reply, Request};
+
+/// The cached map of a window of a file: the runs of `[off, end)` clipped to the file's
+/// size, with the attributes and change word read with them.
+pub(super) struct Window {
+    /// First byte of the file the map covers.
+    off: u64,
+    /// The byte after the last one it covers (past the file's end where the window is).
+    end: u64,
+    /// Attributes, change word and runs.
+    map: Extents,
+}
+
+impl Window {
+    /// Bytes a read of `len` at `off` gets on this map (the file's size as the map saw
+    /// it), if the map covers them all.
+    fn covers(&self, off: u64, len: usize) -> Option<usize> {
+        let n = self.map.attr.size.saturating_sub(off).min(len as u64);
+        (n == 0 || (self.off <= off && off + n <= self.end)).then_some(n as usize)
+    }
+}
 
 impl Inner {
-    /// Caches the map of `ino` if it is not cached (the cache is checked where it is used).
-    fn cache_map(&mut self, ino: u64) -> Result<(), Errno> {
-        if self.maps.contains_key(&ino) {
+    /// Makes the cached map of `ino` one that covers `len` bytes at `off` (the cache is
+    /// checked where it is used), fetching the map of their window if it does not; returns
+    /// the bytes of the read the map holds (up to the file's end).
+    fn cache_map(&mut self, ino: u64, off: u64, len: usize) -> Result<usize, Errno> {
+        if let Some(n) = self.maps.get(&ino).and_then(|w| w.covers(off, len)) {
             self.stats.cache_hits += 1;
-            return Ok(());
+            return Ok(n);
         }
         self.stats.cache_misses += 1;
-        match self.call(&Request::Map {
+        let (lo, hi) = map_window(off, len as u64);
+        let req = Request::Map {
             ino,
-            off: 0,
-            len: u64::MAX,
-        })? {
-            Reply::Map(m) => {
-                self.maps.insert(ino, m);
-                Ok(())
-            }
-            _ => Err(Errno::EIO),
-        }
+            off: lo,
+            len: hi - lo,
+        };
+        self.seq += 1;
+        let (reply, bytes) = self.send_with(&req.encode(self.seq), |b| {
+            (Reply::decode(b).map(|(_, r)| r), b.len())
+        })?;
+        let map = match reply {
+            Ok(Reply::Map(m)) => m,
+            Ok(Reply::Error(e)) => return Err(Errno(e)),
+            _ => return Err(Errno::EIO),
+        };
+        self.keep_map(ino, (lo, hi), map, bytes);
+        let n = self.maps[&ino].covers(off, len).ok_or(Errno::EIO)?;
+        Ok(n)
+    }
+
+    /// Caches `map`, of the window `[lo, hi)` of `ino`, which came in `bytes` of a reply.
+    pub(super) fn keep_map(&mut self, ino: u64, (lo, hi): (u64, u64), map: Extents, bytes: usize) {
+        self.stats.map_fetches += 1;
+        self.stats.map_runs_fetched += map.runs.len() as u64;
+        self.stats.map_bytes_fetched += bytes as u64;
+        self.maps.insert(
+            ino,
+            Window {
+                off: lo,
+                end: hi,
+                map,
+            },
+        );
     }
 
     /// One attempt at a one-sided read on the cached map: `None` if the file changed.
@@ -38,12 +92,11 @@ impl Inner {
         off: u64,
         buf: &mut [u8],
     ) -> Result<Option<usize>, Errno> {
-        self.cache_map(ino)?;
-        let m = &self.maps[&ino];
+        let n = self.cache_map(ino, off, buf.len())?;
+        let m = &self.maps[&ino].map;
         if m.attr.kind() == S_IFDIR {
             return Err(Errno::EISDIR);
         }
-        let n = m.attr.size.saturating_sub(off).min(buf.len() as u64) as usize;
         let (start, base) = (self.welcome.data_start, self.welcome.data_addr);
         let ranges = ranges(m, off, n, start, base);
         let change = m.change;

@@ -8,7 +8,7 @@
 //! never a crash or a huge allocation (the fuzz target `remote_message` feeds it anything).
 
 use switchyard_store::{
-    DirEntry, Extents, Falloc, RecordLock, Rename, SetAttr, Stat, StatFs, Target, XattrMode,
+    DirEntry, Extents, Falloc, RecordLock, Rename, Seek, SetAttr, Stat, StatFs, Target, XattrMode,
 };
 
 mod reply;
@@ -16,7 +16,7 @@ mod request;
 mod wire;
 
 /// The protocol's version: a client and a server must agree on it.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// Longest byte string a message may carry (names, link targets, data of the in-message data
 /// path): larger requests are cut by the client.
@@ -24,6 +24,21 @@ pub const MAX_BYTES: usize = 8 << 20;
 
 /// Most pieces one [`Request::Pull`] may name.
 pub const MAX_PULL_RANGES: usize = 64;
+
+/// Bytes of a file a client's cached extent map covers at least: a read outside the cached
+/// map asks for the map of the `MAP_WINDOW`-aligned window around it ([`map_window`]), and a
+/// small write's reply carries the map of its own ([`Reply::WrittenMap`]). A window's map
+/// holds at most one run per page: 256 of 24 bytes for 1 MiB.
+pub const MAP_WINDOW: u64 = 1 << 20;
+
+/// The window of a file whose map a client caches for `len` bytes at `off`: `[lo, hi)`, the
+/// range rounded out to [`MAP_WINDOW`] boundaries (at least one window).
+pub fn map_window(off: u64, len: u64) -> (u64, u64) {
+    let lo = off - off % MAP_WINDOW;
+    let end = off.saturating_add(len.max(1));
+    let hi = end.div_ceil(MAP_WINDOW).saturating_mul(MAP_WINDOW).max(end);
+    (lo, hi)
+}
 
 /// A message that does not decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,7 +211,9 @@ pub enum Request {
         /// The preparation.
         id: u64,
     },
-    /// Writes data carried in the request (the in-message data path).
+    /// Writes data carried in the request (the in-message data path, and small writes):
+    /// answered by [`Reply::WrittenMap`] to a client that has asked for a map (it caches
+    /// them), else (or where the map could not be read) by [`Reply::Written`].
     Write {
         /// Inode.
         ino: u64,
@@ -315,6 +332,17 @@ pub enum Request {
         /// [`MAX_BYTES`].
         ranges: Vec<(u64, u64)>,
     },
+    /// Where `lseek(off, SEEK_DATA)` or `lseek(off, SEEK_HOLE)` lands in a regular file
+    /// ([`switchyard_store::Store::seek`]): the answer is [`Reply::Offset`]. The server walks
+    /// the file's map from `off` only as far as the answer, never the whole file.
+    Seek {
+        /// Inode.
+        ino: u64,
+        /// Where the search starts.
+        off: u64,
+        /// Data or a hole.
+        to: Seek,
+    },
 }
 
 /// What the server answers.
@@ -348,7 +376,8 @@ pub enum Reply {
     Bytes(Vec<u8>),
     /// Space and inode counts.
     StatFs(StatFs),
-    /// A file's runs with its attributes and change word.
+    /// The runs of the range a [`Request::Map`] asked for (clipped to the file's size), with
+    /// the file's attributes and change word.
     Map(Extents),
     /// A preparation and where to put its bytes.
     Prepared {
@@ -366,6 +395,23 @@ pub enum Reply {
     /// The answer to a [`Request::Pull`] whose map is no longer the file's (its change word
     /// moved): no piece was sent.
     Stale,
+    /// An offset in a file (the answer to a [`Request::Seek`]).
+    Offset(u64),
+    /// The answer to a [`Request::Write`]: bytes written, and the map of the window around
+    /// them ([`map_window`]) as the write left it, read under the file's lock with its change
+    /// word, then what the file is (read after that word, so that the word vouches for it as
+    /// a [`Request::Getattr`]'s answer fetched after it). A client that reads there next
+    /// (bonnie++'s rewrite reads the next chunk, and the kernel asks for the attributes
+    /// first) needs neither a [`Request::Map`] nor a [`Request::Getattr`]; one that does not
+    /// has lost nothing: both are checked by the change word like any cached answer.
+    WrittenMap {
+        /// Bytes written.
+        n: u64,
+        /// What the file is after the write.
+        stat: Stat,
+        /// The window's runs, with the file's attributes and change word after the write.
+        map: Extents,
+    },
 }
 
 /// [`part_header`]'s kind byte.

@@ -72,6 +72,8 @@ impl Reply {
             Reply::Counters(_) => 13,
             Reply::Lock(_) => 14,
             Reply::Stale => 15,
+            Reply::Offset(_) => 16,
+            Reply::WrittenMap { .. } => 17,
         }
     }
 
@@ -116,11 +118,10 @@ impl Reply {
                 w.u64(s.available_blocks).u64(s.inodes).u64(s.free_inodes);
                 w.u64(s.name_max);
             }
-            Reply::Map(m) => {
-                w.attr(&m.attr).u64(m.change).u32(m.runs.len() as u32);
-                for r in &m.runs {
-                    w.u64(r.file_offset).u64(r.region_offset).u64(r.len);
-                }
+            Reply::Map(m) => encode_map(&mut w, m),
+            Reply::WrittenMap { n, stat, map } => {
+                w.u64(*n).stat(stat);
+                encode_map(&mut w, map);
             }
             Reply::Prepared { id, targets } => {
                 w.u64(*id).u32(targets.len() as u32);
@@ -128,7 +129,7 @@ impl Reply {
                     w.u64(t.offset).u64(t.region_offset).u64(t.len);
                 }
             }
-            Reply::Written(n) => {
+            Reply::Written(n) | Reply::Offset(n) => {
                 w.u64(*n);
             }
             Reply::Lock(l) => {
@@ -213,13 +214,28 @@ impl Reply {
             }
             14 => Reply::Lock(r.lock()?),
             15 => Reply::Stale,
+            16 => Reply::Offset(r.u64()?),
+            17 => Reply::WrittenMap {
+                n: r.u64()?,
+                stat: r.stat()?,
+                map: decode_map(&mut r)?,
+            },
             _ => return Err(Malformed),
         };
         r.end((seq, reply))
     }
 }
 
-/// The extent map of a [`Reply::Map`]: attributes, change word and runs.
+/// Encodes the extent map of a [`Reply::Map`] or [`Reply::WrittenMap`].
+fn encode_map(w: &mut W, m: &Extents) {
+    w.attr(&m.attr).u64(m.change).u32(m.runs.len() as u32);
+    for r in &m.runs {
+        w.u64(r.file_offset).u64(r.region_offset).u64(r.len);
+    }
+}
+
+/// The extent map of a [`Reply::Map`] or [`Reply::WrittenMap`]: attributes, change word
+/// and runs.
 fn decode_map(r: &mut R<'_>) -> Result<Extents, Malformed> {
     let attr = r.attr()?;
     let change = r.u64()?;

@@ -72,6 +72,7 @@ impl Request {
             Request::Attach { .. } => 32,
             Request::Pull { .. } => 33,
             Request::Sync => 34,
+            Request::Seek { .. } => 35,
         }
     }
 
@@ -89,7 +90,8 @@ impl Request {
             | Request::Append { .. }
             | Request::Fallocate { .. }
             | Request::Attach { .. }
-            | Request::Pull { .. } => self.encode_data(&mut w),
+            | Request::Pull { .. }
+            | Request::Seek { .. } => self.encode_data(&mut w),
             Request::Setxattr { .. }
             | Request::Getxattr { .. }
             | Request::Removexattr { .. }
@@ -211,6 +213,9 @@ impl Request {
                     w.u64(*off).u64(*len);
                 }
             }
+            Request::Seek { ino, off, to } => {
+                w.u64(*ino).u64(*off).seek(*to);
+            }
             _ => unreachable!("encoded by another family's function"),
         }
     }
@@ -253,7 +258,7 @@ impl Request {
         let kind = r.u8()?;
         let seq = r.u64()?;
         let req = match kind {
-            15..=20 | 22 | 23 | 32 | 33 => decode_data(kind, &mut r)?,
+            15..=20 | 22 | 23 | 32 | 33 | 35 => decode_data(kind, &mut r)?,
             24..=27 | 29..=31 => decode_attributes_and_locks(kind, &mut r)?,
             _ => decode_metadata(kind, &mut r)?,
         };
@@ -401,6 +406,11 @@ fn decode_data(kind: u8, r: &mut R<'_>) -> Result<Request, Malformed> {
                 ranges,
             }
         }
+        35 => Request::Seek {
+            ino: r.u64()?,
+            off: r.u64()?,
+            to: r.seek()?,
+        },
         _ => return Err(Malformed),
     })
 }

@@ -67,7 +67,7 @@ fn request() -> impl Strategy<Value = Request> {
     // Weighted by each family's kinds: every kind is as likely as the next.
     prop_oneof![
         10 => metadata_request(),
-        6 => data_request(),
+        7 => data_request(),
         6 => attribute_or_lock_request(),
     ]
 }
@@ -170,6 +170,11 @@ fn data_request() -> impl Strategy<Value = Request> {
             off,
             len
         }),
+        (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(ino, off, hole)| Request::Seek {
+            ino,
+            off,
+            to: if hole { Seek::Hole } else { Seek::Data },
+        }),
         (any::<u64>(), any::<u64>(), bytes()).prop_map(|(ino, off, data)| Request::Write {
             ino,
             off,
@@ -216,6 +221,48 @@ fn attribute_or_lock_request() -> impl Strategy<Value = Request> {
     ]
 }
 
+fn extents() -> impl Strategy<Value = Extents> {
+    (
+        attr(),
+        any::<u64>(),
+        prop::collection::vec(any::<(u64, u64, u64)>(), 0..5),
+    )
+        .prop_map(|(attr, change, runs)| Extents {
+            attr,
+            change,
+            runs: runs
+                .into_iter()
+                .map(|(file_offset, region_offset, len)| Run {
+                    file_offset,
+                    region_offset,
+                    len,
+                })
+                .collect(),
+        })
+}
+
+/// Every window is aligned, holds its range, and is as small as that allows.
+#[test]
+fn a_map_window_holds_its_range_rounded_out() {
+    for (off, len) in [
+        (0, 0),
+        (0, 1),
+        (4095, 8192),
+        (MAP_WINDOW - 1, 2),
+        (5 << 20, 3 << 20),
+        (u64::MAX - 5, 9),
+    ] {
+        let (lo, hi) = map_window(off, len);
+        assert_eq!(lo % MAP_WINDOW, 0);
+        assert!(
+            lo <= off && hi >= off.saturating_add(len.max(1)),
+            "{off} {len}"
+        );
+        assert!(off - lo < MAP_WINDOW);
+        assert!(hi == u64::MAX || hi - off.saturating_add(len.max(1)) < MAP_WINDOW);
+    }
+}
+
 fn reply() -> impl Strategy<Value = Reply> {
     prop_oneof![
         any::<i32>().prop_map(Reply::Error),
@@ -224,6 +271,7 @@ fn reply() -> impl Strategy<Value = Reply> {
         stat().prop_map(Reply::Stat),
         lock().prop_map(Reply::Lock),
         Just(Reply::Stale),
+        any::<u64>().prop_map(Reply::Offset),
         prop::collection::vec((bytes(), any::<u64>()), 0..5).prop_map(Reply::Counters),
         prop::collection::vec((bytes(), any::<u64>(), any::<u32>()), 0..5).prop_map(|v| {
             Reply::Dir(
@@ -232,23 +280,12 @@ fn reply() -> impl Strategy<Value = Reply> {
                     .collect(),
             )
         }),
-        (
-            attr(),
-            any::<u64>(),
-            prop::collection::vec(any::<(u64, u64, u64)>(), 0..5)
-        )
-            .prop_map(|(attr, change, runs)| Reply::Map(Extents {
-                attr,
-                change,
-                runs: runs
-                    .into_iter()
-                    .map(|(file_offset, region_offset, len)| Run {
-                        file_offset,
-                        region_offset,
-                        len
-                    })
-                    .collect(),
-            })),
+        extents().prop_map(Reply::Map),
+        (any::<u64>(), stat(), extents()).prop_map(|(n, stat, map)| Reply::WrittenMap {
+            n,
+            stat,
+            map
+        }),
         (
             any::<u64>(),
             prop::collection::vec(any::<(u64, u64, u64)>(), 0..5)
@@ -395,4 +432,29 @@ fn a_pull_of_too_many_ranges_is_refused() {
         Request::decode(&pull(MAX_PULL_RANGES + 1).encode(1)),
         Err(Malformed)
     );
+}
+
+/// A seek and its answer, byte for byte (the seeds of the fuzz corpus
+/// `fuzz/corpus/remote_message` hold these): kind 35, sequence number, inode, offset, then 0
+/// for data and 1 for a hole; the answer is kind 16 and the offset.
+#[test]
+fn a_seek_and_its_answer_are_as_documented() {
+    let mut want = vec![35];
+    for v in [7u64, 2, 4096] {
+        want.extend_from_slice(&v.to_le_bytes());
+    }
+    want.push(1);
+    let seek = Request::Seek {
+        ino: 2,
+        off: 4096,
+        to: Seek::Hole,
+    };
+    assert_eq!(seek.encode(7), want);
+    assert_eq!(Request::decode(&want), Ok((7, seek)));
+    *want.last_mut().unwrap() = 2;
+    assert_eq!(Request::decode(&want), Err(Malformed));
+    let mut offset = vec![16];
+    offset.extend_from_slice(&7u64.to_le_bytes());
+    offset.extend_from_slice(&8192u64.to_le_bytes());
+    assert_eq!(Reply::Offset(8192).encode(7), offset);
 }

@@ -1,6 +1,6 @@
 //! Little-endian writing and bounds-checked reading of message fields.
 
-use switchyard_store::{Attr, Falloc, RecordLock, Rename, Stat, XattrMode};
+use switchyard_store::{Attr, Falloc, RecordLock, Rename, Seek, Stat, XattrMode};
 
 use super::{Malformed, MAX_BYTES};
 
@@ -62,6 +62,12 @@ impl W {
             Falloc::ZeroRange { keep_size: false } => 2,
             Falloc::ZeroRange { keep_size: true } => 3,
             Falloc::PunchHole => 4,
+        })
+    }
+    pub(super) fn seek(&mut self, to: Seek) -> &mut Self {
+        self.u8(match to {
+            Seek::Data => 0,
+            Seek::Hole => 1,
         })
     }
     pub(super) fn xattr_mode(&mut self, mode: XattrMode) -> &mut Self {
@@ -187,6 +193,13 @@ impl<'a> R<'a> {
             2 => Falloc::ZeroRange { keep_size: false },
             3 => Falloc::ZeroRange { keep_size: true },
             4 => Falloc::PunchHole,
+            _ => return Err(Malformed),
+        })
+    }
+    pub(super) fn seek(&mut self) -> Result<Seek, Malformed> {
+        Ok(match self.u8()? {
+            0 => Seek::Data,
+            1 => Seek::Hole,
             _ => return Err(Malformed),
         })
     }

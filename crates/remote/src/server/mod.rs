@@ -24,7 +24,7 @@ use switchyard_ucx::{Endpoint, Failures, Node};
 
 use crate::auth::Key;
 use crate::locks::Locks;
-use crate::proto::{Reply, Request, Welcome, MAX_BYTES, PROTOCOL_VERSION};
+use crate::proto::{map_window, Reply, Request, Welcome, MAX_BYTES, PROTOCOL_VERSION};
 use sends::Outgoing;
 
 mod requests;
@@ -164,6 +164,10 @@ struct Peer<'s> {
     /// The server's endpoint to the client's worker, for pulls ([`Request::Attach`]; the
     /// pulls' token is its key in [`Server::tokens`]).
     data: Option<Endpoint>,
+    /// Whether the client caches extent maps (it asked for one: [`Request::Map`]): its
+    /// small writes are answered with their window's map ([`Reply::WrittenMap`]). A client
+    /// on the in-message path caches nothing and never asks, and gets the bare count.
+    caches_maps: bool,
 }
 
 /// Ends the store's change-word mirror when dropped (before the memory it is in goes).
@@ -329,6 +333,7 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                 holds: HashMap::new(),
                 tenant: 0,
                 data: None,
+                caches_maps: false,
             };
             self.peers.insert(peer.ep.id(), peer);
         }
@@ -375,6 +380,21 @@ impl<'s, 'n> Server<'s, '_, 'n> {
         Reply::Bytes(token.to_vec())
     }
 
+    /// The answer to `peer`'s write of `n` bytes at `off` of `ino`: with the map of the
+    /// write's window and then the file's stat where the client caches maps, so the read
+    /// that follows (the next chunk of a rewrite) asks for neither (a window's pages, not
+    /// the file's: [`map_window`]); the bare count otherwise.
+    fn written(&self, peer: &Peer<'s>, ino: u64, off: u64, n: u64) -> Reply {
+        let (lo, hi) = map_window(off, n);
+        let map = (peer.caches_maps)
+            .then(|| self.store.extents(ino, lo, hi - lo).ok())
+            .flatten();
+        match map.and_then(|m| Some((self.store.stat(ino).ok()?, m))) {
+            Some((stat, map)) => Reply::WrittenMap { n, stat, map },
+            None => Reply::Written(n),
+        }
+    }
+
     /// Answers one message from `peer`; returns whether its connection stays.
     fn handle(&mut self, node: &'n Node, peer: &mut Peer<'s>, b: &[u8]) -> bool {
         self.stats.requests.fetch_add(1, Ordering::Relaxed);
@@ -387,7 +407,7 @@ impl<'s, 'n> Server<'s, '_, 'n> {
                     self.stats
                         .message_bytes
                         .fetch_add(n as u64, Ordering::Relaxed);
-                    Reply::Written(n as u64)
+                    self.written(peer, ino, off, n as u64)
                 }
                 Err(e) => Reply::Error(Errno::from(e).0),
             };

@@ -265,7 +265,11 @@ impl<'s> Server<'s, '_, '_> {
                 .fetch_add(n as u64, Ordering::Relaxed);
         };
         Ok(match req {
-            Request::Map { ino, off, len } => Reply::Map(s.extents(ino, off, len)?),
+            Request::Map { ino, off, len } => {
+                peer.caches_maps = true;
+                Reply::Map(s.extents(ino, off, len)?)
+            }
+            Request::Seek { ino, off, to } => Reply::Offset(s.seek(ino, off, to)?),
             Request::Prepare { ino, off, len } => {
                 if len as usize > MAX_BYTES {
                     return Err(Errno::EINVAL);

@@ -51,6 +51,12 @@ pub fn start_with(read_only: bool, config: Config) -> Running {
 
 /// [`start_with`], proving `key`.
 pub fn start_with_key(read_only: bool, config: Config, key: Key) -> Running {
+    start_sized(read_only, config, key, 64 << 20)
+}
+
+/// [`start_with_key`] on a store of `bytes` (anonymous memory: only what the store touches
+/// is ever allocated).
+pub fn start_sized(read_only: bool, config: Config, key: Key, bytes: u64) -> Running {
     let stats = Arc::new(ServerStats::default());
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::channel();
@@ -61,7 +67,7 @@ pub fn start_with_key(read_only: bool, config: Config, key: Key) -> Running {
     };
     let (s, st) = (stats.clone(), stop.clone());
     let thread = std::thread::spawn(move || {
-        let region = Region::memory(64 << 20, Persist::detect()).unwrap();
+        let region = Region::memory(bytes, Persist::detect()).unwrap();
         let mover = Arc::new(Mover::start(&config).unwrap());
         let store = Store::format(region, mover, Owner::current()).unwrap();
         serve(&store, &opts, &s, &st, |a| tx.send(a).unwrap()).unwrap();

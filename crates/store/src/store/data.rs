@@ -15,7 +15,9 @@ use crate::pm::Held;
 /// Splits the `n` bytes of a file at `off` into runs, each either mapped to contiguous blocks
 /// (one mover request; `f` gets the region offset) or a hole (`None`); `f` also gets the run's
 /// offset into the read and its length. A hole is one run however long it is (found with one
-/// lookup of the next mapped page), so a range of a huge sparse file costs its mapped pages.
+/// lookup of the next mapped page), and a mapped run is walked in order from one lookup of its
+/// first page, so a range costs its mapped pages plus a lookup per run, whatever the file's
+/// size (nothing before `off` or past the range is visited).
 pub(crate) fn for_each_run(
     pages: &BTreeMap<u64, u64>,
     off: u64,
@@ -30,10 +32,11 @@ pub(crate) fn for_each_run(
         let rest = n - done;
         let (len, at) = match pages.get(&pg) {
             Some(&b) => {
-                // Extend over pages whose blocks are contiguous.
+                // Extend over pages whose blocks are contiguous (walked in order).
                 let mut len = ((BLOCK - in_page) as usize).min(rest);
                 let mut next = pg + 1;
-                while len < rest && pages.get(&next) == Some(&(b + (next - pg))) {
+                let mut after = pages.range(next..);
+                while len < rest && after.next() == Some((&next, &(b + (next - pg)))) {
                     len = (len + BLOCK as usize).min(rest);
                     next += 1;
                 }
