@@ -32,7 +32,9 @@
 //! checked by the kernel (`default_permissions`).
 //!
 //! Directory listings are read once at `opendir` and served by index from that snapshot, so
-//! `readdir` offsets stay valid while the directory changes underneath.
+//! `readdir` offsets stay valid while the directory changes underneath; where nothing but
+//! the mount changes the store, the kernel keeps the listing it read until the mount changes
+//! the directory, and takes it with each entry's attributes (`readdirplus`).
 //!
 //! What any file system mounted here tells the kernel ([`Replies`], [`configure`],
 //! [`open_flags`]) and how it is mounted ([`mount_filesystem`]) are public, so that the

@@ -36,9 +36,20 @@ impl<I: Inodes> InodeFs<I> {
             Ok(list) => {
                 let fh = self.next_dir.fetch_add(1, Ordering::Relaxed);
                 self.dirs.lock().insert(fh, Arc::new(list));
-                reply.opened(FileHandle(fh), FopenFlags::empty());
+                reply.opened(FileHandle(fh), self.listing_flags());
             }
             Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    /// The page-cache policy of a listing: where nothing but this mount changes the inodes,
+    /// the kernel keeps the listing it read (`FOPEN_CACHE_DIR`) until this mount changes the
+    /// directory, which it sees (`git status` and `find` read every directory again).
+    fn listing_flags(&self) -> FopenFlags {
+        if self.inodes.shared() {
+            FopenFlags::empty()
+        } else {
+            FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
         }
     }
 
