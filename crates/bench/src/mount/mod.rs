@@ -1,8 +1,8 @@
 //! `switchyard bench mount`: the store through FUSE against FUSE's own cost, in one run.
 //!
-//! The same fio jobs, and then the workloads of [`workloads`] (dbench, one-byte writes, 4 KiB
-//! appends, create/stat/unlink), run on four file systems, in interleaved rounds whose order
-//! rotates:
+//! The same fio jobs, and then the workloads of its `workloads` module (dbench, one-byte
+//! writes, 4 KiB appends, create/stat/unlink), run on four file systems, in interleaved rounds
+//! whose order rotates:
 //!
 //! - `store`: the store mounted with FUSE in this process (as `switchyard mount --strict`
 //!   does), its region a file in the scratch directory;
