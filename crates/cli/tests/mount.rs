@@ -59,6 +59,34 @@ fn a_killed_writeback_mount_loses_no_write_whose_fsync_returned() {
     programs::killed_mid_synced_fio(writeback);
 }
 
+/// Issue: a listing opened before a file was made in its directory, and read after a stat of
+/// the directory, left the kernel's cached listing without the file (the mount's snapshot was
+/// taken at `opendir`, the kernel's note of the directory's version and mtime at the first
+/// read), so every later listing missed it and `rm -r` failed with ENOTEMPTY (`bench mount`'s
+/// dbench cleanup, in CI).
+#[test]
+fn a_listing_opened_before_a_create_hides_it_from_no_later_listing() {
+    let (strict, cached) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for m in [Mount::new(strict.path()), writeback(cached.path())] {
+        let dir = m.path("d");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("old"), b"").unwrap();
+        let early = std::fs::read_dir(&dir).unwrap(); // opendir now, read below
+        std::fs::write(dir.join("new"), b"").unwrap();
+        // The kernel learns the directory's new mtime before the early listing is read.
+        std::fs::metadata(&dir).unwrap();
+        let _ = early.count();
+        let mut later: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        later.sort();
+        assert_eq!(later, ["new", "old"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        m.fsck();
+    }
+}
+
 /// `up` on a fresh directory mounts at once with the built-in thresholds, runs the full tune
 /// behind the mount and swaps its profile into the running mount (saving it), with files
 /// written before and after the swap intact; the next `up` reuses the profile.

@@ -77,7 +77,10 @@ fn a_fault_mid_copy_is_finished_on_the_cpu() {
     let r = m.copy(&mut dst, &src, Hints::write()).unwrap();
     assert_eq!(dst, src);
     // The engine stopped at the faulting page; without the fault it would have done it all.
-    assert!(r.engine_bytes > 0 && r.engine_bytes <= (100 << 10) + 4096, "{r:?}");
+    assert!(
+        r.engine_bytes > 0 && r.engine_bytes <= (100 << 10) + 4096,
+        "{r:?}"
+    );
     assert_eq!(r.engine_bytes + r.cpu_bytes, src.len());
     assert_eq!(engine.models()[0].rejected(), 0);
 }

@@ -11,7 +11,7 @@ use fuser::{
     FileHandle, FileType, FopenFlags, Generation, INodeNo, ReplyDirectory, ReplyDirectoryPlus,
     ReplyEmpty, ReplyOpen,
 };
-use switchyard_store::{DirEntry, Inodes};
+use switchyard_store::{DirEntry, Errno, Inodes};
 
 use super::kernel::{errno, file_attr, kind};
 use super::InodeFs;
@@ -24,15 +24,36 @@ pub(super) struct Listing {
 }
 
 impl<I: Inodes> InodeFs<I> {
+    /// A snapshot of directory `ino`.
+    fn snapshot(&self, ino: u64) -> Result<Listing, Errno> {
+        let s = self.inodes.stat(ino)?;
+        Ok(Listing {
+            parent: s.attr.parent,
+            entries: self.inodes.readdir(ino)?,
+        })
+    }
+
+    /// The snapshot under handle `fh` of directory `ino` to read from `offset`: a new one at
+    /// offset 0. The kernel notes the directory's version when it starts a listing (at 0) to
+    /// keep (`FOPEN_CACHE_DIR`), and keeps what it read until the version moves; a change
+    /// between `opendir` and that first read would not move it, so a snapshot from `opendir`
+    /// could be kept without the change. Taken at the first read, a change before it is in
+    /// it, and one after moves the version. (`rewinddir` reads from 0 too: it sees changes,
+    /// as POSIX says it should.)
+    fn listing_at(&self, ino: u64, fh: FileHandle, offset: u64) -> Result<Arc<Listing>, Errno> {
+        if offset != 0 {
+            return self.dirs.lock().get(&fh.0).cloned().ok_or(Errno::EBADF);
+        }
+        let fresh = Arc::new(self.snapshot(ino)?);
+        let mut dirs = self.dirs.lock();
+        let held = dirs.get_mut(&fh.0).ok_or(Errno::EBADF)?;
+        *held = fresh.clone();
+        Ok(fresh)
+    }
+
     /// `opendir`: a snapshot of directory `ino`, under a new handle.
     pub(super) fn open_listing(&self, ino: u64, reply: ReplyOpen) {
-        let listing = self.inodes.stat(ino).and_then(|s| {
-            Ok(Listing {
-                parent: s.attr.parent,
-                entries: self.inodes.readdir(ino)?,
-            })
-        });
-        match listing {
+        match self.snapshot(ino) {
             Ok(list) => {
                 let fh = self.next_dir.fetch_add(1, Ordering::Relaxed);
                 self.dirs.lock().insert(fh, Arc::new(list));
@@ -56,8 +77,9 @@ impl<I: Inodes> InodeFs<I> {
     /// `readdir`: the entries of the snapshot under handle `fh` (of directory `ino`) from
     /// `offset`.
     pub(super) fn list(&self, ino: u64, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let Some(list) = self.dirs.lock().get(&fh.0).cloned() else {
-            return reply.error(fuser::Errno::EBADF);
+        let list = match self.listing_at(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(errno(e)),
         };
         // Offsets: 1 after ".", 2 after "..", 3 + i after entry i.
         let dots = [(ino, "."), (list.parent, "..")];
@@ -86,8 +108,9 @@ impl<I: Inodes> InodeFs<I> {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let Some(list) = self.dirs.lock().get(&fh.0).cloned() else {
-            return reply.error(fuser::Errno::EBADF);
+        let list = match self.listing_at(ino, fh, offset) {
+            Ok(l) => l,
+            Err(e) => return reply.error(errno(e)),
         };
         let dots = [(ino, "."), (list.parent, "..")];
         for (i, &(n, name)) in dots.iter().enumerate().skip(offset as usize) {
