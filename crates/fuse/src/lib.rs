@@ -31,8 +31,9 @@
 //! opened with `O_DIRECT` bypasses the page cache (`FOPEN_DIRECT_IO`). Permissions are
 //! checked by the kernel (`default_permissions`).
 //!
-//! Directory listings are read once at `opendir` and served by index from that snapshot, so
-//! `readdir` offsets stay valid while the directory changes underneath; where nothing but
+//! Directory listings are read once per pass, at the first `readdir` from offset 0 of a
+//! handle, and served by index from that snapshot, so `readdir` offsets stay valid while the
+//! directory changes underneath; where nothing but
 //! the mount changes the store, the kernel keeps the listing it read until the mount changes
 //! the directory, and takes it with each entry's attributes (`readdirplus`).
 //!
