@@ -196,7 +196,7 @@ mod tests {
         for key in [
             "max_park_us = 1000",
             "sync = \"interval\"",
-            "attr_ttl_ms = 1000",
+            "attr_ttl_ms = 60000",
         ] {
             assert!(text.contains(&format!("{key}  # default")), "{key} missing");
         }
