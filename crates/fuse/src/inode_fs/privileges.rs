@@ -26,33 +26,19 @@ pub(super) fn without_set_id(mode: u32) -> u32 {
 }
 
 impl<I: Inodes> InodeFs<I> {
-    /// Drops the set-id bits (as [`without_set_id`]) and the capabilities of regular file
-    /// `ino` before a write or truncate by the caller of `req`, unless it is root (the
-    /// kernel's `CAP_FSETID`, which keeps them).
+    /// Drops the set-id bits (as [`without_set_id`]) and the capabilities of `ino`, unless
+    /// it is a directory, before a write or truncate by the caller of `req`, unless it is
+    /// root (the kernel's `CAP_FSETID`, which keeps them).
     pub(super) fn drop_privileges(&self, req: &Request, ino: u64) -> Result<(), Errno> {
         if req.uid() == 0 {
             return Ok(());
         }
-        let mode = self.inodes.stat(ino)?.attr.mode;
-        if mode & S_IFMT == S_IFDIR {
-            return Ok(());
-        }
-        if without_set_id(mode) != mode {
-            let set = SetAttr {
-                mode: Some(without_set_id(mode) & 0o7777),
-                ..SetAttr::default()
-            };
+        let mut set = SetAttr::default();
+        self.drop_into(ino, &mut set)?;
+        if set.mode.is_some() {
             self.inodes.setattr(ino, set)?;
         }
-        self.drop_capabilities(ino)
-    }
-
-    /// Removes the capabilities of `ino`, if it has any.
-    pub(super) fn drop_capabilities(&self, ino: u64) -> Result<(), Errno> {
-        match self.inodes.removexattr(ino, CAPABILITIES) {
-            Err(e) if e == Errno(libc::ENODATA) || e == Errno(libc::EOPNOTSUPP) => Ok(()),
-            r => r,
-        }
+        Ok(())
     }
 
     /// What a setattr of `ino` must also change when this file system drops privileges: a
@@ -70,6 +56,12 @@ impl<I: Inodes> InodeFs<I> {
         if !self.granted.kill_privileges || !(chown || truncate) {
             return Ok(());
         }
+        self.drop_into(ino, set)
+    }
+
+    /// Removes the capabilities of `ino` and gives `set` its mode without set-id bits
+    /// (unless `set` sets a mode itself, or the bits are not there); nothing for a directory.
+    fn drop_into(&self, ino: u64, set: &mut SetAttr) -> Result<(), Errno> {
         let mode = self.inodes.stat(ino)?.attr.mode;
         if mode & S_IFMT == S_IFDIR {
             return Ok(());
@@ -77,7 +69,10 @@ impl<I: Inodes> InodeFs<I> {
         if set.mode.is_none() && without_set_id(mode) != mode {
             set.mode = Some(without_set_id(mode) & 0o7777);
         }
-        self.drop_capabilities(ino)
+        match self.inodes.removexattr(ino, CAPABILITIES) {
+            Err(e) if e == Errno(libc::ENODATA) || e == Errno(libc::EOPNOTSUPP) => Ok(()),
+            r => r,
+        }
     }
 }
 
