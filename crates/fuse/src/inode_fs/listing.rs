@@ -1,4 +1,5 @@
-//! Directory listings: a snapshot of a directory taken at `opendir`, read by `readdir` (or
+//! Directory listings: a snapshot of a directory taken at a handle's first read from offset
+//! 0, read by `readdir` (or
 //! `readdirplus`, each entry with its attributes, so that `ls -l` and `find` need no lookup
 //! per name) at the kernel's offsets, and dropped at `releasedir`.
 
@@ -16,7 +17,7 @@ use switchyard_store::{DirEntry, Errno, Inodes};
 use super::kernel::{errno, file_attr, kind};
 use super::InodeFs;
 
-/// A directory as `opendir` found it.
+/// A directory as a listing's first read found it.
 pub(super) struct Listing {
     /// The directory's parent (for "..").
     parent: u64,
@@ -42,21 +43,23 @@ impl<I: Inodes> InodeFs<I> {
     /// as POSIX says it should.)
     fn listing_at(&self, ino: u64, fh: FileHandle, offset: u64) -> Result<Arc<Listing>, Errno> {
         if offset != 0 {
-            return self.dirs.lock().get(&fh.0).cloned().ok_or(Errno::EBADF);
+            if let Some(held) = self.dirs.lock().get(&fh.0).ok_or(Errno::EBADF)? {
+                return Ok(held.clone());
+            }
         }
         let fresh = Arc::new(self.snapshot(ino)?);
         let mut dirs = self.dirs.lock();
         let held = dirs.get_mut(&fh.0).ok_or(Errno::EBADF)?;
-        *held = fresh.clone();
+        *held = Some(fresh.clone());
         Ok(fresh)
     }
 
-    /// `opendir`: a snapshot of directory `ino`, under a new handle.
+    /// `opendir`: a new handle on directory `ino`, whose snapshot its first read takes.
     pub(super) fn open_listing(&self, ino: u64, reply: ReplyOpen) {
-        match self.snapshot(ino) {
-            Ok(list) => {
+        match self.inodes.stat(ino) {
+            Ok(_) => {
                 let fh = self.next_dir.fetch_add(1, Ordering::Relaxed);
-                self.dirs.lock().insert(fh, Arc::new(list));
+                self.dirs.lock().insert(fh, None);
                 reply.opened(FileHandle(fh), self.listing_flags());
             }
             Err(e) => reply.error(errno(e)),

@@ -54,8 +54,9 @@ pub struct InodeFs<I: Inodes> {
     /// The user who mounted: with root, the only one whose writes may use the store's
     /// reserved share.
     owner_uid: u32,
-    /// Directory snapshots by handle, taken at `opendir`.
-    dirs: Mutex<HashMap<u64, Arc<Listing>>>,
+    /// Directory snapshots by handle, taken at each handle's first read from offset 0
+    /// (none yet between `opendir` and that read).
+    dirs: Mutex<HashMap<u64, Option<Arc<Listing>>>>,
     next_dir: AtomicU64,
     /// The rules that class callers into tenants, where there are any.
     tenants: Option<tenants::Tenants>,
