@@ -365,6 +365,9 @@ fn new_store(
     mover: &Arc<Mover>,
     policy: SyncPolicy,
 ) -> anyhow::Result<Arc<Store>> {
+    if !sparse {
+        write_through(path, STORE_BYTES)?;
+    }
     let region = Region::create(path, STORE_BYTES, cfg.persist())?;
     if region.granularity() == Granularity::Volatile {
         bail!(
@@ -373,9 +376,6 @@ fn new_store(
             dir.display(),
             file_system_of(path)
         );
-    }
-    if !sparse {
-        write_through(path, STORE_BYTES)?;
     }
     let store = Store::format(region, mover.clone(), Owner::current())?;
     store
@@ -504,11 +504,16 @@ fn measure(
     Ok(run)
 }
 
-/// Writes `len` bytes of zeros over the (not yet formatted) store file at `path` and syncs
-/// them, so that every block of it is allocated on the disk, as in a long-used store.
+/// Writes `len` bytes of zeros into a new owner-only store file at `path` and syncs them, so
+/// that every block of it is allocated on the disk, as in a long-used store. The region opened
+/// on it next drops the page cache this leaves (large folios that are not a long-used store's:
+/// see `Region::open`).
 fn write_through(path: &Path, len: u64) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let mut f = OpenOptions::new()
         .write(true)
+        .create_new(true)
+        .mode(0o600)
         .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
     let chunk = vec![0u8; 1 << 20];

@@ -401,6 +401,42 @@ mod tests {
         assert_eq!(buf, [0; 4]);
     }
 
+    /// Pages of `r` in the page cache (`mincore`).
+    fn resident_pages(r: &Region) -> usize {
+        let mut v = vec![0u8; r.len() / 4096];
+        // SAFETY: `v` has one byte per page of the mapping, which is ours and page-aligned.
+        let rc = unsafe { libc::mincore(r.ptr.as_ptr().cast(), r.len(), v.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        v.iter().filter(|&&b| b & 1 == 1).count()
+    }
+
+    #[test]
+    fn a_page_media_file_written_with_write_is_mapped_without_its_cached_folios() {
+        // A file written with write(2) sits in the page cache in large folios, and one store
+        // into one of them makes the next msync write the whole folio: opening drops them
+        // (after writing them back), so that the mapping faults its pages in small.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.region");
+        let mut bytes = vec![0u8; MIN_REGION as usize];
+        bytes[4096 * 7..4096 * 7 + 4].copy_from_slice(b"kept");
+        std::fs::write(&path, &bytes).unwrap();
+        let mut perms = std::fs::metadata(&path).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o600);
+        std::fs::set_permissions(&path, perms).unwrap();
+        let r = Region::open(&path, 0, Persist::detect()).unwrap();
+        if r.granularity() != Granularity::Page {
+            eprintln!(
+                "skipped: {} is not on a disk file system",
+                dir.path().display()
+            );
+            return;
+        }
+        assert_eq!(resident_pages(&r), 0, "the written pages left the cache");
+        let mut buf = [0u8; 4];
+        r.read(4096 * 7, &mut buf).unwrap();
+        assert_eq!(&buf, b"kept", "and were on the disk, so nothing is lost");
+    }
+
     #[test]
     fn bad_sizes_and_paths_are_refused() {
         let dir = tempfile::tempdir().unwrap();
