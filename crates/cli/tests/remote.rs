@@ -42,10 +42,15 @@ struct Server {
 impl Server {
     fn start(dir: &Path, extra: &[&str]) -> Server {
         sy(dir).args(["mkfs", "--size", "1G"]).assert().success();
+        Server::serve(dir, "127.0.0.1:0", extra)
+    }
+
+    /// `serve` of the store in `dir`, listening on `listen`.
+    fn serve(dir: &Path, listen: &str, extra: &[&str]) -> Server {
         let mut child = Std::cargo_bin("switchyard")
             .unwrap()
             .current_dir(dir)
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -273,6 +278,43 @@ fn a_server_killed_mid_write_fails_the_client_and_recovers_every_acknowledged_wr
     let n = holds_a_prefix(d.path(), "store:/big", &data);
     assert!(n.is_multiple_of(1 << 20), "a torn write: {n} bytes");
     assert!(n <= 300 << 20, "more was written than was fed: {n} bytes");
+}
+
+#[test]
+fn a_server_killed_with_a_client_connected_takes_its_port_again_at_once() {
+    // The killed server's connections sit in TIME-WAIT on its port for a minute; a server
+    // started again after a crash must not be refused its port meanwhile. A port another
+    // server holds is still refused, with a message that says so.
+    let d = tempfile::tempdir().unwrap();
+    let mut srv = Server::start(d.path(), &[]);
+    let feed = Feed::start(d.path(), &pattern(4 << 20), 2 << 20);
+    let cp = cp_from_feed(d.path(), &srv.path("/big"));
+    until_writing(d.path(), &srv);
+    srv.child.kill().unwrap();
+    srv.child.wait().unwrap();
+    feed.release();
+    let _ = cp.wait_with_output().unwrap();
+    let addr = srv.addr.clone();
+    drop(srv);
+    let again = Server::serve(d.path(), &addr, &[]);
+    assert_eq!(again.addr, addr);
+    sy(d.path())
+        .args(["ls", &again.path("/")])
+        .assert()
+        .success()
+        .stdout(contains("big"));
+    let other = tempfile::tempdir().unwrap();
+    sy(other.path())
+        .args(["mkfs", "--size", "64M"])
+        .assert()
+        .success();
+    sy(other.path())
+        .args(["serve", "--listen", &addr])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .failure()
+        .stderr(contains("the address is in use"));
+    again.stop();
 }
 
 #[test]

@@ -243,9 +243,17 @@ pub fn serve(
         server_uid: Owner::current().uid,
     };
     let writer_key = writer.map(pack).transpose()?;
-    let bound = node
-        .listen(opts.listen)
-        .map_err(|e| fail(&format!("listening on {}", opts.listen), &e))?;
+    let bound = node.listen(opts.listen).map_err(|e| {
+        let what = format!("listening on {}", opts.listen);
+        if e.errno() == libc::EADDRINUSE {
+            ServeError(format!(
+                "{what}: the address is in use: another process listens there (another \
+                     `switchyard serve`?); stop it, or pass --listen with another port ({e})"
+            ))
+        } else {
+            fail(&what, &e)
+        }
+    })?;
     ready(bound);
     let mut server = Server {
         store,

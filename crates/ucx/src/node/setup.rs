@@ -31,9 +31,14 @@ use crate::sys;
 /// `bench remote --sshfs`, see docs/remote.md). The threshold is UCX's for every transport;
 /// elsewhere than `tcp` this crate sends large bodies by rendezvous or moves data
 /// one-sided, which it does not change.
-const DEFAULTS: [(&str, &std::ffi::CStr, &std::ffi::CStr); 2] = [
+///
+/// `TCP_CM_REUSEADDR` lets a listener take its port again while connections of the one
+/// before it sit in TIME-WAIT (`SO_REUSEADDR`): without it a server restarted after a crash
+/// was refused its port for a minute. A port another process listens on is still refused.
+const DEFAULTS: [(&str, &std::ffi::CStr, &std::ffi::CStr); 3] = [
     ("UCX_TCP_RX_SEG_SIZE", c"TCP_RX_SEG_SIZE", TCP_WHOLE_MESSAGE),
     ("UCX_ZCOPY_THRESH", c"ZCOPY_THRESH", c"16K"),
+    ("UCX_TCP_CM_REUSEADDR", c"TCP_CM_REUSEADDR", c"y"),
 ];
 
 /// The `tcp` receive segment: 1 MiB and room for the headers of UCX and of the message. A
