@@ -129,7 +129,9 @@ pub struct MountArgs {
     /// once, and a file's data as of its latest open or lock (close-to-open, as NFS); record
     /// locks (`fcntl`) hold across mounts. A read-only export is mounted read-only. The
     /// server syncs its store as its configuration's `store.sync` says; an fsync here asks
-    /// it to sync.
+    /// it to sync. If the server goes away (killed, restarted), calls wait for it and go on
+    /// once it is back, as on an NFS hard mount: open files and working directories stay;
+    /// a file that did not survive fails with ESTALE, and record locks are lost.
     #[arg(
         long,
         value_name = "ADDR:PORT",
@@ -311,6 +313,8 @@ fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
     } else {
         ""
     };
+    // As an NFS hard mount: a server that goes away (killed, restarted) is waited for.
+    client.ride_through_restarts();
     let client = std::sync::Arc::new(client);
     let counters = client.clone();
     let cfg = a.at.mover.load_config()?;
@@ -334,15 +338,12 @@ fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
     );
     let file = switchyard_options::counters::remote_path(&key_path);
     let transport = path.to_string();
-    let mut save = saving(|| {
+    let save = saving(|| {
         let rows = counters.stats().rows();
         switchyard_options::counters::save_remote(&file, "mount --remote", &transport, &rows)
     });
-    let mut watch = unmount_when_gone(counters.clone(), at, a.dir.clone());
-    wait_for_unmount(m, &a.dir, set, |last| {
-        save(last);
-        watch(last);
-    })?;
+    let waiting = counters.clone();
+    wait_for_unmount_or(m, &a.dir, set, save, || waiting.stop_waiting())?;
     let s = counters.stats();
     println!(
         "unmounted ({} requests, {} bytes one-sided, {} in messages, cache {} hits / {} \
@@ -350,39 +351,6 @@ fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
         s.requests, s.one_sided_bytes, s.message_bytes, s.cache_hits, s.cache_misses
     );
     Ok(())
-}
-
-/// A tick for [`wait_for_unmount`] that checks about every second whether `client`'s server
-/// at `at` is still there, and once it is gone says so and unmounts `dir` (a busy mount
-/// stays, failing every call, and says how to end it).
-fn unmount_when_gone(
-    client: std::sync::Arc<switchyard_remote::Client>,
-    at: std::net::SocketAddr,
-    dir: PathBuf,
-) -> impl FnMut(bool) {
-    let (mut gone, mut checked) = (false, std::time::Instant::now());
-    move |last| {
-        if gone || last || checked.elapsed() < Duration::from_secs(1) {
-            return;
-        }
-        checked = std::time::Instant::now();
-        if client.connected() {
-            return;
-        }
-        gone = true;
-        eprintln!(
-            "the server at {at} went away: calls on {} fail with ENOTCONN; unmounting",
-            dir.display()
-        );
-        if let Err(e) = umount(&UmountArgs { dir: dir.clone() }) {
-            eprintln!(
-                "{e:#}\nstill mounted (every call fails): close what is open under {} and run \
-                 `switchyard umount {}`",
-                dir.display(),
-                dir.display()
-            );
-        }
-    }
 }
 
 /// A tick for [`wait_for_unmount`] that runs `save` (of counters for `switchyard stat`) at
@@ -410,7 +378,19 @@ fn wait_for_unmount(
     m: switchyard_fuse::Mount,
     dir: &Path,
     set: libc::sigset_t,
+    tick: impl FnMut(bool),
+) -> anyhow::Result<()> {
+    wait_for_unmount_or(m, dir, set, tick, || {})
+}
+
+/// [`wait_for_unmount`], running `stopping` when a stop signal arrives, before the unmount
+/// (for calls that wait on something that may never come).
+fn wait_for_unmount_or(
+    m: switchyard_fuse::Mount,
+    dir: &Path,
+    set: libc::sigset_t,
     mut tick: impl FnMut(bool),
+    mut stopping: impl FnMut(),
 ) -> anyhow::Result<()> {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || loop {
@@ -425,6 +405,7 @@ fn wait_for_unmount(
         tick(false);
         if let Ok(sig) = rx.recv_timeout(Duration::from_millis(100)) {
             eprintln!("signal {sig}: unmounting");
+            stopping();
             // As umount(8) does: a busy mount (files open under it, a working directory in
             // it) stays mounted and served, rather than left behind broken.
             if let Err(e) = umount(&UmountArgs {

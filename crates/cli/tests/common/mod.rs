@@ -51,13 +51,23 @@ impl Serve {
 
     /// [`Serve::start`] with `env` set for the server.
     pub fn start_in(store: &Path, env: Env) -> Serve {
-        let mut child = Command::new(bin())
-            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+        Serve::start_at(store, "127.0.0.1:0", env)
+    }
+
+    /// Serves `store` on `listen` (`ADDR:PORT`), with `env` set for the server.
+    pub fn start_at(store: &Path, listen: &str, env: Env) -> Serve {
+        let child = Command::new(bin())
+            .args(["serve", "--listen", listen, "--store"])
             .arg(store)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
+        Serve::of(child)
+    }
+
+    /// The server `child` runs (its standard output piped), once it listens.
+    pub fn of(mut child: Child) -> Serve {
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         std::io::BufRead::read_line(&mut out, &mut line).unwrap();

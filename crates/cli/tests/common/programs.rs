@@ -256,6 +256,21 @@ pub fn killed_mid_synced_fio(start: fn(&Path) -> Mount) {
     killed_mid(start, Kill::Mount, true);
 }
 
+/// SIGKILLs what `kill` names of `m`; a remote mount whose server is killed is killed too: it
+/// waits for its server to come back (as an NFS hard mount), and the job ends once it goes.
+fn kill_mid_job(m: &mut Mount, kill: Kill) {
+    let mut child = match kill {
+        Kill::Mount => m.child.take().unwrap(),
+        Kill::Server => m.server.take().expect("a remote mount").child,
+    };
+    child.kill().unwrap(); // SIGKILL, mid-job
+    child.wait().unwrap();
+    if let (Kill::Server, Some(mut mount)) = (kill, m.child.take()) {
+        mount.kill().unwrap();
+        mount.wait().unwrap();
+    }
+}
+
 /// [`killed_mid_fio`], with an fsync after every write where `synced`.
 fn killed_mid(start: fn(&Path) -> Mount, kill: Kill, synced: bool) {
     let work = tempfile::tempdir().unwrap();
@@ -290,12 +305,7 @@ fn killed_mid(start: fn(&Path) -> Mount, kill: Kill, synced: bool) {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    let mut child = match kill {
-        Kill::Mount => m.child.take().unwrap(),
-        Kill::Server => m.server.take().expect("a remote mount").child,
-    };
-    child.kill().unwrap(); // SIGKILL, mid-job
-    child.wait().unwrap();
+    kill_mid_job(&mut m, kill);
     let out = fio.join().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let v: serde_json::Value = serde_json::from_str(&text[text.find('{').expect("fio JSON")..])

@@ -82,6 +82,7 @@ impl Inner {
         len: usize,
         mut take: impl FnMut(&[u8]) -> R,
     ) -> Result<R, Errno> {
+        self.live(ino)?;
         self.seq += 1;
         let req = Request::Read {
             ino,
@@ -109,6 +110,7 @@ impl Inner {
         off: u64,
         data: &[u8],
     ) -> Result<usize, Errno> {
+        self.live(ino)?;
         self.seq += 1;
         let msg = Request::encode_write(self.seq, ino, off, data);
         let (reply, bytes) =

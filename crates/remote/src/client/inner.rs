@@ -34,8 +34,11 @@ impl Inner {
 
     /// Sends a request and waits for its reply; an error reply is its errno.
     pub(super) fn call(&mut self, req: &Request) -> Result<Reply, Errno> {
+        self.check_live(req)?;
         self.seq += 1;
-        self.call_encoded(&req.encode(self.seq))
+        let reply = self.call_encoded(&req.encode(self.seq))?;
+        self.note(req, &reply);
+        Ok(reply)
     }
 
     /// Sends the request encoded in `msg` (with sequence number `self.seq`) and waits for its

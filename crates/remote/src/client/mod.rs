@@ -7,16 +7,17 @@
 //! fetches does not grow with the file. A word is one 8-byte one-sided get. On the
 //! in-message data path (no one-sided access) nothing is cached: every call asks the server.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use switchyard_store::{
-    Attr, DirEntry, Errno, Fd, Files, OpenFlags, Owner, Rename, SetAttr, Stat, StatFs, Whence,
-    S_IFDIR, S_IFLNK,
+    Attr, DirEntry, Errno, Fd, Files, OpenFlags, Rename, SetAttr, Stat, StatFs, Whence, S_IFDIR,
+    S_IFLNK,
 };
-use switchyard_ucx::{Endpoint, Failures, Node, RKey};
+use switchyard_ucx::{Endpoint, Node, RKey};
 
 use crate::auth::Key;
 
@@ -28,14 +29,13 @@ mod inodes;
 mod one_sided;
 mod paths;
 mod pull;
+mod redial;
 mod wait;
 
 pub use crate::proto::MAP_WINDOW;
-use crate::proto::{Reply, Request, Welcome, PROTOCOL_VERSION};
+use crate::proto::{Reply, Request, Welcome};
 pub use aio::Pending;
-use data_path::data_path;
 pub use data_path::DataPath;
-use wait::wait_reply;
 
 /// Symlinks followed in one path walk before `ELOOP` (as the local `Fs`).
 const SYMLOOP_MAX: u32 = 40;
@@ -109,6 +109,8 @@ struct Open {
 /// A server that goes away fails calls with `ENOTCONN` (or `ETIMEDOUT`), never hangs them.
 pub struct Client {
     inner: Arc<Mutex<Inner>>,
+    /// Set by [`Client::stop_waiting`]: a client riding through a restart stops waiting.
+    stop: Arc<AtomicBool>,
     /// The thread that runs asynchronous calls, started by the first.
     io: Mutex<Option<aio::IoThread>>,
 }
@@ -147,65 +149,18 @@ struct Inner {
     /// Where the store's root appears to the program ([`Client::set_link_root`]); `None`:
     /// an absolute symlink target is read from the store's root.
     link_root: Option<Vec<u8>>,
-}
-
-/// How long each step of connecting waits for the server.
-const HANDSHAKE: Duration = Duration::from_secs(10);
-
-/// Connects a node `make` starts to the server at `addr`, proves `key` and asks for write
-/// access if `write`: the node, its control endpoint and the server's welcome.
-fn greet(
-    addr: SocketAddr,
-    key: &Key,
-    write: bool,
-    make: fn() -> Result<Node, switchyard_ucx::Error>,
-) -> Result<(Node, Endpoint, Welcome), ConnectError> {
-    let fail = failing(addr);
-    let node = make().map_err(|e| fail("starting UCX", &e))?;
-    let ctl = node.connect(addr).map_err(|e| fail("cannot connect", &e))?;
-    let (_, hello) =
-        wait_reply(&node, &ctl, None, HANDSHAKE).map_err(|e| fail("no greeting", &e))?;
-    let Reply::Challenge { version, nonce } = hello else {
-        return Err(fail("unexpected greeting", &"not a challenge"));
-    };
-    if version != PROTOCOL_VERSION {
-        return Err(fail(
-            "protocol mismatch",
-            &format!("server speaks {version}, this client {PROTOCOL_VERSION}"),
-        ));
-    }
-    let auth = Request::Auth {
-        mac: key.prove(&nonce),
-        write,
-        uid: Owner::current().uid,
-    };
-    node.send(&ctl, &[], &auth.encode(1))
-        .map_err(|e| fail("sending the proof", &e))?;
-    let welcome = match wait_reply(&node, &ctl, Some(1), HANDSHAKE) {
-        Ok((_, Reply::Welcome(w))) => w,
-        Ok((_, Reply::Error(e))) if e == libc::EACCES => return Err(fail("refused", &"wrong key")),
-        Ok((_, Reply::Error(e))) if e == libc::EROFS => {
-            return Err(fail("refused", &"the store is served read-only"))
-        }
-        Ok((_, other)) => return Err(fail("refused", &format!("{other:?}"))),
-        Err(e) => return Err(fail("refused", &e)),
-    };
-    Ok((node, ctl, welcome))
-}
-
-/// The error of a connection to `addr` that failed at `what` for `e`.
-fn failing(addr: SocketAddr) -> impl Fn(&str, &dyn std::fmt::Display) -> ConnectError {
-    move |what, e| ConnectError(format!("switchyard server at {addr}: {what}: {e}"))
-}
-
-/// Whether this process may attach the shared memory of a server run by `server_uid`: UCX's
-/// segments and cross-memory attach admit their owner, and root (which holds
-/// `CAP_IPC_OWNER` and `CAP_SYS_PTRACE`). Another user's client connects without shared
-/// memory ([`Node::without_shared_memory`]); where the server is on another host, that
-/// changes nothing.
-fn may_attach_memory_of(server_uid: u32) -> bool {
-    let me = Owner::current().uid;
-    me == 0 || me == server_uid
+    /// How to reach the server again, and whether to ([`Client::ride_through_restarts`]).
+    dial: redial::Dial,
+    ride: bool,
+    /// Inode → open handles the server keeps for this client (`Request::Open`, through either
+    /// interface), taken again after a reconnection.
+    opens: HashMap<u64, u64>,
+    /// Inode → its generation, for every inode this client holds or has open: what names
+    /// the file when it takes them again.
+    generations: HashMap<u64, u64>,
+    /// Inodes held or open across a restart of the server that are gone (or whose number
+    /// names another file now): every call on them fails with `ESTALE`.
+    stale: HashSet<u64>,
 }
 
 fn errno(e: switchyard_ucx::Error) -> Errno {
@@ -237,53 +192,26 @@ impl Client {
         write: bool,
         pulling: bool,
     ) -> Result<Client, ConnectError> {
-        // UCX starts its event thread with the node: inside a program, it takes no signal.
-        let _signals = crate::signals::SignalsBlocked::new();
-        let fail = failing(addr);
-        let (mut node, mut ctl, mut welcome) = greet(addr, key, write, Node::new)?;
-        if !may_attach_memory_of(welcome.server_uid) {
-            // On the server's host UCX would choose its shared memory for the data endpoint,
-            // which the kernel keeps from another user: start again without it.
-            node.close(ctl);
-            drop(node);
-            (node, ctl, welcome) = greet(addr, key, write, Node::without_shared_memory)?;
-        }
-        let data = node
-            .connect_address(&welcome.address, Failures::Undetected)
-            .map_err(|e| fail("data endpoint", &e))?;
-        // The data endpoint detects no failure itself: it fails with the control endpoint.
-        node.link(&data, &ctl);
-        let data_key = node
-            .unpack_rkey(&data, &welcome.data_key)
-            .map_err(|e| fail("data key", &e))?;
-        let changes_key = node
-            .unpack_rkey(&data, &welcome.changes_key)
-            .map_err(|e| fail("change key", &e))?;
-        let changes_mapped = node
-            .mapped(&changes_key, welcome.changes_addr)
-            .map(|at| inner::MappedWords(at.cast()));
-        let bulk_one_sided = node.one_sided_over_bulk_lanes() && !pulling;
-        let mut path = data_path(&node.describe(&data), bulk_one_sided);
-        let mut token = [0u8; 16];
-        if let DataPath::Pulled(t) = &path {
-            // The server sends pulled pieces on an endpoint of its own to this worker.
-            match attach(&node, &ctl, HANDSHAKE) {
-                Ok(tk) => token = tk,
-                Err(_) => path = DataPath::OneSided(t.clone()),
-            }
-        }
+        let dial = redial::Dial {
+            addr,
+            key: key.clone(),
+            write,
+            pulling,
+        };
+        let c = dial.connect()?;
         Ok(Client {
             io: Mutex::new(None),
+            stop: Arc::new(AtomicBool::new(false)),
             inner: Arc::new(Mutex::new(Inner {
-                changes_mapped,
-                data_key,
-                changes_key,
-                node,
-                ctl,
-                data,
-                welcome,
-                path,
-                token,
+                changes_mapped: c.changes_mapped,
+                data_key: c.data_key,
+                changes_key: c.changes_key,
+                node: c.node,
+                ctl: c.ctl,
+                data: c.data,
+                welcome: c.welcome,
+                path: c.path,
+                token: c.token,
                 seq: 2,
                 timeout: Duration::from_secs(30),
                 names: HashMap::new(),
@@ -295,6 +223,11 @@ impl Client {
                 next_fd: 3,
                 stats: ClientStats::default(),
                 link_root: None,
+                dial,
+                ride: false,
+                opens: HashMap::new(),
+                generations: HashMap::new(),
+                stale: HashSet::new(),
             })),
         })
     }
@@ -307,14 +240,23 @@ impl Client {
     pub fn set_link_root(&self, root: &[u8]) {
         let root = root.strip_suffix(b"/").unwrap_or(root).to_vec();
         let _ = self.with(|i| {
-            i.link_root = Some(root);
+            i.link_root = Some(root.clone());
             Ok(())
         });
     }
 
-    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> Result<T, Errno>) -> Result<T, Errno> {
+    /// Runs `f` on the connection. A client that rides through restarts runs it again once
+    /// it has reconnected, when it failed because the server went away (the request may
+    /// have been carried out before it went: as over NFS, a repeated create or remove can
+    /// then fail with `EEXIST` or `ENOENT`).
+    fn with<T>(&self, mut f: impl FnMut(&mut Inner) -> Result<T, Errno>) -> Result<T, Errno> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut g)
+        loop {
+            match f(&mut g) {
+                Err(e) if g.ride && g.lost(e) => g.reconnect(&self.stop)?,
+                r => return r,
+            }
+        }
     }
 
     /// How data moves (one-sided, or inside messages where the transport cannot).
@@ -402,8 +344,14 @@ impl Files for Client {
     /// Closes a descriptor.
     fn close(&self, fd: Fd) -> Result<(), Errno> {
         self.with(|i| {
-            let f = i.fds.remove(&fd.0).ok_or(Errno::EBADF)?;
-            i.done(&Request::Close { ino: f.ino })
+            let ino = i.fds.get(&fd.0).ok_or(Errno::EBADF)?.ino;
+            // Gone only once the server has closed it (after a reconnection, the handle the
+            // client took back).
+            if ino != redial::GONE {
+                i.done(&Request::Close { ino })?;
+            }
+            i.fds.remove(&fd.0);
+            Ok(())
         })
     }
 
@@ -592,17 +540,5 @@ fn size_only(size: u64) -> SetAttr {
     SetAttr {
         size: Some(size),
         ..SetAttr::default()
-    }
-}
-
-/// Asks the server to connect to this worker for pulls; returns their token.
-fn attach(node: &Node, ctl: &Endpoint, timeout: Duration) -> Result<[u8; 16], Errno> {
-    let address = node.address().map_err(errno)?;
-    node.send(ctl, &[], &Request::Attach { address }.encode(2))
-        .map_err(errno)?;
-    match wait_reply(node, ctl, Some(2), timeout)? {
-        (_, Reply::Bytes(t)) => t.try_into().map_err(|_| Errno::EIO),
-        (_, Reply::Error(e)) => Err(Errno(e)),
-        _ => Err(Errno::EIO),
     }
 }

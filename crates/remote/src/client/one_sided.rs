@@ -50,6 +50,7 @@ impl Inner {
             return Ok(n);
         }
         self.stats.cache_misses += 1;
+        self.live(ino)?;
         let (lo, hi) = map_window(off, len as u64);
         let req = Request::Map {
             ino,

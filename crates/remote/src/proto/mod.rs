@@ -16,7 +16,7 @@ mod request;
 mod wire;
 
 /// The protocol's version: a client and a server must agree on it.
-pub const PROTOCOL_VERSION: u32 = 8;
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// Longest byte string a message may carry (names, link targets, data of the in-message data
 /// path): larger requests are cut by the client.
@@ -221,6 +221,15 @@ pub enum Request {
         off: u64,
         /// The bytes.
         data: Vec<u8>,
+    },
+    /// Takes one hold on `ino` for a client that held it through a server that went away
+    /// (it reconnected): refused with `ESTALE` unless the inode lives with `generation`
+    /// (its number may since name another file).
+    Hold {
+        /// Inode.
+        ino: u64,
+        /// Its generation when the client took its first hold.
+        generation: u64,
     },
     /// Releases holds the client took.
     Forget {

@@ -73,6 +73,7 @@ impl Request {
             Request::Pull { .. } => 33,
             Request::Sync => 34,
             Request::Seek { .. } => 35,
+            Request::Hold { .. } => 36,
         }
     }
 
@@ -173,6 +174,9 @@ impl Request {
             Request::Statfs | Request::Counters | Request::Sync => {}
             Request::Forget { ino, n } => {
                 w.u64(*ino).u64(*n);
+            }
+            Request::Hold { ino, generation } => {
+                w.u64(*ino).u64(*generation);
             }
             _ => unreachable!("encoded by another family's function"),
         }
@@ -353,6 +357,10 @@ fn decode_metadata(kind: u8, r: &mut R<'_>) -> Result<Request, Malformed> {
             n: r.u64()?,
         },
         28 => Request::Counters,
+        36 => Request::Hold {
+            ino: r.u64()?,
+            generation: r.u64()?,
+        },
         _ => return Err(Malformed),
     })
 }

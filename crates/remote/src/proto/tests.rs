@@ -123,6 +123,8 @@ fn metadata_request() -> impl Strategy<Value = Request> {
                 }
             ),
         (any::<u64>(), any::<u64>()).prop_map(|(ino, n)| Request::Forget { ino, n }),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(ino, generation)| Request::Hold { ino, generation }),
         Just(Request::Counters),
         (
             any::<u64>(),

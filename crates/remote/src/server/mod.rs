@@ -179,6 +179,19 @@ impl Drop for Unmirror<'_> {
     }
 }
 
+/// Why listening on `at` failed, saying so where another process holds the address.
+fn listen_failed(at: SocketAddr, e: switchyard_ucx::Error) -> ServeError {
+    let what = format!("listening on {at}");
+    if e.errno() == libc::EADDRINUSE {
+        ServeError(format!(
+            "{what}: the address is in use: another process listens there (another \
+             `switchyard serve`?); stop it, or pass --listen with another port ({e})"
+        ))
+    } else {
+        ServeError(format!("{what}: {e}"))
+    }
+}
+
 /// Serves `store` until `stop` is set: listens, calls `ready` with the address bound, and
 /// answers clients. Returns when stopped, after every client's leftovers are undone.
 pub fn serve(
@@ -243,17 +256,9 @@ pub fn serve(
         server_uid: Owner::current().uid,
     };
     let writer_key = writer.map(pack).transpose()?;
-    let bound = node.listen(opts.listen).map_err(|e| {
-        let what = format!("listening on {}", opts.listen);
-        if e.errno() == libc::EADDRINUSE {
-            ServeError(format!(
-                "{what}: the address is in use: another process listens there (another \
-                     `switchyard serve`?); stop it, or pass --listen with another port ({e})"
-            ))
-        } else {
-            fail(&what, &e)
-        }
-    })?;
+    let bound = node
+        .listen(opts.listen)
+        .map_err(|e| listen_failed(opts.listen, e))?;
     ready(bound);
     let mut server = Server {
         store,

@@ -66,6 +66,7 @@ impl<'s> Server<'s, '_, '_> {
             Request::Open { .. }
             | Request::Close { .. }
             | Request::Forget { .. }
+            | Request::Hold { .. }
             | Request::Fsync { .. }
             | Request::Sync
             | Request::Statfs
@@ -163,6 +164,16 @@ impl<'s> Server<'s, '_, '_> {
             Request::Forget { ino, n } => {
                 take(&mut peer.holds, ino, n)?;
                 s.release_holds(ino, n)?;
+                Reply::Done
+            }
+            Request::Hold { ino, generation } => {
+                let stale = |e: Errno| if e == Errno::ENOENT { Errno::ESTALE } else { e };
+                s.hold(ino).map_err(|e| stale(e.errno))?;
+                if s.generation(ino).ok() != Some(generation) {
+                    let _ = s.release_holds(ino, 1);
+                    return Err(Errno::ESTALE);
+                }
+                *peer.holds.entry(ino).or_default() += 1;
                 Reply::Done
             }
             Request::Fsync { ino } => {
