@@ -661,8 +661,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
-        // The kernel checks permissions (`default_permissions`); this only checks existence.
-        empty(reply, self.inodes.stat(ino.0).map(|_| ()));
+        empty(reply, self.inodes.stat(ino.0).map(|_| ())); // permissions: the kernel's
     }
 
     fn create(
@@ -676,9 +675,7 @@ impl<I: Inodes> Filesystem for InodeFs<I> {
         reply: ReplyCreate,
     ) {
         if self.counts_nothing_open() {
-            // ENOSYS: the kernel makes files with `mknod` and opens them without asking from
-            // now on (as `open` says), so a create is one request fewer: no handle to
-            // release at close.
+            // ENOSYS: the kernel uses `mknod` and opens without asking (no handle to release).
             return reply.error(fuser::Errno::ENOSYS);
         }
         let name = name.as_bytes();
