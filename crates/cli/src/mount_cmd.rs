@@ -342,8 +342,7 @@ fn mount_remote(a: &MountArgs, addr: &str) -> anyhow::Result<()> {
         let rows = counters.stats().rows();
         switchyard_options::counters::save_remote(&file, "mount --remote", &transport, &rows)
     });
-    let waiting = counters.clone();
-    wait_for_unmount_or(m, &a.dir, set, save, || waiting.stop_waiting())?;
+    wait_for_unmount_or(m, &a.dir, set, save, || counters.stop_waiting())?;
     let s = counters.stats();
     println!(
         "unmounted ({} requests, {} bytes one-sided, {} in messages, cache {} hits / {} \

@@ -95,7 +95,7 @@ impl Inner {
             return self.read_in_messages(ino, off, buf);
         }
         // A pull carries at most MAX_BYTES: a longer read takes several.
-        let window = match self.path {
+        let window = match self.conn.path {
             DataPath::Pulled(_) => MAX_BYTES,
             _ => buf.len().max(1),
         };

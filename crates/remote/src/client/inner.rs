@@ -29,7 +29,7 @@ impl Inner {
     /// Whether data moves without the server copying it (one-sided or pulled), and caches
     /// are kept (checked by change words read one-sided).
     pub(super) fn one_sided(&self) -> bool {
-        matches!(self.path, DataPath::OneSided(_) | DataPath::Pulled(_))
+        matches!(self.conn.path, DataPath::OneSided(_) | DataPath::Pulled(_))
     }
 
     /// Sends a request and waits for its reply; an error reply is its errno.
@@ -64,8 +64,17 @@ impl Inner {
         f: impl FnMut(&[u8]) -> R,
     ) -> Result<R, Errno> {
         self.stats.requests += 1;
-        self.node.send(&self.ctl, &[], msg).map_err(errno)?;
-        wait_with(&self.node, &self.ctl, Some(self.seq), self.timeout, f)
+        self.conn
+            .node
+            .send(&self.conn.ctl, &[], msg)
+            .map_err(errno)?;
+        wait_with(
+            &self.conn.node,
+            &self.conn.ctl,
+            Some(self.seq),
+            self.timeout,
+            f,
+        )
     }
 
     /// The change word of `ino` now (one-sided): a load where the words are mapped into this
@@ -73,7 +82,7 @@ impl Inner {
     /// gets as small as 8 bytes through the server's CPU (an active message it answers) even
     /// on `cma`, and a line-sized one directly.
     pub(super) fn word(&self, ino: u64) -> Result<u64, Errno> {
-        if let Some(words) = &self.changes_mapped {
+        if let Some(words) = &self.conn.changes_mapped {
             // Whatever this thread read before (the blocks, by gets that completed) is read
             // before the word.
             std::sync::atomic::fence(Ordering::SeqCst);
@@ -84,10 +93,11 @@ impl Inner {
             return Ok(w.load(Ordering::SeqCst));
         }
         let mut line = [0u8; WORD_LINE];
-        let at = self.welcome.changes_addr + Changes::index(ino) as u64 * 8;
+        let at = self.conn.welcome.changes_addr + Changes::index(ino) as u64 * 8;
         let start = at & !(WORD_LINE as u64 - 1);
-        self.node
-            .get(&self.data, &mut line, start, &self.changes_key)
+        self.conn
+            .node
+            .get(&self.conn.data, &mut line, start, &self.conn.changes_key)
             .map_err(errno)?;
         let i = (at - start) as usize;
         Ok(u64::from_le_bytes(

@@ -17,7 +17,6 @@ use switchyard_store::{
     Attr, DirEntry, Errno, Fd, Files, OpenFlags, Rename, SetAttr, Stat, StatFs, Whence, S_IFDIR,
     S_IFLNK,
 };
-use switchyard_ucx::{Endpoint, Node, RKey};
 
 use crate::auth::Key;
 
@@ -33,7 +32,7 @@ mod redial;
 mod wait;
 
 pub use crate::proto::MAP_WINDOW;
-use crate::proto::{Reply, Request, Welcome};
+use crate::proto::{Reply, Request};
 pub use aio::Pending;
 pub use data_path::DataPath;
 
@@ -116,19 +115,8 @@ pub struct Client {
 }
 
 struct Inner {
-    /// The server's change words mapped into this process, where they can be (on one host:
-    /// [`Node::mapped`]); a word is then a load, not a get. Lives as long as `changes_key`.
-    changes_mapped: Option<inner::MappedWords>,
-    // The keys go before the node that unpacked them.
-    data_key: RKey,
-    changes_key: RKey,
-    node: Node,
-    ctl: Endpoint,
-    data: Endpoint,
-    welcome: Welcome,
-    path: DataPath,
-    /// The token this client's pulls carry ([`DataPath::Pulled`]).
-    token: [u8; 16],
+    /// The connection: endpoints, memory keys, the server's welcome and the data path.
+    conn: redial::Conn,
     seq: u64,
     timeout: Duration,
     /// (directory, name) → (inode, the directory's change word before the lookup).
@@ -176,8 +164,9 @@ impl Client {
 
     /// [`Client::connect`], with large reads pulled ([`DataPath::Pulled`]) wherever the data
     /// endpoint has a bulk lane other than `tcp`, even where this UCX would get over it
-    /// ([`Node::one_sided_over_bulk_lanes`]): the path a UCX without one-sided gets there
-    /// takes, kept to compare with (`bench remote`) and to test on any UCX.
+    /// ([`switchyard_ucx::Node::one_sided_over_bulk_lanes`]): the path a UCX without
+    /// one-sided gets there takes, kept to compare with (`bench remote`) and to test on any
+    /// UCX.
     pub fn connect_pulling(
         addr: SocketAddr,
         key: &Key,
@@ -198,20 +187,11 @@ impl Client {
             write,
             pulling,
         };
-        let c = dial.connect()?;
         Ok(Client {
             io: Mutex::new(None),
             stop: Arc::new(AtomicBool::new(false)),
             inner: Arc::new(Mutex::new(Inner {
-                changes_mapped: c.changes_mapped,
-                data_key: c.data_key,
-                changes_key: c.changes_key,
-                node: c.node,
-                ctl: c.ctl,
-                data: c.data,
-                welcome: c.welcome,
-                path: c.path,
-                token: c.token,
+                conn: dial.connect()?,
                 seq: 2,
                 timeout: Duration::from_secs(30),
                 names: HashMap::new(),
@@ -261,13 +241,14 @@ impl Client {
 
     /// How data moves (one-sided, or inside messages where the transport cannot).
     pub fn data_path(&self) -> DataPath {
-        self.with(|i| Ok(i.path.clone())).expect("infallible")
+        self.with(|i| Ok(i.conn.path.clone())).expect("infallible")
     }
 
     /// Whether the server's change words are mapped into this process (on one host, where
-    /// UCX shares memory: [`Node::mapped`]), so the caches' checks are loads, not gets.
+    /// UCX shares memory: [`switchyard_ucx::Node::mapped`]), so the caches' checks are
+    /// loads, not gets.
     pub fn change_words_mapped(&self) -> bool {
-        self.with(|i| Ok(i.changes_mapped.is_some()))
+        self.with(|i| Ok(i.conn.changes_mapped.is_some()))
             .expect("infallible")
     }
 
@@ -275,10 +256,10 @@ impl Client {
     /// exists, and caches nothing (to compare the two paths, as `bench remote` does).
     pub fn force_in_messages(&self) {
         self.with(|i| {
-            let t = match &i.path {
+            let t = match &i.conn.path {
                 DataPath::OneSided(t) | DataPath::Pulled(t) | DataPath::InMessages(t) => t.clone(),
             };
-            i.path = DataPath::InMessages(t);
+            i.conn.path = DataPath::InMessages(t);
             i.forget();
             Ok(())
         })
@@ -316,19 +297,10 @@ impl Client {
         })
     }
 
-    /// Whether the connection to the server still stands (this notices a server that went
-    /// away even while no call is made).
-    pub fn connected(&self) -> bool {
-        self.with(|i| {
-            i.node.progress();
-            Ok(i.node.is_open(&i.ctl))
-        })
-        .unwrap_or(false)
-    }
-
     /// Whether the server granted write access.
     pub fn writable(&self) -> bool {
-        self.with(|i| Ok(i.welcome.writable)).expect("infallible")
+        self.with(|i| Ok(i.conn.welcome.writable))
+            .expect("infallible")
     }
 }
 

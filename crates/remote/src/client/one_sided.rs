@@ -98,18 +98,19 @@ impl Inner {
         if m.attr.kind() == S_IFDIR {
             return Err(Errno::EISDIR);
         }
-        let (start, base) = (self.welcome.data_start, self.welcome.data_addr);
+        let (start, base) = (self.conn.welcome.data_start, self.conn.welcome.data_addr);
         let ranges = ranges(m, off, n, start, base);
         let change = m.change;
         let mut pieces = pieces(&mut buf[..n], ranges);
-        if matches!(self.path, DataPath::Pulled(_)) && n >= PULL_FROM && !pieces.is_empty() {
+        if matches!(self.conn.path, DataPath::Pulled(_)) && n >= PULL_FROM && !pieces.is_empty() {
             if !self.pull_pieces(ino, change, &mut pieces)? {
                 return Ok(None);
             }
         } else {
             if !pieces.is_empty() {
-                self.node
-                    .get_many(&self.data, &mut pieces, &self.data_key)
+                self.conn
+                    .node
+                    .get_many(&self.conn.data, &mut pieces, &self.conn.data_key)
                     .map_err(errno)?;
             }
             if self.word(ino)? != change {
@@ -135,24 +136,25 @@ impl Inner {
         else {
             return Err(Errno::EIO);
         };
-        let (start, base) = (self.welcome.data_start, self.welcome.data_addr);
+        let (start, base) = (self.conn.welcome.data_start, self.conn.welcome.data_addr);
         let put = (|| {
             for t in &targets {
                 let src = data
                     .get(t.offset as usize..(t.offset + t.len) as usize)
                     .ok_or(Errno::EIO)?;
                 if t.region_offset < start
-                    || t.region_offset + t.len > start + self.welcome.data_len
+                    || t.region_offset + t.len > start + self.conn.welcome.data_len
                 {
                     return Err(Errno::EIO);
                 }
                 let remote = base + (t.region_offset - start);
-                self.node
-                    .put(&self.data, src, remote, &self.data_key)
+                self.conn
+                    .node
+                    .put(&self.conn.data, src, remote, &self.conn.data_key)
                     .map_err(errno)?;
             }
             // Remote completion: every byte is in the server's memory before the commit.
-            self.node.flush(&self.data).map_err(errno)
+            self.conn.node.flush(&self.conn.data).map_err(errno)
         })();
         if let Err(e) = put {
             let _ = self.call(&Request::Abort { id });

@@ -77,13 +77,13 @@ impl Inner {
         change: u64,
         pieces: &mut [(&mut [u8], u64)],
     ) -> Result<bool, Errno> {
-        let base = self.welcome.data_addr;
+        let base = self.conn.welcome.data_addr;
         // The server sends the pieces only if the map is still the file's (`change`).
         for group in pieces.chunks_mut(MAX_PULL_RANGES) {
             self.seq += 1;
             self.stats.requests += 1;
             let req = Request::Pull {
-                token: self.token,
+                token: self.conn.token,
                 ino,
                 change,
                 ranges: group
@@ -91,8 +91,8 @@ impl Inner {
                     .map(|(b, at)| (at - base, b.len() as u64))
                     .collect(),
             };
-            let link = (&self.data, &self.ctl);
-            if !pull(&self.node, link, self.timeout, &req, self.seq, group)? {
+            let link = (&self.conn.data, &self.conn.ctl);
+            if !pull(&self.conn.node, link, self.timeout, &req, self.seq, group)? {
                 return Ok(false);
             }
         }

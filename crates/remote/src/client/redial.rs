@@ -37,6 +37,8 @@ pub(super) struct Dial {
 /// One connection's parts, in the order they are dropped (the keys before the node that
 /// unpacked them).
 pub(super) struct Conn {
+    /// The server's change words mapped into this process, where they can be (on one host:
+    /// [`Node::mapped`]); a word is then a load, not a get. Lives as long as `changes_key`.
     pub(super) changes_mapped: Option<MappedWords>,
     pub(super) data_key: RKey,
     pub(super) changes_key: RKey,
@@ -45,6 +47,7 @@ pub(super) struct Conn {
     pub(super) data: Endpoint,
     pub(super) welcome: Welcome,
     pub(super) path: DataPath,
+    /// The token this client's pulls carry ([`DataPath::Pulled`]).
     pub(super) token: [u8; 16],
 }
 
@@ -135,8 +138,8 @@ impl Inner {
         if e != Errno(libc::ENOTCONN) && e != Errno(libc::ETIMEDOUT) && e != Errno::EIO {
             return false;
         }
-        self.node.progress();
-        !self.node.is_open(&self.ctl)
+        self.conn.node.progress();
+        !self.conn.node.is_open(&self.conn.ctl)
     }
 
     /// Waits for the server and connects again, then takes back this client's holds and
@@ -180,18 +183,7 @@ impl Inner {
 
     /// Makes `c` this client's connection, dropping the old one and every cache.
     fn adopt(&mut self, c: Conn) {
-        let old = Conn {
-            changes_mapped: std::mem::replace(&mut self.changes_mapped, c.changes_mapped),
-            data_key: std::mem::replace(&mut self.data_key, c.data_key),
-            changes_key: std::mem::replace(&mut self.changes_key, c.changes_key),
-            node: std::mem::replace(&mut self.node, c.node),
-            ctl: std::mem::replace(&mut self.ctl, c.ctl),
-            data: std::mem::replace(&mut self.data, c.data),
-            welcome: std::mem::replace(&mut self.welcome, c.welcome),
-            path: std::mem::replace(&mut self.path, c.path),
-            token: std::mem::replace(&mut self.token, c.token),
-        };
-        drop(old);
+        drop(std::mem::replace(&mut self.conn, c));
         self.seq = 2;
         self.forget();
         self.opened.clear();
@@ -211,6 +203,7 @@ impl Inner {
                 Err(e) if e == Errno::ESTALE || e == Errno::ENOENT => {
                     self.holds.remove(&ino);
                     self.stale.insert(ino);
+                    self.unnote(ino);
                 }
                 Err(e) => return Err(e),
             }
@@ -228,6 +221,7 @@ impl Inner {
                     }
                     Err(e) if e == Errno::ESTALE || e == Errno::ENOENT => {
                         self.stale.insert(ino);
+                        self.unnote(ino);
                         break;
                     }
                     Err(e) => return Err(e),
@@ -317,7 +311,7 @@ impl Inner {
 
     /// `ESTALE` where `ino` did not survive a restart of the server.
     pub(super) fn live(&self, ino: u64) -> Result<(), Errno> {
-        if ino == GONE || self.stale.contains(&ino) {
+        if ino == GONE || (!self.stale.is_empty() && self.stale.contains(&ino)) {
             Err(Errno::ESTALE)
         } else {
             Ok(())
